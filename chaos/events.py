@@ -1,0 +1,69 @@
+"""Event kinds and the one ordered timeline built from every process's JSON-lines file.
+
+Every event has ``t`` (unix seconds), ``src`` (``rank-3``, ``node-1``, ``injector``,
+``controller``), ``incarnation`` (restart count of the emitting process) and ``kind``;
+kind-specific fields are listed in ``KINDS``. See DESIGN.md, "Events".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["KINDS", "Event", "read_events", "iter_event_file", "merge"]
+
+Event = dict[str, Any]
+
+# kind -> fields it carries beyond the common envelope (documentation and test oracle).
+KINDS: dict[str, tuple[str, ...]] = {
+    "run_start": ("world_size", "config"),
+    "rank_start": ("rank", "local_rank", "world_size", "node", "pid", "resumed_from"),
+    "step_end": ("step", "loss"),
+    "ckpt_save_start": ("step", "tier"),
+    "ckpt_save_end": ("step", "tier", "bytes", "seconds", "blocked_seconds"),
+    "ckpt_load": ("step", "tier", "verified", "path", "skipped"),
+    "fault_injected": ("fault", "type", "target", "step", "mechanism"),
+    "fault_reverted": ("fault", "target"),
+    # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
+    # or None; failure_class: crash | hang | device | network | storage | corruption | unknown
+    "detected": ("by", "reason", "suspect", "failure_class"),
+    "rank_exit": ("code", "reason"),
+    "run_end": ("step", "digest", "loss"),
+    # emitted by the controller: the job as a whole
+    "job_start": ("nodes", "ranks_per_node"),
+    "job_end": ("status", "returncode"),
+}
+
+
+def iter_event_file(path: str) -> Iterator[Event]:
+    """Events of one file; a torn last line (the process died mid-write) is skipped."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def merge(streams: Iterable[Iterable[Event]]) -> list[Event]:
+    """One timeline ordered by time; ties keep per-file order (stable sort)."""
+    events = [e for stream in streams for e in stream]
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+def read_events(events_dir: str) -> list[Event]:
+    """Every event under ``events_dir`` (``*.jsonl``), merged into one ordered timeline."""
+    if not os.path.isdir(events_dir):
+        return []
+    files = sorted(
+        os.path.join(events_dir, name) for name in os.listdir(events_dir) if name.endswith(".jsonl")
+    )
+    return merge(iter_event_file(path) for path in files)

@@ -1,0 +1,3 @@
+"""Fault families; importing this package registers every built-in fault type."""
+
+from chaos.faults import process  # noqa: F401  (registers by import)

@@ -1,0 +1,209 @@
+"""Process / GPU faults: rank and node kills, hangs, device errors, stragglers, death mid-save."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from chaos.faults.base import FaultType, ParamSpec, register
+
+if TYPE_CHECKING:
+    from chaos.runtime import InjectionContext
+
+__all__ = ["CrashDuringCheckpoint", "DeviceError", "HangRank", "KillNode", "KillRank", "Straggler"]
+
+_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGABRT", "SIGSEGV", "SIGBUS")
+
+
+def _signal_pids(pids: list[int], sig: int) -> list[int]:
+    """Signal each pid that still exists; returns those signalled."""
+    hit = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            hit.append(pid)
+        except ProcessLookupError:
+            continue
+    return hit
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@register
+@dataclass
+class KillRank(FaultType):
+    type_name: ClassVar[str] = "kill_rank"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "crash"
+    summary: ClassVar[str] = "Kill the worker process of one or more ranks with a signal."
+    fidelity: ClassVar[str] = (
+        "Stands for a rank dying abruptly (Xid 79 GPU off the bus, OOM kill, segfault, host "
+        "kernel panic of one process). Exercises peer failure detection in collectives, the "
+        "elastic agent's restart and checkpoint resume. Does not prove anything about GPU "
+        "physics or driver recovery: the process dies, the device does not."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("signal", str, "SIGKILL", "signal sent to the rank's process", choices=_SIGNALS),
+    )
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        sig = getattr(signal, self.params.get("signal", "SIGKILL"))
+        pids = [p for r in self.target.ranks if (p := ctx.cluster.rank_pid(r)) is not None]
+        return {"pids": _signal_pids(pids, sig), "signal": self.params.get("signal", "SIGKILL")}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """A kill has nothing to undo: the training job's own restart is what is measured."""
+
+
+@register
+@dataclass
+class KillNode(FaultType):
+    type_name: ClassVar[str] = "kill_node"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "crash"
+    summary: ClassVar[str] = "Kill a whole simulated node: its torchrun agent and all of its ranks."
+    fidelity: ClassVar[str] = (
+        "Stands for a host going down (kernel panic, hardware reset, preemption without "
+        "notice). Exercises detection by surviving nodes, elastic re-rendezvous with fewer "
+        "nodes (or a wait for min nodes) and resume. The node's local disk survives here; "
+        "use a power fault for node-local data loss."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("signal", str, "SIGKILL", "signal sent to every process of the node", choices=_SIGNALS),
+    )
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        sig = getattr(signal, self.params.get("signal", "SIGKILL"))
+        killed = []
+        for node in self.target.nodes:
+            killed.extend(ctx.cluster.kill_node(node, sig))
+        return {"pids": killed, "signal": self.params.get("signal", "SIGKILL")}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing to undo: a dead node stays dead, as in a real outage."""
+
+
+@register
+@dataclass
+class HangRank(FaultType):
+    type_name: ClassVar[str] = "hang_rank"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "hang"
+    summary: ClassVar[str] = "Freeze a rank (SIGSTOP) for a duration or until the run ends."
+    fidelity: ClassVar[str] = (
+        "Stands for a rank that stops making progress without dying: a GPU hang, a deadlocked "
+        "kernel, a process stuck in uninterruptible IO. Exercises watchdogs and collective "
+        "timeouts: without them the job blocks forever. Does not model a hang inside NCCL "
+        "with a live host thread: the whole process is frozen."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("duration_s", (int, float, type(None)), None,
+                  "seconds frozen before SIGCONT; null freezes until the run ends", minimum=0),
+    )
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        pids = [p for r in self.target.ranks if (p := ctx.cluster.rank_pid(r)) is not None]
+        stopped = _signal_pids(pids, signal.SIGSTOP)
+        if self.params.get("duration_s") is not None:
+            ctx.schedule_revert(self, float(self.params["duration_s"]))
+        return {"stopped_pids": stopped}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        self.revert_record(record)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        _signal_pids([p for p in record.get("stopped_pids", []) if _pid_alive(p)], signal.SIGCONT)
+
+
+@dataclass
+class _ProbeFault(FaultType):
+    """Delivered in-process by the probe: lands exactly at the planned step."""
+
+    in_process: ClassVar[bool] = True
+    probe_action: ClassVar[str]
+    probe_point: ClassVar[str] = "step_end"
+
+    def probe_actions(self) -> list[dict[str, Any]]:
+        return [{"action": self.probe_action, "point": self.probe_point, "params": dict(self.params)}]
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        """The probe injects and reports ``fault_injected`` itself."""
+        return {"mechanism": "probe"}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """In-process faults end with the process that took them."""
+
+
+@register
+@dataclass
+class DeviceError(_ProbeFault):
+    type_name: ClassVar[str] = "device_error"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "device"
+    summary: ClassVar[str] = "At step N the rank fails the way a CUDA/Xid error surfaces in PyTorch."
+    fidelity: ClassVar[str] = (
+        "Stands for an uncorrectable device error (Xid 48/79, illegal memory access) that "
+        "surfaces as a RuntimeError from the next CUDA call. Exercises the job's error "
+        "classification, its report of the failing device, and restart. On CPU no device is "
+        "harmed: the exception is raised by the probe at the exact step."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("xid", int, 79, "Xid code named in the error message", minimum=1),
+    )
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    probe_action: ClassVar[str] = "device_error"
+
+
+@register
+@dataclass
+class Straggler(_ProbeFault):
+    type_name: ClassVar[str] = "straggler"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "slow"
+    summary: ClassVar[str] = "Slow a rank down by a factor (the probe stretches each of its steps)."
+    fidelity: ClassVar[str] = (
+        "Stands for a slow rank: thermal throttling, a degraded GPU, a noisy neighbour. "
+        "Exercises straggler detection and shows the cost of synchronous training (every "
+        "rank waits). The delay is added on the host after each step, not inside kernels."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
+        ParamSpec("factor", (int, float), 2.0, "step time multiplier", minimum=1.0, maximum=100.0),
+        ParamSpec("steps", (int, type(None)), None, "steps it lasts; null until the end", minimum=1),
+    )
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    probe_action: ClassVar[str] = "slowdown"
+
+
+@register
+@dataclass
+class CrashDuringCheckpoint(_ProbeFault):
+    type_name: ClassVar[str] = "crash_during_checkpoint"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[str] = "crash"
+    summary: ClassVar[str] = (
+        "The rank that writes checkpoints dies half-way through writing the first one at or "
+        "after step N, leaving a partial file."
+    )
+    fidelity: ClassVar[str] = (
+        "Stands for a host dying while persisting a checkpoint. Exercises atomic checkpoint "
+        "writes and verified fallback on load: the partial file must never be loaded. The "
+        "process exits at once (no handlers run), like a kill; the disk itself is healthy."
+    )
+    params_spec: ClassVar[tuple[ParamSpec, ...]] = ()
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    probe_action: ClassVar[str] = "exit"
+    probe_point: ClassVar[str] = "ckpt_write"

@@ -1,0 +1,122 @@
+"""The typed scenario: what ``chaos.scenario`` builds from YAML and the runner consumes.
+
+Plain dataclasses with a docstring per field; validation (with locations) lives in
+``chaos.scenario`` so that these records stay easy to build in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Bound", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger", "Workload"]
+
+TriggerKind = Literal["at_step", "at_time", "after_event", "random", "poisson"]
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: int = 2
+    """Simulated nodes: one torchrun agent each."""
+    ranks_per_node: int = 2
+    """Worker processes per node (``--nproc-per-node``)."""
+    min_nodes: int | None = None
+    """Elastic lower bound (``--nnodes MIN:MAX``); None = all nodes required."""
+    max_restarts: int = 3
+    """Group restarts torchrun allows before the job fails."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class Workload:
+    harness: dict[str, Any] | None = None
+    """Options of the bundled harness (``python -m harness --help``); None when ``command``."""
+    command: str | None = None
+    """A user's own training command, run per node by torchrun (``{nproc}``... see docs)."""
+    progress_regex: str | None = None
+    """For ``command``: regex with named groups ``step`` (and optionally ``loss``) on log lines."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    kind: TriggerKind
+    """at_step | at_time | after_event | random | poisson."""
+    at_step: int | None = None
+    """at_step: the step (in-process faults land exactly there, signals at N or N+1)."""
+    at_time_s: float | None = None
+    """at_time: seconds after the first step of the run."""
+    event: str | None = None
+    """after_event: the event kind waited for (``ckpt_save_end``, ``step_end``...)."""
+    count: int = 1
+    """after_event: fire on the count-th such event."""
+    delay_s: float = 0.0
+    """after_event: extra delay after the event."""
+    window_s: tuple[float, float] | None = None
+    """random: fire at a seeded uniform time in [lo, hi] seconds after the first step."""
+    mtbf_s: float | None = None
+    """poisson: mean time between faults (seeded exponential gaps)."""
+    max_faults: int = 1
+    """poisson: at most this many faults."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    index: int
+    """Position in ``faults`` (for locations in messages)."""
+    type: str
+    """A registered fault type (``trainchaos faults``)."""
+    target: dict[str, Any]
+    """As written: ``{rank: 3}``, ``{ranks: [1, 2]}``, ``{node: 1}``, ``{random: rank}``."""
+    trigger: Trigger
+    params: dict[str, Any] = field(default_factory=dict)
+    """Type-specific parameters, defaults filled in."""
+    probability: float = 1.0
+    """Chance the fault fires when triggered (seeded)."""
+    name: str | None = None
+
+    @property
+    def fault_id(self) -> str:
+        return self.name or f"f{self.index}-{self.type}"
+
+
+@dataclass(frozen=True)
+class Bound:
+    max: float | None = None
+    min: float | None = None
+
+
+@dataclass(frozen=True)
+class Targets:
+    detection_s: Bound | None = None
+    recovery_s: Bound | None = None
+    catchup_s: Bound | None = None
+    lost_steps: Bound | None = None
+    goodput: Bound | None = None
+    final_state: Literal["matches_baseline", "loss_within"] | None = None
+    loss_tolerance: float = 0.05
+    """For ``final_state: loss_within``: max relative deviation from the baseline loss."""
+    attribution: Literal["correct"] | None = None
+    """``correct``: the first detection must blame the faulty rank/node and failure class."""
+    completes: bool = True
+    """The run must reach its last step within ``timeout_s``."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: str
+    description: str = ""
+    seed: int = 0
+    workload: Workload = field(default_factory=Workload)
+    topology: Topology = field(default_factory=Topology)
+    faults: tuple[FaultSpec, ...] = ()
+    targets: Targets = field(default_factory=Targets)
+    baseline: bool = False
+    repeat: int = 1
+    timeout_s: float = 300.0

@@ -1,0 +1,1 @@
+"""The system under test: a small, real, deterministic, resilient DDP training job."""

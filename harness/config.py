@@ -1,0 +1,271 @@
+"""Typed configuration of the harness: one dataclass per component, a docstring per field.
+
+The command line (``python -m harness --help``) and the scenario's ``workload.harness``
+mapping are both built from these dataclasses, so an option is declared exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CheckpointConfig",
+    "ConfigError",
+    "FailureConfig",
+    "HarnessConfig",
+    "ModelConfig",
+    "build_parser",
+    "config_from_args",
+    "config_from_mapping",
+    "field_docs",
+]
+
+
+class ConfigError(ValueError):
+    """Invalid harness options; the message names the option and the allowed values."""
+
+
+@dataclass
+class ModelConfig:
+    name: Literal["tiny-gpt", "mlp"] = "tiny-gpt"
+    """Model: a decoder-only character-level transformer, or a tiny MLP for fast tests."""
+    d_model: int = 96
+    """Width of the transformer (embedding size)."""
+    n_layers: int = 3
+    """Transformer blocks."""
+    n_heads: int = 4
+    """Attention heads; must divide d_model."""
+    seq_len: int = 64
+    """Context length in characters."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "d_model", "n_layers", "n_heads", "seq_len")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads}): "
+                "each head gets an equal slice"
+            )
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = ""
+    """Checkpoint directory; empty = <run-dir>/checkpoints."""
+    every_steps: int = 20
+    """Save every N steps (0 = never by steps)."""
+    every_seconds: float = 0.0
+    """Also save when this many seconds passed since the last save (0 = off)."""
+    mode: Literal["sync", "async"] = "async"
+    """sync: training waits for the write; async: training waits only for a host snapshot."""
+    keep: int = 3
+    """Checkpoints kept (newest first); at least 2."""
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 0 or self.every_seconds < 0:
+            raise ConfigError("checkpoint.every_steps and checkpoint.every_seconds must be >= 0")
+        if self.keep < 2:
+            raise ConfigError(
+                f"checkpoint.keep is {self.keep}; keep at least 2 checkpoints: the newest may be "
+                "mid-write or corrupt when a failure hits, and the previous one is the fallback"
+            )
+
+
+@dataclass
+class FailureConfig:
+    watchdog_s: float = 10.0
+    """Heartbeat watchdog: a peer silent this long is declared hung (0 = off: plain gloo)."""
+    heartbeat_s: float = 0.5
+    """Interval between heartbeats each rank publishes in the store."""
+    collective_timeout_s: float = 30.0
+    """Timeout of each collective and of process-group init (0 = gloo's default, 30 min)."""
+
+    def __post_init__(self) -> None:
+        if self.watchdog_s < 0 or self.collective_timeout_s < 0:
+            raise ConfigError("failure.watchdog_s and failure.collective_timeout_s must be >= 0")
+        if self.heartbeat_s <= 0:
+            raise ConfigError("failure.heartbeat_s must be > 0")
+        if self.watchdog_s and self.watchdog_s < 2 * self.heartbeat_s:
+            raise ConfigError(
+                f"failure.watchdog_s ({self.watchdog_s}) must be at least twice failure.heartbeat_s "
+                f"({self.heartbeat_s}): one late heartbeat must not look like a hang"
+            )
+
+
+@dataclass
+class HarnessConfig:
+    steps: int = 200
+    """Optimizer steps to train."""
+    global_batch: int = 16
+    """Sequences per step across all ranks; must be divisible by the world size."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW)."""
+    warmup_steps: int = 10
+    """Linear warm-up steps before cosine decay."""
+    seed: int = 0
+    """Seed of weights, data order and every RNG."""
+    data: str = ""
+    """Training text (UTF-8); empty = the public-domain text shipped with the harness."""
+    run_dir: str = "."
+    """Where the final digest (final.json) and default checkpoints go."""
+    allow_fresh_start: bool = False
+    """Start from scratch when every checkpoint is corrupt (default: fail, naming them)."""
+    step_delay_s: float = 0.0
+    """Extra sleep per step, to stretch runs for experiments."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    failure: FailureConfig = field(default_factory=FailureConfig)
+
+    def __post_init__(self) -> None:
+        _positive(self, "steps", "global_batch")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.warmup_steps < 0 or self.step_delay_s < 0:
+            raise ConfigError("warmup_steps and step_delay_s must be >= 0")
+
+    def check_world_size(self, world_size: int) -> None:
+        if self.global_batch % world_size:
+            raise ConfigError(
+                f"global_batch ({self.global_batch}) must be divisible by the world size "
+                f"({world_size}): every rank takes an equal slice of each batch"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value <= 0:
+            prefix = {"ModelConfig": "model."}.get(type(obj).__name__, "")
+            raise ConfigError(f"{prefix}{name} must be > 0, got {value}")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field docstrings (the string literal after each field), read from the source."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                docs[node.target.id] = str(nxt.value.value)
+    return docs
+
+
+_SECTIONS = {"model": ModelConfig, "checkpoint": CheckpointConfig, "failure": FailureConfig}
+
+
+def _allowed(cls: type, name: str) -> tuple[Any, ...] | None:
+    hint = typing.get_type_hints(cls)[name]
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
+    hint = typing.get_type_hints(cls)[name]
+    choices = _allowed(cls, name)
+    if choices is not None:
+        if value not in choices:
+            raise ConfigError(f"{where}: {value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def config_from_mapping(data: dict[str, Any], where: str = "harness") -> HarnessConfig:
+    """Build from a nested mapping (a scenario's ``workload.harness``); unknown keys are errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of harness options")
+    top: dict[str, Any] = {}
+    top_fields = {f.name for f in dataclasses.fields(HarnessConfig)}
+    for key, value in data.items():
+        if key not in top_fields:
+            raise ConfigError(
+                f"{where}.{key}: unknown harness option; allowed: {', '.join(sorted(top_fields))}"
+            )
+        if key in _SECTIONS:
+            section = _SECTIONS[key]
+            names = {f.name for f in dataclasses.fields(section)}
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}.{key}: expected a mapping with keys {', '.join(sorted(names))}")
+            unknown = sorted(set(value) - names)
+            if unknown:
+                raise ConfigError(
+                    f"{where}.{key}.{unknown[0]}: unknown option; allowed: {', '.join(sorted(names))}"
+                )
+            kwargs = {k: _coerce(section, k, v, f"{where}.{key}.{k}") for k, v in value.items()}
+            top[key] = _build(section, kwargs, f"{where}.{key}")
+        else:
+            top[key] = _coerce(HarnessConfig, key, value, f"{where}.{key}")
+    return _build(HarnessConfig, top, where)
+
+
+def _build(cls: type, kwargs: dict[str, Any], where: str) -> Any:
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _flag(section: str | None, name: str) -> str:
+    return "--" + (f"{section}-" if section else "") + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description=(
+            "The trainchaos harness: a small, deterministic, resilient DDP training job "
+            "(launch it with torchrun). Every option below has a default."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sections: list[tuple[str | None, type]] = [(None, HarnessConfig), *_SECTIONS.items()]
+    for section, cls in sections:
+        group = parser.add_argument_group(section or "training")
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in _SECTIONS:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else None
+            dest = f"{section}.{f.name}" if section else f.name
+            help_text = docs.get(f.name, "")
+            if hints[f.name] is bool:
+                group.add_argument(_flag(section, f.name), dest=dest, action="store_true", help=help_text)
+                continue
+            choices = _allowed(cls, f.name)
+            kind = str if choices else hints[f.name]
+            group.add_argument(_flag(section, f.name), dest=dest, type=kind, default=default,
+                               choices=choices, help=help_text)
+    return parser
+
+
+def config_from_args(argv: list[str] | None = None) -> HarnessConfig:
+    """Parse the command line; invalid values exit 2 with one clear message (argparse)."""
+    parser = build_parser()
+    ns = vars(parser.parse_args(argv))
+    nested: dict[str, Any] = {}
+    for key, value in ns.items():
+        section, _, name = key.rpartition(".")
+        (nested.setdefault(section, {}) if section else nested)[name] = value
+    try:
+        return config_from_mapping(nested, where="options")
+    except ConfigError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
