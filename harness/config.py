@@ -21,6 +21,7 @@ __all__ = [
     "build_parser",
     "config_from_args",
     "config_from_mapping",
+    "config_to_args",
     "field_docs",
 ]
 
@@ -269,3 +270,20 @@ def config_from_args(argv: list[str] | None = None) -> HarnessConfig:
     except ConfigError as exc:
         parser.error(str(exc))
         raise  # unreachable: parser.error exits
+
+
+def config_to_args(cfg: HarnessConfig) -> list[str]:
+    """The command line that reproduces ``cfg`` exactly (every option explicit)."""
+    args: list[str] = []
+    sections: list[tuple[str | None, Any]] = [(None, cfg)] + [(name, getattr(cfg, name)) for name in _SECTIONS]
+    for section, obj in sections:
+        for f in dataclasses.fields(obj):
+            if f.name in _SECTIONS:
+                continue
+            value = getattr(obj, f.name)
+            if isinstance(value, bool):
+                if value:
+                    args.append(_flag(section, f.name))
+                continue
+            args += [_flag(section, f.name), str(value)]
+    return args

@@ -119,7 +119,7 @@ class FaultType(ABC):
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         """Undo the fault (idempotent). ``record`` is what ``inject`` returned."""
 
-    @classmethod
+    @classmethod  # noqa: B027 (not abstract: most faults have nothing to undo)
     def revert_record(cls, record: dict[str, Any]) -> None:
         """Undo from a journal record alone (``trainchaos cleanup`` after a crashed controller)."""
 

@@ -1,0 +1,48 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set everything up.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_PIN := torch==2.13.0
+# Debian packages later fault families need (network namespaces, nftables, FUSE).
+DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-unit test-integration lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else echo "not root: skipping Debian packages ($(DEB_PACKAGES))"; fi
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	# torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)"
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/trainchaos run scenarios/smoke --out reports/smoke --junit reports/smoke/junit.xml
+
+test: install
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit -q
+
+test-integration: install
+	$(BIN)/python -m pytest tests -q -m integration --timeout 900
+
+lint: install
+	$(BIN)/ruff check chaos harness tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/harness_bench.py
+
+clean:
+	rm -rf $(VENV) reports/smoke .pytest_cache

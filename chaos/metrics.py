@@ -1,0 +1,629 @@
+"""Timeline -> metrics: detection, recovery, catch-up, lost steps, goodput, correctness.
+
+Pure logic over the merged event timeline (``chaos.events``); no I/O, stdlib only. This
+module is the executable form of DESIGN.md, "Metric definitions". The exact choices, where
+the design leaves room, are:
+
+Incarnations
+    Every process reports ``incarnation`` (its restart count). For a fault injected at
+    ``t_inject``, the *pre-fault incarnation* of a rank src is the highest incarnation that src
+    emitted any event with before ``t_inject``; a src with no event before the fault takes the
+    highest pre-fault incarnation of any rank (a rank that joins later belongs to the group's
+    generation), or 0 when no rank had emitted anything yet. An event of a *post-fault
+    incarnation* has a higher incarnation than its src's pre-fault one: a restart happened.
+    Only ``rank-*`` srcs take part (they are the ones that step).
+
+Per fault (``FaultMetrics``)
+    t_inject
+        ``FaultRecord.t_inject``; when None, the first ``fault_injected`` event whose ``fault``
+        field is the fault id (in-process faults fire inside the rank). Neither: not fired.
+    t_revert
+        ``FaultRecord.t_revert``, else the first ``fault_reverted`` event of the fault. A revert
+        at or after ``RunInfo.t_end`` is ignored: the fault lasted until the run ended and was
+        only removed by the end-of-run cleanup.
+    detection_s
+        First ``detected`` event (any src) with ``t >= t_inject``, minus ``t_inject``. When
+        faults overlap, a detection at or after the *next* fault's ``t_inject`` still counts
+        for this fault only if it blames one of this fault's ``target_srcs`` (otherwise a
+        straggler would inherit the detection of a later kill). None: undetected.
+    attribution
+        ``correct``: that detection's ``suspect`` is one of ``target_srcs`` (exact match; the
+        runner lists every src that is right to blame) and its ``failure_class`` equals the
+        fault's. ``wrong``: another suspect or another class. ``none``: undetected, or the
+        detection named no suspect. ``attribution_detail`` says what was blamed and what the
+        fault was.
+    last_step_before
+        The furthest step of the current generation before ``t_inject``: each rank's latest
+        ``step_end`` before the fault, keeping the ranks of the highest incarnation among
+        them, max step. (An earlier generation's higher steps were rolled back already.)
+        None when no step had completed.
+    restarted / recovery_s
+        *Progress without restart*: the first ``step_end`` at or after ``t_from`` (the
+        revert, else ``t_inject``) in a pre-fault incarnation, by one of the fault's target
+        ranks (any rank when the target names no rank), with a step greater than
+        ``last_step_before``. Requiring the faulty rank itself keeps a step that other ranks
+        finish while a killed rank is already gone from passing as "training continued".
+        If a post-fault incarnation appears before such progress, the fault ``restarted``
+        and ``recovery_s`` = first ``step_end`` with ``t >= t_inject`` of a post-fault
+        incarnation − ``t_inject``. Otherwise, if there was progress, ``restarted`` is False
+        and ``recovery_s`` = that step's time − ``t_inject``. Neither: None (never recovered).
+    restarts_after
+        Restarts between the fault and recovery: the recovering incarnation minus the pre-fault
+        one of its src (a restart that itself fails counts, even when it emitted nothing);
+        without recovery, the highest post-fault incarnation seen. 0 without restart.
+    catchup_s
+        Restart: first post-fault ``step_end`` with ``step >= last_step_before``, minus
+        ``t_inject``. No restart: equal to ``recovery_s`` (that step already passes the last
+        step). When no step had completed before the fault, equal to ``recovery_s``.
+    resumed_from / lost_steps
+        ``resumed_from`` is read from the recovering incarnation (the first post-fault one
+        when none recovered), lowest rank first: ``rank_start.resumed_from`` when not None,
+        else the step of its last non-skipped ``ckpt_load`` before its first step, else 0 when
+        the incarnation reported ``rank_start`` (a fresh start), else the first step it
+        completed − 1 (a workload that reports only progress). ``lost_steps`` =
+        ``last_step_before − resumed_from`` (at least 0); 0 without a restart or when no step
+        had completed before the fault; None when a restart happened but where it resumed from
+        cannot be told.
+    steps_to_detect / ckpts_before_detection
+        For silent corruption: steps completed between the fault and its detection, and the
+        number of distinct checkpoint steps saved (``ckpt_save_end``) in that window (to the
+        end of the run when undetected).
+
+Run level (``RunMetrics``)
+    Reference rank
+        ``rank-0`` when it reports steps, else the lowest rank that does. Loss per step and
+        step durations come from it.
+    productive_s / goodput
+        The *surviving lineage*: walk the reference rank's ``step_end`` events in time order
+        keeping a stack; a step ``s`` first drops every kept step ``>= s`` (they were rolled
+        back and are redone, or abandoned), then is pushed. What remains are the steps whose
+        results are in the final model, each counted once, at its last completion. A step's
+        duration = its ``t`` − the previous ``step_end`` of the same src and incarnation; the
+        first step of an incarnation counts from that incarnation's ``rank_start``, or from
+        its ``ckpt_load`` when that came later (loading a checkpoint is recovery, not training),
+        or from its first event when neither exists. ``productive_s`` = sum over the lineage;
+        ``goodput`` = productive_s / wall_s; ``lost_work_rank_s`` = (wall_s − productive_s) ×
+        world_size.
+    completed
+        ``status == "completed"`` and a ``step_end`` or ``run_end`` with ``step >= steps_target``.
+    restart_count
+        Highest incarnation seen in any event.
+    correctness (with a baseline)
+        ``digest_match``: ``final_digest == baseline.digest``; None when not comparable (the
+        final world size, from the latest ``rank_start``, differs from the baseline's, or the
+        baseline has no digest); False when the run has no final digest. ``max_rel_loss_dev``:
+        max of ``|loss − base| / |base|`` over the last ``LOSS_DEV_LAST_K`` steps present in
+        both the surviving lineage and ``baseline.losses``; a non-finite loss makes it None and
+        sets ``nonfinite_loss_step``.
+    worst-case convenience
+        ``detection_s``, ``recovery_s``, ``catchup_s``, ``lost_steps``: the max over fired
+        faults of the known values; ``undetected`` / ``unrecovered`` say explicitly that some
+        fired fault has None there (the max then covers only the others).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "LOSS_DEV_LAST_K",
+    "Attribution",
+    "BaselineInfo",
+    "FaultMetrics",
+    "FaultRecord",
+    "RunInfo",
+    "RunMetrics",
+    "RunStatus",
+    "compute_metrics",
+    "json_safe",
+]
+
+LOSS_DEV_LAST_K = 10
+"""Steps (the last ones present in both runs) over which the loss deviation is measured."""
+
+RunStatus = Literal["completed", "hung", "failed", "interrupted"]
+Attribution = Literal["correct", "wrong", "none"]
+
+Event = dict[str, Any]
+
+
+# -- inputs -----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultRecord:
+    """One planned fault as the runner saw it (built by the runner, one per planned fault)."""
+
+    fault_id: str
+    """``FaultSpec.fault_id`` (``f0-kill_rank``); in-process faults' events carry it as ``fault``."""
+    type: str
+    """Registered fault type name."""
+    failure_class: str
+    """The class a correct detection names (``FaultType.failure_class``)."""
+    target_srcs: list[str]
+    """Every src it is right to blame (``ResolvedTarget.srcs()``: ranks and their nodes)."""
+    t_inject: float | None = None
+    """When the injector reported the fault in effect; None if it never fired or fired in-process."""
+    t_revert: float | None = None
+    """When the fault was removed; None if it never was before the run ended."""
+    planned_step: int | None = None
+    """The step of an ``at_step`` trigger."""
+    skipped: str | None = None
+    """Why the runner deliberately did not fire it (a probability roll); None otherwise."""
+
+
+@dataclass
+class RunInfo:
+    status: RunStatus
+    """completed | hung | failed | interrupted (the runner's word on how the job ended)."""
+    t_start: float
+    """When the job was started (controller clock)."""
+    t_end: float
+    """When the workload ended (before the end-of-run cleanup reverted faults)."""
+    steps_target: int
+    """The step the run must reach."""
+    world_size: int
+    """Ranks the run was started with."""
+    timeout_s: float | None = None
+    """The scenario's timeout, quoted in reasons for a hung run."""
+
+
+@dataclass
+class BaselineInfo:
+    digest: str | None
+    """Final weights digest of the fault-free run (``run_end.digest``)."""
+    losses: dict[int, float]
+    """Step -> loss of the fault-free run (keys may be strings when read back from JSON)."""
+    world_size: int
+
+
+# -- outputs ----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultMetrics:
+    fault_id: str
+    type: str
+    failure_class: str
+    target_srcs: list[str]
+    fired: bool
+    skipped: str | None = None
+    t_inject: float | None = None
+    t_revert: float | None = None
+    planned_step: int | None = None
+    injected_step: int | None = None
+    """Step reported by the ``fault_injected`` event, else the planned step."""
+    detection_s: float | None = None
+    detected_by: str | None = None
+    detection_reason: str | None = None
+    detected_suspect: str | None = None
+    detected_class: str | None = None
+    attribution: Attribution = "none"
+    attribution_detail: str = ""
+    recovery_s: float | None = None
+    restarted: bool = False
+    restarts_after: int = 0
+    catchup_s: float | None = None
+    last_step_before: int | None = None
+    resumed_from: int | None = None
+    lost_steps: int | None = None
+    steps_to_detect: int | None = None
+    ckpts_before_detection: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+
+@dataclass
+class RunMetrics:
+    status: str
+    t_start: float
+    t_end: float
+    wall_s: float
+    steps_target: int
+    world_size: int
+    final_world_size: int
+    timeout_s: float | None = None
+    completed: bool = False
+    final_step: int | None = None
+    final_digest: str | None = None
+    final_loss: float | None = None
+    restart_count: int = 0
+    productive_s: float = 0.0
+    goodput: float | None = None
+    lost_work_rank_s: float | None = None
+    faults: list[FaultMetrics] = field(default_factory=list)
+    faults_fired: int = 0
+    # worst case over fired faults
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    catchup_s: float | None = None
+    lost_steps: int | None = None
+    undetected: bool = False
+    unrecovered: bool = False
+    # correctness against the baseline
+    has_baseline: bool = False
+    baseline_digest: str | None = None
+    baseline_world_size: int | None = None
+    world_size_changed: bool | None = None
+    digest_match: bool | None = None
+    max_rel_loss_dev: float | None = None
+    loss_dev_steps: list[int] = field(default_factory=list)
+    nonfinite_loss_step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf become None (strict JSON has neither); tuples become lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _rank_of(src: Any) -> int | None:
+    if isinstance(src, str) and src.startswith("rank-"):
+        try:
+            return int(src[5:])
+        except ValueError:
+            return None
+    return None
+
+
+def _inc(e: Event) -> int:
+    try:
+        return int(e.get("incarnation") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _int_or_none(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Timeline:
+    """The timeline, indexed once for the per-fault questions."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = sorted(events, key=lambda e: e["t"])  # stable: keeps per-file order
+        self.rank_events = [e for e in self.events if _rank_of(e.get("src")) is not None]
+        self.step_ends = [
+            e for e in self.rank_events
+            if e.get("kind") == "step_end" and _int_or_none(e.get("step")) is not None
+        ]
+        self.detections = [e for e in self.events if e.get("kind") == "detected"]
+
+    def first_fault_event(self, kind: str, fault_id: str) -> Event | None:
+        for e in self.events:
+            if e.get("kind") == kind and e.get("fault") == fault_id:
+                return e
+        return None
+
+    def pre_incarnations(self, t: float) -> tuple[dict[str, int], int]:
+        """Per rank src, its highest incarnation before ``t``; and the default for others."""
+        pre: dict[str, int] = {}
+        for e in self.rank_events:
+            if e["t"] >= t:
+                break
+            src = e["src"]
+            pre[src] = max(pre.get(src, 0), _inc(e))
+        return pre, max(pre.values(), default=0)
+
+    def last_step(self, t: float, inclusive: bool = False) -> int | None:
+        """Furthest step of the current generation before ``t`` (see module docstring)."""
+        latest: dict[str, Event] = {}
+        for e in self.step_ends:
+            if e["t"] > t or (e["t"] == t and not inclusive):
+                break
+            latest[e["src"]] = e
+        if not latest:
+            return None
+        top_inc = max(_inc(e) for e in latest.values())
+        return max(int(e["step"]) for e in latest.values() if _inc(e) == top_inc)
+
+
+def _lowest_rank_first(events: list[Event]) -> list[Event]:
+    return sorted(events, key=lambda e: (_rank_of(e["src"]), e["t"]))
+
+
+def _resumed_from(tl: _Timeline, inc: int, t_inject: float, first_step: Event | None) -> int | None:
+    """Where the incarnation ``inc`` resumed training from (see module docstring)."""
+    starts = [
+        e for e in tl.rank_events
+        if e.get("kind") == "rank_start" and _inc(e) == inc and e["t"] >= t_inject
+    ]
+    for e in _lowest_rank_first(starts):
+        resumed = _int_or_none(e.get("resumed_from"))
+        if resumed is not None:
+            return resumed
+    loads = [
+        e for e in tl.rank_events
+        if e.get("kind") == "ckpt_load" and _inc(e) == inc and e["t"] >= t_inject
+        and not e.get("skipped") and _int_or_none(e.get("step")) is not None
+        and (first_step is None or e["t"] <= first_step["t"])
+    ]
+    if loads:
+        lowest = min(_rank_of(e["src"]) for e in loads)
+        return int([e for e in loads if _rank_of(e["src"]) == lowest][-1]["step"])
+    if starts:
+        return 0
+    if first_step is not None:
+        return max(int(first_step["step"]) - 1, 0)
+    return None
+
+
+# -- per fault --------------------------------------------------------------------------
+
+
+def _fault_metrics(
+    rec: FaultRecord, tl: _Timeline, run: RunInfo, t_inject: float | None, next_t: float | None
+) -> FaultMetrics:
+    fm = FaultMetrics(
+        fault_id=rec.fault_id, type=rec.type, failure_class=rec.failure_class,
+        target_srcs=list(rec.target_srcs), fired=t_inject is not None, skipped=rec.skipped,
+        t_inject=t_inject, planned_step=rec.planned_step,
+        injected_step=rec.planned_step,
+    )
+    if t_inject is None:
+        fm.attribution_detail = "never fired"
+        return fm
+    injected = tl.first_fault_event("fault_injected", rec.fault_id)
+    if injected is not None and _int_or_none(injected.get("step")) is not None:
+        fm.injected_step = int(injected["step"])
+
+    t_revert = rec.t_revert
+    if t_revert is None:
+        reverted = tl.first_fault_event("fault_reverted", rec.fault_id)
+        t_revert = reverted["t"] if reverted is not None else None
+    if t_revert is not None and (t_revert >= run.t_end or t_revert < t_inject):
+        t_revert = None
+    fm.t_revert = t_revert
+    targets = set(rec.target_srcs)
+
+    # detection and attribution
+    detection = None
+    for e in tl.detections:
+        if e["t"] < t_inject:
+            continue
+        if next_t is not None and e["t"] >= next_t and e.get("suspect") not in targets:
+            continue
+        detection = e
+        break
+    if detection is None:
+        fm.attribution, fm.attribution_detail = "none", "undetected"
+    else:
+        fm.detection_s = detection["t"] - t_inject
+        fm.detected_by = detection.get("by") or detection.get("src")
+        fm.detection_reason = detection.get("reason")
+        fm.detected_suspect = suspect = detection.get("suspect")
+        fm.detected_class = cls = detection.get("failure_class")
+        was = f"fault was {', '.join(rec.target_srcs) or 'the job'} ({rec.failure_class})"
+        if suspect is None:
+            fm.attribution = "none"
+            fm.attribution_detail = f"detected by {fm.detected_by} without naming a suspect; {was}"
+        else:
+            right = suspect in targets and cls == rec.failure_class
+            fm.attribution = "correct" if right else "wrong"
+            fm.attribution_detail = f"blamed {suspect} ({cls or 'no class'}), {was}"
+
+    # recovery
+    last_before = tl.last_step(t_inject)
+    fm.last_step_before = last_before
+    pre, default_inc = tl.pre_incarnations(t_inject)
+
+    def post_fault(e: Event) -> bool:
+        return _inc(e) > pre.get(e["src"], default_inc)
+
+    first_new = next((e for e in tl.rank_events if e["t"] >= t_inject and post_fault(e)), None)
+    target_ranks = {s for s in targets if _rank_of(s) is not None}
+    t_from = t_revert if t_revert is not None else t_inject
+    progress = next(
+        (
+            e for e in tl.step_ends
+            if e["t"] >= t_from and not post_fault(e)
+            and (last_before is None or int(e["step"]) > last_before)
+            and (not target_ranks or e["src"] in target_ranks)
+        ),
+        None,
+    )
+    if first_new is not None and (progress is None or first_new["t"] < progress["t"]):
+        fm.restarted = True
+        post_steps = [e for e in tl.step_ends if e["t"] >= t_inject and post_fault(e)]
+        recovering = post_steps[0] if post_steps else None
+        if recovering is not None:
+            fm.recovery_s = recovering["t"] - t_inject
+            fm.restarts_after = _inc(recovering) - pre.get(recovering["src"], default_inc)
+            resume_inc = _inc(recovering)
+            caught = next(
+                (e for e in post_steps if last_before is None or int(e["step"]) >= last_before),
+                None,
+            )
+            fm.catchup_s = caught["t"] - t_inject if caught is not None else None
+        else:
+            post = [e for e in tl.rank_events if e["t"] >= t_inject and post_fault(e)]
+            fm.restarts_after = max(_inc(e) - pre.get(e["src"], default_inc) for e in post)
+            resume_inc = _inc(first_new)
+        fm.resumed_from = _resumed_from(tl, resume_inc, t_inject, recovering)
+        if last_before is None:
+            fm.lost_steps = 0
+        elif fm.resumed_from is not None:
+            fm.lost_steps = max(last_before - fm.resumed_from, 0)
+    else:
+        fm.restarted = False
+        fm.lost_steps = 0
+        if progress is not None:
+            fm.recovery_s = fm.catchup_s = progress["t"] - t_inject
+
+    # silent-corruption extras
+    t_detect = detection["t"] if detection is not None else run.t_end
+    if detection is not None:
+        at_detect = tl.last_step(t_detect, inclusive=True)
+        if at_detect is not None:
+            fm.steps_to_detect = max(at_detect - (last_before or 0), 0)
+    fm.ckpts_before_detection = len({
+        e.get("step") for e in tl.rank_events
+        if e.get("kind") == "ckpt_save_end" and t_inject <= e["t"] <= t_detect
+    })
+    return fm
+
+
+# -- run level --------------------------------------------------------------------------
+
+
+def _lineage(tl: _Timeline) -> list[tuple[int, float, float | None]]:
+    """The surviving steps of the reference rank: (step, duration_s, loss), ascending."""
+    stepping = {e["src"] for e in tl.step_ends}
+    if not stepping:
+        return []
+    ref = "rank-0" if "rank-0" in stepping else min(stepping, key=_rank_of)
+    anchor: dict[int, float] = {}
+    last_step_t: dict[int, float] = {}
+    stack: list[tuple[int, float, float | None]] = []
+    for e in tl.rank_events:
+        if e["src"] != ref:
+            continue
+        inc, kind = _inc(e), e.get("kind")
+        anchor.setdefault(inc, e["t"])
+        if kind == "rank_start":
+            anchor[inc] = e["t"]
+        elif kind == "ckpt_load" and inc not in last_step_t:
+            anchor[inc] = max(anchor[inc], e["t"])
+        elif kind == "step_end" and _int_or_none(e.get("step")) is not None:
+            step = int(e["step"])
+            start = last_step_t.get(inc, anchor[inc])
+            last_step_t[inc] = e["t"]
+            while stack and stack[-1][0] >= step:
+                stack.pop()
+            stack.append((step, max(e["t"] - start, 0.0), _float_or_none(e.get("loss"))))
+    return stack
+
+
+def _worst(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def compute_metrics(
+    events: list[Event],
+    faults: list[FaultRecord],
+    run: RunInfo,
+    baseline: BaselineInfo | None = None,
+) -> RunMetrics:
+    """Every metric of one run from its merged timeline (definitions: module docstring)."""
+    tl = _Timeline(events)
+
+    t_injects: list[float | None] = []
+    for rec in faults:
+        t = rec.t_inject
+        if t is None:
+            injected = tl.first_fault_event("fault_injected", rec.fault_id)
+            t = injected["t"] if injected is not None else None
+        t_injects.append(t)
+    fault_metrics = []
+    for rec, t in zip(faults, t_injects, strict=True):
+        later = [u for u in t_injects if u is not None and t is not None and u > t]
+        fault_metrics.append(_fault_metrics(rec, tl, run, t, min(later, default=None)))
+
+    rank_starts = [e for e in tl.rank_events if e.get("kind") == "rank_start"]
+    final_world_size = run.world_size
+    for e in reversed(rank_starts):
+        ws = _int_or_none(e.get("world_size"))
+        if ws is not None:
+            final_world_size = ws
+            break
+
+    run_ends = [e for e in tl.events if e.get("kind") == "run_end"]
+    run_end = run_ends[-1] if run_ends else None
+    lineage = _lineage(tl)
+    final_step = None
+    final_loss = None
+    if run_end is not None and _int_or_none(run_end.get("step")) is not None:
+        final_step = int(run_end["step"])
+        final_loss = _float_or_none(run_end.get("loss"))
+    elif lineage:
+        final_step, _, final_loss = lineage[-1]
+    reached = [int(e["step"]) for e in tl.step_ends]
+    if final_step is not None:
+        reached.append(final_step)
+    completed = run.status == "completed" and max(reached, default=-1) >= run.steps_target
+
+    wall_s = run.t_end - run.t_start
+    productive_s = sum(d for _, d, _ in lineage)
+    fired = [fm for fm in fault_metrics if fm.fired]
+    m = RunMetrics(
+        status=run.status, t_start=run.t_start, t_end=run.t_end, wall_s=wall_s,
+        steps_target=run.steps_target, world_size=run.world_size,
+        final_world_size=final_world_size, timeout_s=run.timeout_s, completed=completed,
+        final_step=final_step, final_digest=run_end.get("digest") if run_end else None,
+        final_loss=final_loss,
+        restart_count=max((_inc(e) for e in tl.events), default=0),
+        productive_s=productive_s,
+        goodput=productive_s / wall_s if wall_s > 0 else None,
+        lost_work_rank_s=(wall_s - productive_s) * run.world_size if wall_s > 0 else None,
+        faults=fault_metrics, faults_fired=len(fired),
+        detection_s=_worst([fm.detection_s for fm in fired]),
+        recovery_s=_worst([fm.recovery_s for fm in fired]),
+        catchup_s=_worst([fm.catchup_s for fm in fired]),
+        lost_steps=_worst([fm.lost_steps for fm in fired]),
+        undetected=any(fm.detection_s is None for fm in fired),
+        unrecovered=any(fm.recovery_s is None for fm in fired),
+    )
+    if baseline is not None:
+        _compare_to_baseline(m, baseline, lineage)
+    return m
+
+
+def _compare_to_baseline(
+    m: RunMetrics, baseline: BaselineInfo, lineage: list[tuple[int, float, float | None]]
+) -> None:
+    m.has_baseline = True
+    m.baseline_digest = baseline.digest
+    m.baseline_world_size = baseline.world_size
+    m.world_size_changed = m.final_world_size != baseline.world_size
+    if baseline.digest is None or m.world_size_changed:
+        m.digest_match = None
+    else:
+        m.digest_match = m.final_digest is not None and m.final_digest == baseline.digest
+
+    base = {}
+    for k, v in baseline.losses.items():
+        step, loss = _int_or_none(k), _float_or_none(v)
+        if step is not None and loss is not None and math.isfinite(loss):
+            base[step] = loss
+    ours = {step: loss for step, _, loss in lineage if loss is not None}
+    common = sorted(set(ours) & set(base))[-LOSS_DEV_LAST_K:]
+    m.loss_dev_steps = common
+    if not common:
+        return
+    devs = []
+    for step in common:
+        if not math.isfinite(ours[step]):
+            m.nonfinite_loss_step = step
+            m.max_rel_loss_dev = None
+            return
+        devs.append(abs(ours[step] - base[step]) / max(abs(base[step]), 1e-12))
+    m.max_rel_loss_dev = max(devs)

@@ -1,0 +1,70 @@
+"""Everything a run writes and prints, built from plain JSON-able dicts.
+
+Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json``, ``summary.md``,
+``timeline.csv`` and ``timeline.parquet``. Per suite: ``suite.json``, ``suite.md`` and JUnit
+XML. On the console: the verdict table and the progress display.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from chaos.report.aggregate import aggregate, render_suite_md, suite_name_of, write_suite_report
+from chaos.report.console import ProgressDisplay, print_verdict_table, verdict_table
+from chaos.report.journal import (
+    JOURNAL_FORMAT,
+    JOURNAL_NAME,
+    Journal,
+    JournalError,
+    read_journal,
+    write_journal,
+)
+from chaos.report.junit import render_junit, write_junit
+from chaos.report.summary import render_summary, write_summary
+from chaos.report.timeline import timeline_frame, write_timeline
+
+__all__ = [
+    "JOURNAL_FORMAT",
+    "JOURNAL_NAME",
+    "Journal",
+    "JournalError",
+    "ProgressDisplay",
+    "aggregate",
+    "print_verdict_table",
+    "read_journal",
+    "render_junit",
+    "render_suite_md",
+    "render_summary",
+    "suite_name_of",
+    "timeline_frame",
+    "verdict_table",
+    "write_journal",
+    "write_junit",
+    "write_run_reports",
+    "write_suite_report",
+    "write_summary",
+    "write_timeline",
+]
+
+log = logging.getLogger(__name__)
+
+
+def write_run_reports(run_dir: str, journal: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
+    """Write one run's journal, summary and timeline into ``run_dir``; returns the paths.
+
+    The journal goes first and its failure propagates: it is the record of the run. A bug
+    in a derived report (summary, timeline) is logged with its traceback and skipped, so
+    that it costs a file, not the run's verdict and exit code; the journal holds the same
+    data.
+    """
+    paths = [write_journal(run_dir, journal)]
+    try:
+        paths.append(write_summary(run_dir, journal))
+    except Exception:  # noqa: BLE001
+        log.exception("summary.md not written for %s", run_dir)
+    try:
+        paths.extend(write_timeline(run_dir, events))
+    except Exception:  # noqa: BLE001
+        log.exception("timeline not written for %s", run_dir)
+    return paths

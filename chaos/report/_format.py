@@ -1,0 +1,275 @@
+"""Shared helpers of the report writers: safe access to a journal dict, value formatting,
+the pass/fail/error outcome of a run, and atomic file writes.
+
+Every function here tolerates missing or None parts of a journal: an interrupted run has no
+metrics and no verdict, and its reports must still be written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+from typing import Any, Literal
+
+Outcome = Literal["pass", "fail", "error"]
+
+DASH = "—"
+
+# What a None value of a run-level metric means when the run had metrics and injected faults.
+MISSING_LABELS: dict[str, str] = {
+    "detection_s": "undetected",
+    "recovery_s": "not recovered",
+    "catchup_s": "not caught up",
+    "lost_steps": "unknown",
+    "goodput": "unknown",
+    "wall_s": "unknown",
+}
+
+
+# ---------------------------------------------------------------------------- journal access
+
+
+def metrics_of(journal: dict[str, Any]) -> dict[str, Any] | None:
+    metrics = journal.get("metrics")
+    return metrics if isinstance(metrics, dict) else None
+
+
+def metric(journal: dict[str, Any], key: str) -> Any:
+    metrics = metrics_of(journal)
+    return None if metrics is None else metrics.get(key)
+
+
+def scenario_name(journal: dict[str, Any]) -> str:
+    scenario = journal.get("scenario") or {}
+    return str(scenario.get("name") or "unnamed")
+
+
+def repeat_of(journal: dict[str, Any]) -> int:
+    try:
+        return int(journal.get("repeat_index") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def run_label(journal: dict[str, Any]) -> str:
+    """``rank-kill-mid-step[0]``: the scenario and repeat, as tests and tables name a run."""
+    return f"{scenario_name(journal)}[{repeat_of(journal)}]"
+
+
+def wall_s_of(journal: dict[str, Any]) -> float | None:
+    """The run's wall time: the metric when there is one, else the journal's own clock."""
+    value = metric(journal, "wall_s")
+    if value is None:
+        value = journal.get("wall_s")
+    return _as_float(value)
+
+
+def had_faults(journal: dict[str, Any]) -> bool:
+    """True when a fault was injected, so a missing detection means *undetected*."""
+    return bool(journal.get("faults"))
+
+
+def outcome(journal: dict[str, Any]) -> Outcome:
+    """``pass``/``fail`` from the verdict; ``error`` when the tool failed or no verdict exists
+    (an interrupted run is not a pass, and calling it a missed target would be a lie)."""
+    if journal.get("status") == "error":
+        return "error"
+    verdict = journal.get("verdict")
+    if not isinstance(verdict, dict) or verdict.get("passed") is None:
+        return "error"
+    return "pass" if verdict.get("passed") else "fail"
+
+
+def outcome_label(journal: dict[str, Any]) -> str:
+    return {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[outcome(journal)]
+
+
+def failed_checks(journal: dict[str, Any]) -> list[dict[str, Any]]:
+    verdict = journal.get("verdict")
+    if not isinstance(verdict, dict):
+        return []
+    return [c for c in verdict.get("checks") or [] if isinstance(c, dict) and not c.get("ok")]
+
+
+def check_reason(check: dict[str, Any]) -> str:
+    reason = check.get("reason")
+    if reason:
+        return str(reason)
+    name = check.get("name", "check")
+    return f"{name}: {fmt_value(check.get('value'))} (bound {fmt_value(check.get('bound'))})"
+
+
+def reasons(journal: dict[str, Any]) -> list[str]:
+    """Why the run is not a pass, one line each; empty for a pass."""
+    kind = outcome(journal)
+    if kind == "pass":
+        return []
+    if kind == "error":
+        status = journal.get("status") or "unknown"
+        message = journal.get("error")
+        if message:
+            return [str(message)]
+        return [f"run {status}: no verdict"]
+    found = [check_reason(c) for c in failed_checks(journal)]
+    return found or ["verdict failed (no failing check recorded)"]
+
+
+def fault_metrics(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-fault metrics keyed by fault_id."""
+    metrics = metrics_of(journal) or {}
+    return {
+        str(f.get("fault_id")): f for f in metrics.get("faults") or [] if isinstance(f, dict)
+    }
+
+
+def attribution_text(journal: dict[str, Any]) -> str:
+    """One fault: its attribution; several: ``f0: correct, f1: wrong``."""
+    per_fault = [f for f in (metrics_of(journal) or {}).get("faults") or [] if isinstance(f, dict)]
+    values = [(str(f.get("fault_id")), f.get("attribution")) for f in per_fault]
+    values = [(fid, a) for fid, a in values if a is not None]
+    if not values:
+        return DASH
+    if len(values) == 1:
+        return str(values[0][1])
+    return ", ".join(f"{fid}: {a}" for fid, a in values)
+
+
+def target_text(target: Any) -> str:
+    """``rank 3``, ``ranks 0,1 / node 1`` from a resolved target dict."""
+    if not isinstance(target, dict):
+        return DASH if target is None else str(target)
+    parts = []
+    for key, singular in (("ranks", "rank"), ("nodes", "node")):
+        values = target.get(key) or []
+        if values:
+            word = singular if len(values) == 1 else key
+            parts.append(f"{word} {','.join(map(str, values))}")
+    return " / ".join(parts) if parts else DASH
+
+
+# -------------------------------------------------------------------------------- formatting
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def fmt_seconds(value: Any, missing: str = DASH) -> str:
+    number = _as_float(value)
+    if number is None:
+        return missing
+    if abs(number) < 10:
+        return f"{number:.2f} s"
+    if abs(number) < 100:
+        return f"{number:.1f} s"
+    return f"{number:.0f} s"
+
+
+def fmt_steps(value: Any, missing: str = DASH) -> str:
+    number = _as_float(value)
+    if number is None:
+        return missing
+    return str(int(number)) if number == int(number) else f"{number:.1f}"
+
+
+def fmt_fraction(value: Any, missing: str = DASH) -> str:
+    """Goodput is a fraction of wall time; shown as a percentage."""
+    number = _as_float(value)
+    return missing if number is None else f"{number * 100:.1f}%"
+
+
+def fmt_value(value: Any) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={fmt_value(v)}" for k, v in value.items()) or DASH
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_value(v) for v in value) or DASH
+    return str(value)
+
+
+def fmt_metric(journal: dict[str, Any], key: str) -> str:
+    """A run-level metric for tables: ``undetected`` where None means that, else a dash."""
+    if key == "wall_s":
+        return fmt_seconds(wall_s_of(journal))
+    if metrics_of(journal) is None:
+        return DASH
+    value = metric(journal, key)
+    missing = MISSING_LABELS.get(key, DASH) if had_faults(journal) else DASH
+    if key in ("lost_steps", "final_step", "restart_count"):
+        return fmt_steps(value, missing)
+    if key == "goodput":
+        return fmt_fraction(value, missing)
+    if key.endswith("_s"):
+        return fmt_seconds(value, missing)
+    return fmt_value(value)
+
+
+# ------------------------------------------------------------------------------ JSON and files
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: NaN/inf become None (strict parsers such as jq reject them),
+    tuples and sets become lists, dataclasses dicts. Anything else is left to ``default=str``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [jsonable(v) for v in sorted(obj, key=str)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    return obj
+
+
+def atomic_write_text(path: str, text: str) -> str:
+    """Write via a temp file in the same directory and rename, so a reader (or a controller
+    killed mid-write) never sees a half-written report."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+_MD_SPECIAL = re.compile(r"([|])")
+
+
+def md_cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell: pipes escaped, newlines as <br>."""
+    text = value if isinstance(value, str) else fmt_value(value)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("\r\n", "\n").replace("\n", "<br>") or " "
+
+
+def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+    return lines

@@ -1,0 +1,221 @@
+"""Across repeats: one row per scenario with median/min/max of each headline metric, the
+pass count, and how often a metric was missing (``undetected in 1/3``); and the suite
+report (``suite.json``, ``suite.md``) built from it.
+
+A None value is left out of median/min/max but counted: a fault detected in 2 repeats out
+of 3 must not read as "median 0.3 s" and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from datetime import UTC, datetime
+from typing import Any
+
+from chaos.report._format import (
+    DASH,
+    MISSING_LABELS,
+    atomic_write_text,
+    attribution_text,
+    fmt_fraction,
+    fmt_metric,
+    fmt_seconds,
+    fmt_steps,
+    had_faults,
+    jsonable,
+    md_table,
+    metric,
+    metrics_of,
+    outcome,
+    outcome_label,
+    reasons,
+    repeat_of,
+    scenario_name,
+    wall_s_of,
+)
+
+__all__ = ["AGGREGATE_METRICS", "aggregate", "render_suite_md", "suite_name_of", "write_suite_report"]
+
+AGGREGATE_METRICS: tuple[str, ...] = (
+    "detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "wall_s",
+)
+SUITE_JSON = "suite.json"
+SUITE_MD = "suite.md"
+
+
+def aggregate(journals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per scenario, in order of first appearance::
+
+        {"scenario": "rank-kill", "repeats": 3, "passed": 2, "failed": 1, "errors": 0,
+         "statuses": {"completed": 3}, "reasons": ["detection_s 2.4 s > 2 s"],
+         "metrics": {"detection_s": {"median": .., "min": .., "max": .., "n": 2,
+                                     "missing": 1, "note": "undetected in 1/3"}, ...}}
+
+    ``n`` counts the values used; ``missing`` the repeats without one; ``note`` says why in
+    words (``undetected``, or ``no metrics`` for a run that ended before metrics existed).
+    """
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for journal in journals:
+        by_scenario.setdefault(scenario_name(journal), []).append(journal)
+    rows = []
+    for name, runs in by_scenario.items():
+        runs = sorted(runs, key=repeat_of)
+        outcomes = [outcome(j) for j in runs]
+        statuses: dict[str, int] = {}
+        for j in runs:
+            status = str(j.get("status") or "unknown")
+            statuses[status] = statuses.get(status, 0) + 1
+        seen_reasons: dict[str, None] = {}
+        for j in runs:
+            for reason in reasons(j):
+                seen_reasons.setdefault(reason, None)
+        rows.append({
+            "scenario": name,
+            "repeats": len(runs),
+            "passed": outcomes.count("pass"),
+            "failed": outcomes.count("fail"),
+            "errors": outcomes.count("error"),
+            "statuses": statuses,
+            "reasons": list(seen_reasons),
+            "metrics": {key: _stats(runs, key) for key in AGGREGATE_METRICS},
+        })
+    return rows
+
+
+def _stats(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    values: list[float] = []
+    none_with_metrics = 0
+    no_metrics = 0
+    for journal in runs:
+        value = wall_s_of(journal) if key == "wall_s" else metric(journal, key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            values.append(value)  # value == value: NaN is a missing value, not a number
+            continue
+        if metrics_of(journal) is None and key != "wall_s":
+            no_metrics += 1
+        else:
+            none_with_metrics += 1
+    total = len(runs)
+    notes = []
+    if none_with_metrics:
+        # "undetected" only means something when a fault was injected.
+        label = MISSING_LABELS.get(key, "missing") if any(had_faults(j) for j in runs) else "missing"
+        notes.append(f"{label} in {none_with_metrics}/{total}")
+    if no_metrics:
+        notes.append(f"no metrics in {no_metrics}/{total}")
+    return {
+        "median": statistics.median(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+        "n": len(values),
+        "missing": none_with_metrics + no_metrics,
+        "note": "; ".join(notes),
+    }
+
+
+def suite_name_of(journals: list[dict[str, Any]]) -> str:
+    """The suite from ``reports/<suite>/<scenario>/<repeat>``; ``suite`` when not derivable."""
+    for journal in journals:
+        run_dir = str(journal.get("run_dir") or "").rstrip("/\\")
+        parts = run_dir.replace("\\", "/").split("/")
+        if len(parts) >= 3 and parts[-3]:
+            return parts[-3]
+    return "suite"
+
+
+def write_suite_report(
+    out_dir: str, journals: list[dict[str, Any]], suite_name: str | None = None
+) -> list[str]:
+    """Write ``suite.json`` and ``suite.md`` into ``out_dir``; returns both paths."""
+    suite = suite_name or suite_name_of(journals)
+    rows = aggregate(journals)
+    runs = [
+        {
+            "scenario": scenario_name(j),
+            "repeat": repeat_of(j),
+            "status": j.get("status"),
+            "outcome": outcome(j),
+            "passed": outcome(j) == "pass",
+            "reasons": reasons(j),
+            "run_dir": j.get("run_dir"),
+            "wall_s": wall_s_of(j),
+            "metrics": {key: metric(j, key) for key in AGGREGATE_METRICS if key != "wall_s"},
+        }
+        for j in journals
+    ]
+    document = {
+        "format": 1,
+        "suite": suite,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "passed": bool(runs) and all(r["passed"] for r in runs),
+        "counts": {
+            "runs": len(runs),
+            "passed": sum(r["outcome"] == "pass" for r in runs),
+            "failed": sum(r["outcome"] == "fail" for r in runs),
+            "errors": sum(r["outcome"] == "error" for r in runs),
+        },
+        "runs": runs,
+        "scenarios": rows,
+    }
+    json_path = atomic_write_text(
+        os.path.join(out_dir, SUITE_JSON),
+        json.dumps(jsonable(document), indent=2, default=str, allow_nan=False) + "\n",
+    )
+    md_path = atomic_write_text(os.path.join(out_dir, SUITE_MD), render_suite_md(journals, suite))
+    return [json_path, md_path]
+
+
+def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = None) -> str:
+    suite = suite_name or suite_name_of(journals)
+    outcomes = [outcome(j) for j in journals]
+    passed = outcomes.count("pass")
+    overall = "PASS" if journals and passed == len(journals) else "FAIL"
+    lines = [f"# Suite {suite}: {overall}", "",
+             f"{passed}/{len(journals)} runs met every target"
+             + (f"; {outcomes.count('fail')} missed a target" if "fail" in outcomes else "")
+             + (f"; {outcomes.count('error')} ended without a verdict" if "error" in outcomes else "")
+             + ".", ""]
+
+    lines += ["## Verdicts", ""]
+    ordered = sorted(journals, key=lambda j: (scenario_name(j), repeat_of(j)))
+    verdict_rows = [
+        [scenario_name(j), repeat_of(j), j.get("status") or "unknown",
+         fmt_metric(j, "detection_s"), fmt_metric(j, "recovery_s"), fmt_metric(j, "lost_steps"),
+         fmt_metric(j, "goodput"), attribution_text(j), f"**{outcome_label(j)}**",
+         "\n".join(reasons(j)) or ""]
+        for j in ordered
+    ]
+    lines += md_table(["scenario", "repeat", "status", "detection", "recovery", "lost steps",
+                       "goodput", "attribution", "verdict", "reasons"], verdict_rows)
+    lines.append("")
+
+    lines += ["## Metrics across repeats", ""]
+    metric_rows = []
+    for row in aggregate(journals):
+        first = True
+        for key in AGGREGATE_METRICS:
+            stats = row["metrics"][key]
+            fmt = _formatter(key)
+            metric_rows.append([
+                row["scenario"] if first else "",
+                f"{row['passed']}/{row['repeats']}" if first else "",
+                key, fmt(stats["median"]), fmt(stats["min"]), fmt(stats["max"]),
+                stats["note"] or "",
+            ])
+            first = False
+    lines += md_table(["scenario", "passed", "metric", "median", "min", "max", "missing"],
+                      metric_rows)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _formatter(key: str):
+    if key == "lost_steps":
+        return fmt_steps
+    if key == "goodput":
+        return fmt_fraction
+    if key.endswith("_s"):
+        return fmt_seconds
+    return lambda v: DASH if v is None else str(v)

@@ -1,0 +1,225 @@
+"""``summary.md``: one run explained for a human, in the order they ask:
+did it pass, and if not why; how fast was the fault detected and recovered; what exactly was
+injected; which versions ran."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from chaos.report._format import (
+    DASH,
+    atomic_write_text,
+    check_reason,
+    fault_metrics,
+    fmt_metric,
+    fmt_seconds,
+    fmt_steps,
+    fmt_value,
+    had_faults,
+    md_cell,
+    md_table,
+    metrics_of,
+    outcome,
+    outcome_label,
+    reasons,
+    repeat_of,
+    scenario_name,
+    target_text,
+    wall_s_of,
+)
+
+__all__ = ["SUMMARY_NAME", "render_summary", "write_summary"]
+
+SUMMARY_NAME = "summary.md"
+
+# (key, label, meaning) of the run-level metrics table; the meanings follow DESIGN.md.
+_METRIC_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("detection_s", "Detection time", "first `detected` event after injection − injection"),
+    ("recovery_s", "Recovery time", "first productive step of the new incarnation − injection"),
+    ("catchup_s", "Catch-up time", "until the pre-fault step is reached again"),
+    ("lost_steps", "Lost steps", "last step before the fault − step resumed from"),
+    ("goodput", "Goodput", "productive step time / wall time"),
+    ("lost_work_rank_s", "Lost work", "rank-seconds not spent on productive steps"),
+    ("wall_s", "Wall time", "whole run"),
+    ("completed", "Completed", "reached the last step within the timeout"),
+    ("final_step", "Final step", ""),
+    ("restart_count", "Restarts", "group restarts of the job"),
+    ("digest_match", "Final state matches baseline", "bitwise digest of the final weights"),
+    ("max_rel_loss_dev", "Max relative loss deviation", "vs the baseline over the last steps"),
+    ("final_digest", "Final digest", ""),
+)
+
+
+def write_summary(run_dir: str, journal: dict[str, Any]) -> str:
+    """Write ``<run_dir>/summary.md``; returns its path."""
+    return atomic_write_text(os.path.join(run_dir, SUMMARY_NAME), render_summary(journal))
+
+
+def render_summary(journal: dict[str, Any]) -> str:
+    lines: list[str] = []
+    lines += _header(journal)
+    lines += _verdict(journal)
+    lines += _metrics(journal)
+    lines += _faults(journal)
+    lines += _plan(journal)
+    lines += _baseline(journal)
+    lines += _versions(journal)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _header(journal: dict[str, Any]) -> list[str]:
+    scenario = journal.get("scenario") or {}
+    lines = [f"# {scenario_name(journal)} — repeat {repeat_of(journal)}: {outcome_label(journal)}", ""]
+    description = str(scenario.get("description") or "").strip()
+    if description:
+        lines += ["> " + line if line else ">" for line in description.splitlines()]
+        lines.append("")
+    rows = [
+        ["Status", journal.get("status") or "unknown"],
+        ["Verdict", f"**{outcome_label(journal)}**"],
+        ["Scenario file", scenario.get("path") or DASH],
+        ["Seed", fmt_value(journal.get("seed", scenario.get("seed")))],
+        ["Started", journal.get("started_at") or DASH],
+        ["Ended", journal.get("ended_at") or DASH],
+        ["Wall time", fmt_seconds(wall_s_of(journal))],
+        ["Run directory", journal.get("run_dir") or DASH],
+    ]
+    lines += md_table(["", ""], rows)
+    lines.append("")
+    if journal.get("error"):
+        lines += ["**Error:**", "", "```", str(journal["error"]).rstrip(), "```", ""]
+    return lines
+
+
+def _verdict(journal: dict[str, Any]) -> list[str]:
+    lines = [f"## Verdict: {outcome_label(journal)}", ""]
+    kind = outcome(journal)
+    if kind == "pass":
+        lines.append("Every target was met.")
+    elif kind == "fail":
+        lines.append("Targets missed:")
+        lines.append("")
+        lines += [f"- {' '.join(reason.split())}" for reason in reasons(journal)]
+    else:
+        status = journal.get("status") or "unknown"
+        lines.append(f"No verdict: the run ended `{status}` before its targets could be judged"
+                     + (" (error above)." if journal.get("error") else "."))
+    lines.append("")
+    verdict = journal.get("verdict")
+    checks = [c for c in (verdict or {}).get("checks") or [] if isinstance(c, dict)]
+    if checks:
+        rows = [
+            [c.get("name") or DASH, "ok" if c.get("ok") else "**missed**",
+             fmt_value(c.get("value")), fmt_value(c.get("bound")),
+             "" if c.get("ok") and not c.get("reason") else check_reason(c)]
+            for c in checks
+        ]
+        lines += md_table(["check", "result", "value", "bound", "reason"], rows)
+        lines.append("")
+    return lines
+
+
+def _metrics(journal: dict[str, Any]) -> list[str]:
+    lines = ["## Metrics", ""]
+    metrics = metrics_of(journal)
+    if metrics is None:
+        lines += [f"No metrics: the run ended `{journal.get('status') or 'unknown'}` "
+                  "before they could be computed.", ""]
+        return lines
+    rows = []
+    for key, label, meaning in _METRIC_ROWS:
+        if key not in metrics and key != "wall_s":
+            continue
+        if key == "lost_work_rank_s":
+            value = metrics.get(key)
+            text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
+        else:
+            text = fmt_metric(journal, key)
+        rows.append([label, text, meaning])
+    lines += md_table(["metric", "value", "meaning"], rows)
+    lines.append("")
+    return lines
+
+
+def _faults(journal: dict[str, Any]) -> list[str]:
+    lines = ["## Faults", ""]
+    records = {str(f.get("fault_id")): f for f in journal.get("faults") or [] if isinstance(f, dict)}
+    plan = {str(p.get("fault_id")): p for p in journal.get("plan") or [] if isinstance(p, dict)}
+    per_fault = fault_metrics(journal)
+    # Planned faults first (in plan order), then anything injected that the plan did not list.
+    fault_ids = list(plan) + [fid for fid in records if fid not in plan]
+    if not fault_ids:
+        return lines + ["No faults (a fault-free run).", ""]
+    rows = []
+    for fid in fault_ids:
+        record, planned, fm = records.get(fid), plan.get(fid, {}), per_fault.get(fid, {})
+        ftype = (record or planned).get("type") or DASH
+        target = target_text(planned.get("target")) if planned.get("target") else (
+            ", ".join((record or {}).get("target_srcs") or []) or DASH)
+        if record is None:
+            rows.append([fid, ftype, target, "not injected", DASH, DASH, DASH, DASH, DASH, DASH])
+            continue
+        step = fmt_steps(record.get("step_at_inject"))
+        planned_step = record.get("planned_step")
+        if planned_step is not None and planned_step != record.get("step_at_inject"):
+            step += f" (planned {fmt_steps(planned_step)})"
+        attribution = fm.get("attribution")
+        if attribution is not None and fm.get("attribution_detail"):
+            attribution = f"{attribution} ({fm['attribution_detail']})"
+        detection = fmt_seconds(fm.get("detection_s"), "undetected") if fm else DASH
+        recovery = fmt_seconds(fm.get("recovery_s"), "not recovered") if fm else DASH
+        rows.append([
+            fid, ftype, target, step, record.get("precision") or DASH, detection,
+            fm.get("detected_by") or DASH, attribution or DASH, recovery,
+            fmt_steps(fm.get("lost_steps")),
+        ])
+    lines += md_table(
+        ["fault", "type", "target", "injected at step", "precision", "detection", "detected by",
+         "attribution", "recovery", "lost steps"], rows)
+    lines.append("")
+    reasons_rows = [
+        [fid, per_fault[fid].get("detection_reason")] for fid in fault_ids
+        if fid in per_fault and per_fault[fid].get("detection_reason")
+    ]
+    if reasons_rows:
+        lines += ["Detection reasons:", ""]
+        lines += [f"- `{fid}`: {md_cell(reason)}" for fid, reason in reasons_rows]
+        lines.append("")
+    if had_faults(journal):
+        mech = [[fid, records[fid].get("mechanism") or DASH, records[fid].get("failure_class") or DASH]
+                for fid in fault_ids if fid in records]
+        lines += md_table(["fault", "mechanism", "failure class"], mech)
+        lines.append("")
+    return lines
+
+
+def _plan(journal: dict[str, Any]) -> list[str]:
+    plan = [p for p in journal.get("plan") or [] if isinstance(p, dict)]
+    if not plan:
+        return []
+    rows = [[p.get("fault_id") or DASH, p.get("type") or DASH, target_text(p.get("target")),
+             fmt_value(p.get("trigger")), fmt_value(p.get("params"))] for p in plan]
+    return ["## Plan", "", *md_table(["fault", "type", "target", "trigger", "params"], rows), ""]
+
+
+def _baseline(journal: dict[str, Any]) -> list[str]:
+    baseline = journal.get("baseline")
+    if not isinstance(baseline, dict):
+        return []
+    rows = [["Digest", baseline.get("digest") or DASH],
+            ["Wall time", fmt_seconds(baseline.get("wall_s"))],
+            ["Run directory", baseline.get("run_dir") or DASH]]
+    match = (metrics_of(journal) or {}).get("digest_match")
+    if match is not None:
+        rows.append(["Final state matches", fmt_value(match)])
+    return ["## Baseline", "", *md_table(["", ""], rows), ""]
+
+
+def _versions(journal: dict[str, Any]) -> list[str]:
+    versions = journal.get("versions")
+    if not isinstance(versions, dict) or not versions:
+        return []
+    rows = [[name, fmt_value(value)] for name, value in versions.items()]
+    return ["## Versions", "", *md_table(["component", "version"], rows), ""]
+

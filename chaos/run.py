@@ -1,0 +1,388 @@
+"""One run of one scenario: start the cluster, fire the plan, revert everything, measure.
+
+The loop polls every 50 ms: new events, due triggers, due reverts, agent exits, the
+timeout. Whatever happens (a target missed, an exception, SIGINT/SIGTERM), the ``finally``
+reverts every applied fault and stops every process of the run, then the journal is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from chaos import __version__, probe
+from chaos.cluster.local import LocalCluster
+from chaos.events import Event, read_events
+from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
+from chaos.model import Scenario
+from chaos.plan import PlannedFault, make_plan, probe_instructions
+from chaos.report import write_run_reports
+from chaos.rollback import FaultJournal, register_run, unregister_run
+from chaos.runtime import InjectionContext
+from chaos.telemetry import EventTailer
+from chaos.verdict import judge
+
+__all__ = ["Interrupted", "RunProgress", "run_scenario_once", "run_baseline"]
+
+POLL_S = 0.05
+# A run that made no step progress for this long before its timeout is "hung", not slow.
+_HUNG_QUIET_S = 20.0
+
+
+class Interrupted(Exception):  # noqa: N818 (reads as a state: the run was interrupted)
+    """SIGINT/SIGTERM reached the controller; raised in the main thread by the CLI's handler."""
+
+
+@dataclass
+class RunProgress:
+    """Callbacks for a live display; all optional."""
+
+    on_step: Any = None
+    on_note: Any = None
+
+    def step(self, step: int, target: int) -> None:
+        if self.on_step:
+            self.on_step(step, target)
+
+    def note(self, text: str) -> None:
+        if self.on_note:
+            self.on_note(text)
+
+
+@dataclass
+class _FaultState:
+    planned: PlannedFault
+    fired: bool = False
+    t_inject: float | None = None
+    t_revert: float | None = None
+    step_seen_at_inject: int | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    active: bool = False
+    error: str | None = None
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    return {"trainchaos": __version__, "torch": torch.__version__, "python": sys.version.split()[0],
+            "platform": platform.platform()}
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _worker_argv(scenario: Scenario, run_dir: str, seed: int) -> tuple[list[str], int]:
+    """torchrun's per-rank program and the number of steps it trains."""
+    from harness.config import config_from_mapping, config_to_args
+
+    if scenario.workload.command:
+        argv = shlex.split(scenario.workload.command)
+        if argv and os.path.basename(argv[0]).startswith("python"):
+            argv = argv[1:]  # torchrun runs the script with its own interpreter
+        return argv, int((scenario.workload.harness or {}).get("steps", 0))
+    options = dict(scenario.workload.harness or {})
+    options["seed"] = seed
+    options["run_dir"] = run_dir
+    cfg = config_from_mapping(options, where="workload.harness")
+    return ["-m", "harness", *config_to_args(cfg)], cfg.steps
+
+
+def _log_progress_events(cluster: LocalCluster, regex: re.Pattern[str], offsets: dict[int, int]) -> list[Event]:
+    """For a user command without the probe: step_end events from its log lines."""
+    out: list[Event] = []
+    for node, proc in cluster.nodes.items():
+        try:
+            with open(proc.log_path, "rb") as fh:
+                fh.seek(offsets.get(node, 0))
+                chunk = fh.read()
+        except OSError:
+            continue
+        cut = chunk.rfind(b"\n") + 1
+        offsets[node] = offsets.get(node, 0) + cut
+        for line in chunk[:cut].decode(errors="replace").splitlines():
+            m = regex.search(line)
+            if m:
+                loss = m.groupdict().get("loss")
+                out.append({"t": time.time(), "src": f"log-node-{node}", "incarnation": 0,
+                            "kind": "step_end", "step": int(m.group("step")),
+                            "loss": float(loss) if loss else None})
+    return out
+
+
+class _Runner:
+    def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
+                 progress: RunProgress | None) -> None:
+        self.scenario = scenario
+        self.run_dir = os.path.abspath(run_dir)
+        self.seed = seed
+        self.progress = progress or RunProgress()
+        self.run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
+        self.with_faults = with_faults
+        self.plan = make_plan(scenario, seed) if with_faults else []
+        self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
+        self.events: list[Event] = []
+        self.max_step = 0
+        self.step_by_rank: dict[int, int] = {}
+        self.t_first_step: float | None = None
+        self.t_last_progress = time.monotonic()
+        self.event_counts: dict[str, int] = {}
+        self.event_times: dict[str, list[float]] = {}
+        self.status = "running"
+        self.error: str | None = None
+
+    # -- event intake ---------------------------------------------------------------------
+    def _take(self, events: list[Event]) -> None:
+        for ev in events:
+            self.events.append(ev)
+            kind = ev.get("kind")
+            self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
+            self.event_times.setdefault(kind, []).append(ev["t"])
+            if kind == "rank_start" and ev.get("pid") is not None:
+                self.cluster.note_rank_start(int(ev["rank"]), int(ev["pid"]))
+            elif kind == "step_end":
+                step = int(ev["step"])
+                if self.t_first_step is None:
+                    self.t_first_step = time.monotonic()
+                src = str(ev.get("src", ""))
+                if src.startswith("rank-"):
+                    self.step_by_rank[int(src[5:])] = step
+                if step > self.max_step or src.startswith("rank-0"):
+                    self.t_last_progress = time.monotonic()
+                if step > self.max_step:
+                    self.max_step = step
+                    self.progress.step(step, self.steps_target)
+            elif kind == "fault_injected" and ev.get("src") != "injector":
+                self.progress.note(f"{ev.get('fault')} injected in-process at step {ev.get('step')} on {ev.get('src')}")
+            elif kind == "detected":
+                self.progress.note(
+                    f"detected by {ev.get('by')}: {ev.get('failure_class')} of {ev.get('suspect')}"
+                )
+
+    # -- triggers -------------------------------------------------------------------------
+    def _due(self, st: _FaultState) -> bool:
+        trig = st.planned.spec.trigger
+        if trig.kind == "at_step":
+            ranks = st.planned.fault.target.ranks
+            seen = max((self.step_by_rank.get(r, 0) for r in ranks), default=self.max_step) if ranks else self.max_step
+            return seen >= (trig.at_step or 0)
+        if trig.kind == "after_event":
+            times = self.event_times.get(trig.event or "", [])
+            return len(times) >= trig.count and time.time() >= times[trig.count - 1] + trig.delay_s
+        if self.t_first_step is None or st.planned.offset_s is None:
+            return False
+        return time.monotonic() - self.t_first_step >= st.planned.offset_s
+
+    def _inject(self, st: _FaultState) -> None:
+        fault = st.planned.fault
+        target = {"ranks": list(fault.target.ranks), "nodes": list(fault.target.nodes)}
+        self.journal.apply(fault.fault_id, fault.type_name, target)
+        st.fired = True
+        st.active = True
+        st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
+        try:
+            st.record = fault.inject(self.ctx)
+        except Exception as exc:  # a fault that failed to apply is recorded, then reverted
+            st.error = f"inject failed: {exc}"
+            st.record = {}
+        st.t_inject = time.time()
+        self.journal.applied(fault.fault_id, st.record)
+        self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
+                      step=st.step_seen_at_inject, mechanism="injector", details=st.record)
+        self.progress.note(f"{fault.fault_id} injected on {fault.target.describe()} at step {st.step_seen_at_inject}")
+
+    def _revert(self, st: _FaultState) -> None:
+        if not st.active:
+            return
+        fault = st.planned.fault
+        err = None
+        try:
+            fault.revert(self.ctx, st.record)
+        except Exception as exc:
+            err = f"revert failed: {exc}"
+            st.error = err
+        st.active = False
+        st.t_revert = time.time()
+        self.journal.reverted(fault.fault_id, err)
+        self.ctx.emit("fault_reverted", fault=fault.fault_id, target=fault.target.describe())
+
+    # -- the run --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        if os.path.exists(self.run_dir):
+            shutil.rmtree(self.run_dir)
+        events_dir = os.path.join(self.run_dir, "events")
+        os.makedirs(events_dir)
+        argv, self.steps_target = _worker_argv(self.scenario, self.run_dir, self.seed)
+        probe_file = os.path.join(self.run_dir, "probe_faults.json")
+        with open(probe_file, "w", encoding="utf-8") as fh:
+            json.dump(probe_instructions(self.plan), fh, indent=1)
+        self.cluster = LocalCluster(self.run_id, self.run_dir, self.scenario.topology, argv, probe_file)
+        self.journal = FaultJournal(os.path.join(self.run_dir, "fault_journal.jsonl"))
+        injector = probe.Probe(events_dir, "injector", 0)
+        self.ctx = InjectionContext(self.run_dir, self.cluster, injector)
+        regex = re.compile(self.scenario.workload.progress_regex) if self.scenario.workload.progress_regex else None
+        log_offsets: dict[int, int] = {}
+        tailer = EventTailer(events_dir)
+        started_at = _now_iso()
+        t_start = time.time()
+        register_run(self.run_id, self.run_dir)
+        injector.emit("job_start", nodes=self.scenario.topology.nodes,
+                      ranks_per_node=self.scenario.topology.ranks_per_node, run_id=self.run_id)
+        deadline = time.monotonic() + self.scenario.timeout_s
+        try:
+            self.cluster.start()
+            while True:
+                self._take(tailer.poll())
+                if regex is not None:
+                    self._take(_log_progress_events(self.cluster, regex, log_offsets))
+                for st in self.states:
+                    if not st.fired and self._due(st):
+                        self._inject(st)
+                for fault in self.ctx.due_reverts():
+                    for st in self.states:
+                        if st.planned.fault is fault:
+                            self._revert(st)
+                rcs = self.cluster.poll()
+                live = {n: rc for n, rc in rcs.items() if not self.cluster.nodes[n].killed}
+                if all(rc is not None for rc in live.values()):
+                    ok = all(rc == 0 for rc in live.values()) and self.event_counts.get("run_end", 0) > 0
+                    self.status = "completed" if ok else "failed"
+                    if not ok:
+                        self.error = "training job exited: " + ", ".join(f"node-{n} rc={rc}" for n, rc in rcs.items())
+                    break
+                if time.monotonic() >= deadline:
+                    quiet = time.monotonic() - self.t_last_progress
+                    self.status = "hung" if quiet >= min(_HUNG_QUIET_S, self.scenario.timeout_s / 2) else "timeout"
+                    self.error = (f"no step progress for {quiet:.0f} s; stopped at timeout_s={self.scenario.timeout_s:g}"
+                                  if self.status == "hung" else f"still running at timeout_s={self.scenario.timeout_s:g}")
+                    break
+                time.sleep(POLL_S)
+        except (Interrupted, KeyboardInterrupt):
+            self.status = "interrupted"
+            self.error = "interrupted by signal"
+        except Exception as exc:
+            self.status = "error"
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            for st in self.states:
+                self._revert(st)
+            self.cluster.stop()
+            injector.emit("job_end", status=self.status)
+            injector.close()
+            unregister_run(self.run_id)
+        t_end = time.time()
+        events = read_events(events_dir)
+        if regex is not None:
+            events = sorted(events + [e for e in self.events if e["src"].startswith("log-")], key=lambda e: e["t"])
+        return self._journal(events, started_at, t_start, t_end)
+
+    def _fault_records(self, events: list[Event]) -> list[FaultRecord]:
+        records = []
+        injected = {e.get("fault"): e for e in events if e.get("kind") == "fault_injected" and e.get("src") != "injector"}
+        by_state = {st.planned.fault_id: st for st in self.states}
+        for planned in self.plan:
+            if not planned.fires:
+                continue
+            fault = planned.fault
+            st = by_state.get(planned.fault_id)
+            ev = injected.get(fault.fault_id)
+            t_inject = st.t_inject if st else (ev["t"] if ev else None)
+            records.append(FaultRecord(
+                fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
+                target_srcs=fault.target.srcs(), t_inject=t_inject,
+                t_revert=st.t_revert if st else None, planned_step=planned.spec.trigger.at_step,
+            ))
+        return records
+
+    def _precision(self, planned: PlannedFault, events: list[Event], t_inject: float | None) -> tuple[int | None, str | None]:
+        """(last step the target completed before the fault took effect, exact/next_step/late)."""
+        n = planned.spec.trigger.at_step
+        if t_inject is None:
+            return None, None
+        if planned.fault.in_process:
+            ev = next((e for e in events if e.get("kind") == "fault_injected" and e.get("fault") == planned.fault_id
+                       and e.get("src") != "injector"), None)
+            step = ev.get("step") if ev else None
+        else:
+            srcs = set(planned.fault.target.srcs())
+            steps = [e["step"] for e in events if e.get("kind") == "step_end" and e["t"] <= t_inject and e.get("src") in srcs]
+            step = max(steps) if steps else None
+        if n is None or step is None:
+            return step, None
+        return step, "exact" if step == n else "next_step" if step == n + 1 else "late" if step > n else "early"
+
+    def _journal(self, events: list[Event], started_at: str, t_start: float, t_end: float) -> dict[str, Any]:
+        records = self._fault_records(events)
+        world = self.scenario.topology.world_size
+        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=t_start, t_end=t_end,
+                      steps_target=self.steps_target, world_size=world)
+        baseline = getattr(self, "baseline_info", None)
+        metrics = compute_metrics(events, records, run, baseline)
+        # The fault-free baseline is a reference, not an experiment: it gets no verdict.
+        verdict = judge(self.scenario.targets, metrics, run.status) if self.with_faults else None
+        faults_out = []
+        states = {st.planned.fault_id: st for st in self.states}
+        for planned, rec in zip([p for p in self.plan if p.fires], records, strict=True):
+            step, precision = self._precision(planned, events, rec.t_inject)
+            st = states.get(planned.fault_id)
+            faults_out.append({
+                **asdict(rec), "step_at_inject": step, "precision": precision,
+                "mechanism": "probe" if planned.fault.in_process else "injector",
+                "details": st.record if st else {}, "error": st.error if st else None,
+            })
+        return {
+            "format": 1,
+            "scenario": _scenario_dict(self.scenario),
+            "run_id": self.run_id,
+            "run_dir": self.run_dir,
+            "status": self.status,
+            "error": self.error,
+            "started_at": started_at,
+            "ended_at": _now_iso(),
+            "wall_s": round(t_end - t_start, 3),
+            "versions": _versions(),
+            "seed": self.seed,
+            "plan": [p.to_dict() for p in self.plan],
+            "faults": faults_out,
+            "metrics": metrics.to_dict(),
+            "verdict": verdict.to_dict() if verdict else None,
+            "baseline": None,
+        }, events
+
+
+def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    data = asdict(scenario)
+    data["faults"] = [asdict(f) for f in scenario.faults]
+    return data
+
+
+def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: BaselineInfo | None = None,
+                      progress: RunProgress | None = None, with_faults: bool = True) -> dict[str, Any]:
+    runner = _Runner(scenario, run_dir, seed, with_faults, progress)
+    runner.baseline_info = baseline
+    journal, events = runner.run()
+    write_run_reports(runner.run_dir, journal, events)
+    return journal
+
+
+def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, dict[str, Any]]:
+    """The fault-free twin (same seed, same workload) that correctness is judged against."""
+    journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
+    losses = {}
+    for ev in read_events(os.path.join(run_dir, "events")):
+        if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
+            losses[int(ev["step"])] = ev.get("loss")
+    info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
+                        world_size=scenario.topology.world_size)
+    return info, journal

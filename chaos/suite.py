@@ -1,0 +1,81 @@
+"""A suite: every scenario x repeat (baseline first where asked), then the suite's reports."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from chaos.metrics import BaselineInfo
+from chaos.model import Scenario
+from chaos.report import ProgressDisplay, print_verdict_table, write_junit, write_suite_report
+from chaos.run import Interrupted, RunProgress, run_baseline, run_scenario_once
+
+__all__ = ["SuiteOutcome", "run_suite"]
+
+
+@dataclass
+class SuiteOutcome:
+    journals: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.journals) and all((j.get("verdict") or {}).get("passed") for j in self.journals)
+
+
+def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repeat: int | None = None,
+              seed: int | None = None, junit_path: str | None = None, fail_fast: bool = False,
+              display: ProgressDisplay | None = None) -> SuiteOutcome:
+    display = display or ProgressDisplay()
+    outcome = SuiteOutcome()
+    try:
+        for scenario in scenarios:
+            if seed is not None:
+                scenario = replace(scenario, seed=seed)
+            repeats = repeat or scenario.repeat
+            base_dir = os.path.join(out_dir, scenario.name)
+            progress = RunProgress(on_step=lambda s, n: display.update(s, n), on_note=display.event)
+            baseline: BaselineInfo | None = None
+            baseline_journal = None
+            if scenario.baseline:
+                display.start_scenario(f"{scenario.name} (baseline, fault-free)", 0, 1)
+                baseline, baseline_journal = run_baseline(scenario, os.path.join(base_dir, "baseline"),
+                                                          scenario.seed, progress)
+                display.end_scenario(None if baseline_journal["status"] != "completed" else True,
+                                     f"baseline {baseline_journal['status']}")
+            for index in range(repeats):
+                display.start_scenario(scenario.name, index, repeats)
+                journal = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,
+                                            baseline, progress)
+                journal["repeat_index"] = index
+                if baseline_journal is not None:
+                    journal["baseline"] = {"digest": baseline.digest if baseline else None,
+                                           "wall_s": baseline_journal["wall_s"],
+                                           "run_dir": baseline_journal["run_dir"],
+                                           "status": baseline_journal["status"]}
+                from chaos.report import write_journal
+
+                write_journal(journal["run_dir"], journal)
+                outcome.journals.append(journal)
+                verdict = journal.get("verdict") or {}
+                reasons = [c["reason"] for c in verdict.get("checks", []) if not c.get("ok")]
+                display.end_scenario(verdict.get("passed") if journal["status"] != "interrupted" else None,
+                                     "; ".join(reasons[:3]))
+                if journal["status"] == "interrupted":
+                    raise Interrupted("run interrupted")
+                if fail_fast and not verdict.get("passed"):
+                    break
+            if fail_fast and outcome.journals and not (outcome.journals[-1].get("verdict") or {}).get("passed"):
+                break
+    except Interrupted:
+        outcome.interrupted = True
+    finally:
+        display.close()
+        if outcome.journals:
+            os.makedirs(out_dir, exist_ok=True)
+            write_suite_report(out_dir, outcome.journals, suite_name)
+            if junit_path:
+                write_junit(junit_path, outcome.journals, suite_name)
+            print_verdict_table(outcome.journals)
+    return outcome

@@ -1,0 +1,578 @@
+"""Checkpoints that a crash can never leave half-loadable: atomic, verified, keep-last-K.
+
+Layout::
+
+    <dir>/step-00000120/state.pt        torch.save of the whole training state
+    <dir>/step-00000120/MANIFEST.json   step, format version, size + sha256 of every file
+    <dir>/.tmp-step-00000140-<pid>/     a write in progress (or left by a dead writer)
+
+A checkpoint is written into a ``.tmp-`` directory, every file is fsynced, the manifest is
+written last, the directory is renamed to its final name and the parent directory is
+fsynced. A crash at any point leaves either the complete checkpoint or a ``.tmp-`` directory
+that :meth:`CheckpointManager.load` never looks at. Independently of that, ``load`` trusts
+nothing it has not verified: a checkpoint whose manifest is missing, whose files differ in
+size or sha256 from the manifest (a torn write, a flipped bit, storage that lost unfsynced
+data) or that ``torch.load`` rejects is skipped and reported, and the next older one is used.
+
+Why one writer and ``torch.save`` rather than ``torch.distributed.checkpoint`` (DCP): the
+harness trains with DDP, whose state is fully replicated, so rank 0 holds everything and
+there is nothing to shard. DCP's value is sharded state (FSDP/TP), where every rank writes its
+part. Its ``async_save`` also needs a separate process group for its background collectives,
+one more thing a network fault would break, and we would still have to add our own manifest
+with sha256 verification, the atomic rename and keep-last-K, which DCP does not provide.
+
+Async mode: ``save`` copies the state to host memory and returns; a background thread
+writes it. Training is blocked only for the copy (and for a previous write still in flight),
+which the ``ckpt_save_end`` event reports as ``blocked_seconds`` next to the write time.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+__all__ = [
+    "DATA",
+    "FORMAT_VERSION",
+    "LR_SCHEDULER",
+    "MANIFEST_FILE",
+    "MODEL",
+    "OPTIMIZER",
+    "RNG",
+    "STATE_FILE",
+    "STEP",
+    "TIER",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointManager",
+    "LoadInfo",
+]
+
+log = logging.getLogger(__name__)
+
+# Top-level keys of the state dict the training loop saves (shared by save and resume code).
+MODEL = "model"
+OPTIMIZER = "optimizer"
+LR_SCHEDULER = "lr_scheduler"
+RNG = "rng"
+DATA = "data"
+STEP = "step"
+
+STATE_FILE = "state.pt"
+MANIFEST_FILE = "MANIFEST.json"
+FORMAT_VERSION = 1
+TIER = "disk"
+"""Storage tier named in events; the only one here (a real system adds host-memory / peer tiers)."""
+
+_FINAL_RE = re.compile(r"^step-(\d{8})$")
+_TMP_PREFIX = ".tmp-"
+_TMP_PID_RE = re.compile(r"-(\d+)$")
+
+Emit = Callable[..., None]
+FaultPoint = Callable[..., None]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (also: a failed background write, raised later)."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """Checkpoints exist but none passed verification; ``corrupt`` lists (path, reason)."""
+
+    def __init__(self, corrupt: list[tuple[str, str]]) -> None:
+        self.corrupt = corrupt
+        lines = "".join(f"\n  {path}: {reason}" for path, reason in corrupt)
+        super().__init__(
+            f"all {len(corrupt)} checkpoint(s) failed verification; refusing to silently start "
+            f"from scratch (allow a fresh start to do so):{lines}"
+        )
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """What :meth:`CheckpointManager.load` resumed from, and what it had to skip."""
+
+    step: int
+    path: str
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _fsync_dir(path: str) -> None:
+    """Make renames / new entries in ``path`` durable (a file's fsync does not cover its name)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+# What torch.load(weights_only=True) accepts. Checked at save time so that a state that
+# could never be loaded fails the save loudly instead of making every checkpoint "corrupt".
+# Exact types for scalars and containers: a subclass (numpy.float64 is a float, a namedtuple
+# is a tuple) pickles as its own class, which the weights-only unpickler refuses.
+_SCALARS = (str, bytes, int, float, bool, type(None), torch.dtype, torch.device, torch.Size)
+_MAPPINGS = (dict, OrderedDict)
+
+
+def _check_loadable(obj: Any, where: str) -> None:
+    kind = type(obj)
+    if kind in _MAPPINGS:
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise TypeError(f"checkpoint state key {where}[{key!r}] must be a str or int")
+            _check_loadable(value, f"{where}[{key!r}]")
+    elif kind in (list, tuple):
+        for i, value in enumerate(obj):
+            _check_loadable(value, f"{where}[{i}]")
+    elif kind not in _SCALARS and not isinstance(obj, torch.Tensor):
+        raise TypeError(
+            f"checkpoint state {where} is a {kind.__module__}.{kind.__qualname__}; only dicts, "
+            "lists, tuples, numbers, strings and tensors can be loaded with "
+            "torch.load(weights_only=True) (convert e.g. numpy RNG state to a tensor or list)"
+        )
+
+
+def _snapshot(obj: Any) -> Any:
+    """A deep copy whose tensors are detached host-memory clones (for the async writer)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        out = type(obj)((key, _snapshot(value)) for key, value in obj.items())
+        metadata = getattr(obj, "_metadata", None)  # module state_dict versions
+        if metadata is not None:
+            out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
+        return out
+    if isinstance(obj, list):
+        return [_snapshot(value) for value in obj]
+    if isinstance(obj, tuple):
+        return tuple(_snapshot(value) for value in obj)
+    return copy.deepcopy(obj)
+
+
+class _BlockedTime:
+    """Time the training thread spent inside ``save``, handed to the thread that reports it.
+
+    In async mode the writer thread can finish before ``save`` has returned (a small state),
+    so the reader waits until the training thread has stopped the clock.
+    """
+
+    def __init__(self, entered: float) -> None:
+        self._entered = entered
+        self._value = 0.0
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._value = time.perf_counter() - self._entered
+        self._stopped.set()
+
+    def seconds(self) -> float:
+        self._stopped.wait()
+        return self._value
+
+
+class _Invalid(Exception):
+    """A checkpoint failed verification; the message is the reason reported to the user."""
+
+
+class CheckpointManager:
+    """Saves and loads the training state under ``directory``.
+
+    Only the writer (rank 0: DDP state is replicated) writes; on other ranks :meth:`save` is a
+    no-op, so the training loop can call it on every rank. Every rank can :meth:`load`.
+
+    ``emit(kind, **fields)`` receives ``ckpt_save_start``, ``ckpt_save_end`` and ``ckpt_load``
+    events; ``fault_point(point, step=...)`` is called half-way through writing ``state.pt``
+    with point ``"ckpt_write"`` so that a chaos experiment can kill the writer there.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        keep: int,
+        mode: Literal["sync", "async"],
+        every_steps: int,
+        every_seconds: float,
+        is_writer: bool,
+        emit: Emit | None = None,
+        fault_point: FaultPoint | None = None,
+    ) -> None:
+        # Keep at least 2: the newest complete checkpoint can still turn out unreadable (bits
+        # flipped at rest, storage that acknowledged but lost unfsynced data, a torn write
+        # below the filesystem), and then the previous one is the only fallback short of
+        # starting over.
+        if keep < 2:
+            raise ValueError(
+                f"keep is {keep}; keep at least 2 checkpoints: the newest may be corrupt, and "
+                "the previous one is the fallback"
+            )
+        if mode not in ("sync", "async"):
+            raise ValueError(f"mode {mode!r} is not allowed; allowed values: sync, async")
+        if every_steps < 0 or every_seconds < 0:
+            raise ValueError("every_steps and every_seconds must be >= 0")
+        self.directory = os.path.abspath(directory)
+        self.keep = keep
+        self.mode = mode
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.is_writer = is_writer
+        self._emit_fn = emit
+        self._fault_point = fault_point
+        self._last_save_time = time.monotonic()
+        self._thread: threading.Thread | None = None
+        self._error: tuple[int, BaseException] | None = None
+        self._closed = False
+        if is_writer:
+            os.makedirs(self.directory, exist_ok=True)
+            self._remove_stale_tmp()
+
+    # ---------------------------------------------------------------- public API
+
+    def should_save(self, step: int) -> bool:
+        """True when ``step`` is due: a multiple of ``every_steps``, or ``every_seconds`` passed.
+
+        Never at step 0 or below: the untrained state is reproduced exactly by a fresh start.
+        """
+        if step <= 0:
+            return False
+        if self.every_steps > 0 and step % self.every_steps == 0:
+            return True
+        return self.every_seconds > 0 and time.monotonic() - self._last_save_time >= self.every_seconds
+
+    def save(self, step: int, state: dict[str, Any]) -> None:
+        """Checkpoint ``state`` as step ``step`` (writer only; a no-op on other ranks).
+
+        Raises the error of a failed earlier background write first, if any.
+        """
+        entered = time.perf_counter()
+        self._check_open()
+        self._raise_background_error()
+        if not self.is_writer:
+            self._last_save_time = time.monotonic()
+            return
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, got {type(state).__name__}")
+        if STEP in state and state[STEP] != step:
+            raise ValueError(f"state[{STEP!r}] is {state[STEP]!r} but the checkpoint step is {step}")
+        _check_loadable(state, "state")
+
+        self._emit("ckpt_save_start", step=step, tier=TIER, mode=self.mode)
+        blocked = _BlockedTime(entered)
+        if self.mode == "sync":
+            self._save(step, state, blocked)
+        else:
+            # One write in flight at a time: waiting here is time training is blocked.
+            self._join()
+            self._raise_background_error()
+            snapshot = _snapshot(state)
+            self._thread = threading.Thread(
+                target=self._save_in_background, args=(step, snapshot, blocked),
+                name=f"ckpt-write-{step}",
+                # Daemon: a process that dies (or is told to exit) must not hang on a write
+                # stuck in stalled storage; an unfinished write is only a .tmp- directory.
+                daemon=True,
+            )
+            self._thread.start()
+            blocked.stop()
+        self._last_save_time = time.monotonic()
+
+    def load(self, allow_fresh_start: bool = False) -> tuple[dict[str, Any], LoadInfo] | None:
+        """The newest checkpoint that passes verification, and what was skipped on the way.
+
+        None when there is no checkpoint at all. When checkpoints exist but none is valid,
+        raises :class:`CheckpointCorruptError` naming each one and why -- or returns None if
+        ``allow_fresh_start`` (the caller then trains from scratch, knowingly).
+        """
+        self._check_open()
+        # A load must not race our own write of the same directory.
+        self._join()
+        return self._load(allow_fresh_start)
+
+    def wait(self) -> None:
+        """Block until the background write (if any) is done; raise its error, if it failed."""
+        self._join()
+        self._raise_background_error()
+
+    def close(self) -> None:
+        """Finish the write in flight and stop; raise its error, if it failed. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._join()
+        self._raise_background_error()
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- writing
+
+    def _save_in_background(self, step: int, state: dict[str, Any], blocked: _BlockedTime) -> None:
+        try:
+            self._save(step, state, blocked)
+        except BaseException as exc:  # noqa: B036 - recorded and re-raised in the training thread
+            log.error("background checkpoint write of step %d failed: %r", step, exc)
+            self._error = (step, exc)
+
+    def _save(self, step: int, state: dict[str, Any], blocked: _BlockedTime) -> None:
+        """Write ``state`` atomically as ``step``, then prune, then report the timings."""
+        started = time.perf_counter()
+        name = _step_dir_name(step)
+        final = os.path.join(self.directory, name)
+        tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{name}-{os.getpid()}")
+        if os.path.exists(tmp):  # our own earlier failed attempt at this step
+            shutil.rmtree(tmp)
+        os.makedirs(tmp)
+
+        try:
+            manifest = self._write_files(tmp, step, state)
+        except BaseException:
+            # A write that failed (not one killed: that leaves its directory for the next
+            # writer's start-up to clear) must not leave its partial files behind.
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+        if os.path.exists(final):
+            # Only a checkpoint that failed verification can be here (a valid one would have
+            # been resumed from, and this step not trained again). A directory cannot be
+            # replaced atomically, so move it out of the way first; a crash in between leaves
+            # no checkpoint of this step, and the older ones are untouched.
+            aside = os.path.join(self.directory, f"{_TMP_PREFIX}replaced-{name}-{os.getpid()}")
+            os.rename(final, aside)
+            os.rename(tmp, final)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(self.directory)
+        written = time.perf_counter() - started
+        self._prune(step)
+
+        if self.mode == "sync":  # training waited for all of it
+            blocked.stop()
+        self._emit(
+            "ckpt_save_end", step=step, tier=TIER, bytes=manifest["files"][STATE_FILE]["bytes"],
+            seconds=written, blocked_seconds=blocked.seconds(), mode=self.mode, path=final,
+        )
+
+    def _write_files(self, tmp: str, step: int, state: dict[str, Any]) -> dict[str, Any]:
+        """Write state.pt, then the manifest describing it, into ``tmp``; all fsynced."""
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getbuffer()
+        half = len(data) // 2
+        with open(os.path.join(tmp, STATE_FILE), "wb") as f:
+            f.write(data[:half])
+            # Flushed so that a process killed at the fault point really leaves a partial
+            # file behind (os._exit drops Python's buffers), as a crash mid-write would.
+            f.flush()
+            if self._fault_point is not None:
+                self._fault_point("ckpt_write", step=step)
+            f.write(data[half:])
+            f.flush()
+            os.fsync(f.fileno())
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "step": step,
+            "created": time.time(),
+            "writer": {"host": socket.gethostname(), "pid": os.getpid()},
+            "files": {STATE_FILE: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
+        }
+        del data  # release the export of the buffer
+        with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        return manifest
+
+    def _prune(self, newest: int) -> None:
+        """Keep the ``keep`` newest checkpoints up to ``newest``; drop the rest.
+
+        Checkpoints *newer* than the one just written are dropped too: they belong to a
+        timeline this run abandoned (they failed verification, or the run was started afresh),
+        and the next restart must not resume from them.
+        """
+        steps = self._list_steps()
+        newer = [s for s in steps if s > newest]
+        kept_range = [s for s in steps if s <= newest]
+        drop = newer + kept_range[:-self.keep]
+        for step in drop:
+            name = _step_dir_name(step)
+            # Rename first, delete after: a crash mid-delete then leaves a .tmp- directory
+            # (cleaned on the next start), never a half-deleted checkpoint load would report.
+            aside = os.path.join(self.directory, f"{_TMP_PREFIX}prune-{name}-{os.getpid()}")
+            try:
+                os.rename(os.path.join(self.directory, name), aside)
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(aside, ignore_errors=True)
+        if drop:
+            _fsync_dir(self.directory)
+
+    def _remove_stale_tmp(self) -> None:
+        """Delete ``.tmp-`` directories of writers that are gone (their writes can never finish)."""
+        for entry in os.listdir(self.directory):
+            if not entry.startswith(_TMP_PREFIX):
+                continue
+            match = _TMP_PID_RE.search(entry)
+            pid = int(match.group(1)) if match else None
+            # Our own pid counts as gone: this writer has not started a write yet, so a
+            # directory with our pid is from an earlier process that had the same pid
+            # (common in containers, where the job is often pid 1 again after a restart).
+            if pid is not None and pid != os.getpid() and _pid_alive(pid):
+                continue
+            log.info("removing stale partial checkpoint %s", entry)
+            shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
+
+    # ---------------------------------------------------------------- loading
+
+    def _list_steps(self) -> list[int]:
+        """Steps of the complete (renamed) checkpoint directories, oldest first."""
+        try:
+            entries = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        steps = []
+        for entry in entries:
+            match = _FINAL_RE.match(entry)
+            if match and os.path.isdir(os.path.join(self.directory, entry)):
+                steps.append(int(match.group(1)))
+        return sorted(steps)
+
+    def _load(self, allow_fresh_start: bool) -> tuple[dict[str, Any], LoadInfo] | None:
+        steps = self._list_steps()
+        if not steps:
+            return None
+        skipped: list[tuple[str, str]] = []
+        started = time.perf_counter()
+        for step in reversed(steps):
+            path = os.path.join(self.directory, _step_dir_name(step))
+            try:
+                state = self._read_verified(path, step)
+            except _Invalid as exc:
+                log.warning("skipping checkpoint %s: %s", path, exc)
+                skipped.append((path, str(exc)))
+                continue
+            info = LoadInfo(step=step, path=path, skipped=skipped)
+            self._emit(
+                "ckpt_load", step=step, tier=TIER, verified=True, path=path,
+                skipped=[list(item) for item in skipped], seconds=time.perf_counter() - started,
+            )
+            return state, info
+        if allow_fresh_start:
+            log.warning("every checkpoint failed verification; starting fresh as allowed: %s", skipped)
+            return None
+        raise CheckpointCorruptError(skipped)
+
+    def _read_verified(self, path: str, step: int) -> dict[str, Any]:
+        """The state of the checkpoint at ``path`` if its manifest checks out, else _Invalid."""
+        manifest_path = os.path.join(path, MANIFEST_FILE)
+        try:
+            with open(manifest_path, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except FileNotFoundError:
+            raise _Invalid(f"no {MANIFEST_FILE} (the write never completed)") from None
+        except (OSError, ValueError) as exc:
+            raise _Invalid(f"unreadable {MANIFEST_FILE}: {exc}") from None
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+            raise _Invalid(f"malformed {MANIFEST_FILE}: no 'files' mapping")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise _Invalid(
+                f"format version {manifest.get('format_version')!r}, this reader knows {FORMAT_VERSION}"
+            )
+        if manifest.get("step") != step:
+            raise _Invalid(f"manifest says step {manifest.get('step')!r}, directory says {step}")
+        files = manifest["files"]
+        if STATE_FILE not in files:
+            raise _Invalid(f"{MANIFEST_FILE} does not list {STATE_FILE}")
+
+        contents: dict[str, bytes] = {}
+        for name, meta in files.items():
+            if not isinstance(name, str) or os.path.basename(name) != name or name in (".", ".."):
+                raise _Invalid(f"{MANIFEST_FILE} lists a bad file name {name!r}")
+            try:
+                with open(os.path.join(path, name), "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise _Invalid(f"{name}: cannot read: {exc.strerror or exc}") from None
+            try:
+                size, digest = int(meta["bytes"]), str(meta["sha256"])
+            except (KeyError, TypeError, ValueError):
+                raise _Invalid(f"{MANIFEST_FILE} entry of {name} lacks bytes/sha256") from None
+            if len(data) != size:
+                raise _Invalid(f"{name}: {len(data)} bytes, manifest says {size} (truncated or torn)")
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise _Invalid(f"{name}: sha256 mismatch (content changed after it was written)")
+            contents[name] = data
+
+        # Load the very bytes that were verified (re-reading the file could see other bytes).
+        try:
+            state = torch.load(io.BytesIO(contents[STATE_FILE]), map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure means unusable
+            raise _Invalid(f"{STATE_FILE}: torch.load failed: {type(exc).__name__}: {exc}") from None
+        if not isinstance(state, dict):
+            raise _Invalid(f"{STATE_FILE} holds a {type(state).__name__}, not a state dict")
+        if STEP in state and state[STEP] != step:
+            raise _Invalid(f"{STATE_FILE} says step {state[STEP]!r}, manifest says {step}")
+        return state
+
+    # ---------------------------------------------------------------- helpers
+
+    def _join(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+            self._thread = None
+
+    def _raise_background_error(self) -> None:
+        if self._error is None:
+            return
+        step, exc = self._error
+        self._error = None  # reported once
+        raise CheckpointError(f"background checkpoint write of step {step} failed: {exc!r}") from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointError("the checkpoint manager is closed")
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        # An event sink that fails must never fail a checkpoint (chaostoolkit habit).
+        if self._emit_fn is None:
+            return
+        try:
+            self._emit_fn(kind, **fields)
+        except Exception:  # noqa: BLE001
+            log.exception("checkpoint event %s could not be emitted", kind)

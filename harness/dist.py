@@ -1,0 +1,118 @@
+"""Process-group set-up that never hangs after an elastic restart, and peer discovery.
+
+torch 2.13 with a shared agent store: after torchrun restarts the group, new workers can read
+the previous round's gloo addresses from the store and hang in ``init_process_group``. Two
+ways out, both used:
+
+* trainchaos launches agents with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: worker rank 0
+  then hosts a brand-new store on a fresh port every round, so no stale key can exist.
+* when the harness runs under a plain torchrun (shared agent store), the group is built on
+  that store wrapped in a ``PrefixStore`` keyed by the restart count.
+
+Every blocking call gets a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from harness.health import PeerAddress
+
+__all__ = ["DistEnv", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
+
+# gloo's own default: what a job that never set a timeout gets.
+_GLOO_DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    restart_count: int
+
+    @classmethod
+    def from_env(cls) -> DistEnv:
+        env = os.environ
+        return cls(
+            rank=int(env.get("RANK", "0")),
+            world_size=int(env.get("WORLD_SIZE", "1")),
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            node=int(env.get("TRAINCHAOS_NODE", env.get("GROUP_RANK", "0"))),
+            restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        )
+
+
+def init_process_group(env: DistEnv, timeout_s: float) -> dist.Store:
+    """Create the gloo group; returns the store the group was built on."""
+    timeout = timedelta(seconds=timeout_s) if timeout_s > 0 else _GLOO_DEFAULT_TIMEOUT
+    # Store operations (and so init) get a bounded timeout even when collectives use gloo's
+    # default: a missing peer at start-up must fail the round, not block it.
+    store_timeout = timedelta(seconds=min(timeout.total_seconds(), 60.0))
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        base = dist.TCPStore(addr, port, env.world_size, is_master=False, timeout=store_timeout)
+        store: dist.Store = dist.PrefixStore(f"trainchaos/attempt-{env.restart_count}/", base)
+    else:
+        store = dist.TCPStore(
+            addr, port, env.world_size, is_master=env.rank == 0, timeout=store_timeout,
+            wait_for_workers=False,
+        )
+    dist.init_process_group(
+        "gloo", store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+    )
+    return store
+
+
+def _reachable_address() -> str:
+    """The address peers reach this rank on: the node's own, where the backend set one."""
+    return os.environ.get("TRAINCHAOS_NODE_ADDR") or os.environ.get("MASTER_ADDR_LOCAL") or "127.0.0.1"
+
+
+def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[PeerAddress]:
+    """Publish this rank's liveness endpoint; return every other rank's."""
+    host = _reachable_address()
+    if host == "localhost":
+        host = socket.gethostbyname(host)
+    store.set(f"trainchaos/liveness/{env.rank}", f"{host}:{liveness_port}:{os.getpid()}:{env.node}")
+    peers = []
+    for rank in range(env.world_size):
+        if rank == env.rank:
+            continue
+        host_, port, pid, node = store.get(f"trainchaos/liveness/{rank}").decode().split(":")
+        peers.append(PeerAddress(rank=rank, host=host_, port=int(port), pid=int(pid), node=int(node)))
+    return peers
+
+
+def deterministic_allreduce_hook(process_group, bucket):  # noqa: ANN001
+    # No annotations: DDP checks them at run time, and postponed (string) ones fail its check.
+    """DDP comm hook: average gradients summing in rank order, whatever the bucket layout.
+
+    gloo's ring allreduce adds each element in an order that depends on where it sits in the
+    bucket, and DDP rebuilds its buckets after the first iteration. A run resumed from a
+    checkpoint has its "first iteration" at another step than a fault-free run, so with
+    4+ ranks plain allreduce makes the two diverge in the last bit. Gathering every rank's
+    bucket and summing 0..W-1 locally is exact to reproduce; it moves W times the bytes,
+    which is nothing for this model on one machine.
+    """
+    group = process_group if process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    tensor = bucket.buffer()
+    gathered = [torch.empty_like(tensor) for _ in range(world)]
+    work = dist.all_gather(gathered, tensor, group=group, async_op=True)
+
+    def sum_in_rank_order(_fut):
+        total = gathered[0].clone()
+        for part in gathered[1:]:
+            total.add_(part)
+        return total.div_(world)
+
+    return work.get_future().then(sum_in_rank_order)

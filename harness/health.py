@@ -1,0 +1,213 @@
+"""Peer health: a liveness endpoint per rank, a heartbeat watchdog, and failure classification.
+
+Each rank answers pings on a small TCP endpoint. The watchdog pings every peer each
+``heartbeat_s``; a peer that has not answered for ``watchdog_s`` is declared failed. The
+same classification serves the training loop when a collective raises:
+
+* connection refused / reset      -> the peer process is gone            -> ``crash``
+* TCP connects, no pong           -> the kernel accepts, the process
+                                     does not run (SIGSTOP, GPU hang)     -> ``hang``
+* connect itself times out         -> packets are dropped on the way      -> ``network``
+
+Heartbeats go over these sockets rather than through the c10d store because the store is
+hosted by rank 0: a frozen rank 0 would freeze every heartbeat with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Diagnosis", "LivenessServer", "PeerAddress", "Watchdog", "diagnose", "diagnose_peers"]
+
+
+@dataclass(frozen=True)
+class PeerAddress:
+    rank: int
+    host: str
+    port: int
+    pid: int
+    node: int
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    rank: int
+    failure_class: str  # crash | hang | network | alive
+    detail: str
+
+
+class LivenessServer:
+    """Answers ``ping`` with ``pong``; runs on daemon threads so it never blocks exit."""
+
+    def __init__(self, rank: int, bind_host: str = "0.0.0.0") -> None:
+        self.rank = rank
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((bind_host, 0))
+        self._sock.listen(64)
+        self.port = self._sock.getsockname()[1]
+        threading.Thread(target=self._accept_loop, name="liveness-accept", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="liveness-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        reply = f"pong {self.rank} {os.getpid()}\n".encode()
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(64)
+                    if not data:
+                        return
+                    conn.sendall(reply * data.count(b"\n"))
+                except OSError:
+                    return
+
+
+def diagnose(peer: PeerAddress, timeout_s: float = 1.0) -> Diagnosis:
+    """Classify one peer with a fresh connection: crash, hang, network or alive."""
+    try:
+        sock = socket.create_connection((peer.host, peer.port), timeout=timeout_s)
+    except ConnectionRefusedError:
+        return Diagnosis(peer.rank, "crash", f"rank {peer.rank} refuses connections: its process is gone")
+    except TimeoutError:
+        return Diagnosis(peer.rank, "network", f"rank {peer.rank} unreachable: connect timed out after {timeout_s:g} s")
+    except OSError as exc:
+        return Diagnosis(peer.rank, "network", f"rank {peer.rank} unreachable: {exc}")
+    with sock:
+        try:
+            sock.sendall(b"ping\n")
+            sock.settimeout(timeout_s)
+            data = sock.recv(64)
+        except TimeoutError:
+            return Diagnosis(peer.rank, "hang", f"rank {peer.rank} accepts connections but does not answer: its process is not running")
+        except OSError:
+            return Diagnosis(peer.rank, "crash", f"rank {peer.rank} reset the connection")
+    if not data:
+        return Diagnosis(peer.rank, "crash", f"rank {peer.rank} closed the connection")
+    return Diagnosis(peer.rank, "alive", f"rank {peer.rank} answers")
+
+
+def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0) -> list[Diagnosis]:
+    """Diagnose every peer in parallel; returns only the unhealthy ones, crash first."""
+    results: list[Diagnosis] = []
+    lock = threading.Lock()
+
+    def one(peer: PeerAddress) -> None:
+        diag = diagnose(peer, timeout_s)
+        with lock:
+            results.append(diag)
+
+    threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in peers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s * 2 + 0.5)
+    order = {"crash": 0, "hang": 1, "network": 2}
+    bad = [d for d in results if d.failure_class != "alive"]
+    return sorted(bad, key=lambda d: (order.get(d.failure_class, 9), d.rank))
+
+
+class Watchdog:
+    """Pings every peer each ``heartbeat_s``; reports a peer silent for ``timeout_s`` once."""
+
+    def __init__(
+        self,
+        peers: list[PeerAddress],
+        heartbeat_s: float,
+        timeout_s: float,
+        on_failure: Callable[[Diagnosis], None],
+    ) -> None:
+        self._peers = peers
+        self._heartbeat_s = heartbeat_s
+        self._timeout_s = timeout_s
+        self._on_failure = on_failure
+        self._conns: dict[int, socket.socket] = {}
+        self._last_pong: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+
+    def start(self) -> None:
+        now = time.monotonic()
+        self._last_pong = {p.rank: now for p in self._peers}
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _connect(self, peer: PeerAddress) -> socket.socket | None:
+        try:
+            sock = socket.create_connection((peer.host, peer.port), timeout=self._heartbeat_s)
+        except OSError:
+            return None
+        sock.setblocking(False)
+        return sock
+
+    def _drop(self, rank: int) -> None:
+        sock = self._conns.pop(rank, None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _run(self) -> None:
+        by_rank = {p.rank: p for p in self._peers}
+        while not self._stop.wait(self._heartbeat_s):
+            for peer in self._peers:
+                if peer.rank not in self._conns and (sock := self._connect(peer)) is not None:
+                    self._conns[peer.rank] = sock
+                sock = self._conns.get(peer.rank)
+                if sock is None:
+                    continue
+                try:
+                    sock.send(b"ping\n")
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self._drop(peer.rank)
+            self._collect_pongs()
+            now = time.monotonic()
+            silent = [r for r, t in self._last_pong.items() if now - t > self._timeout_s]
+            if silent and not self._stop.is_set():
+                # Confirm with a fresh connection: it also tells a frozen process from a dead
+                # one or an unreachable host.
+                diagnoses = diagnose_peers([by_rank[r] for r in silent], timeout_s=1.0)
+                if not diagnoses:
+                    for r in silent:
+                        self._last_pong[r] = time.monotonic()
+                    continue
+                if self._stop.is_set():
+                    return  # stopped while diagnosing: training ended normally
+                self._stop.set()
+                self._on_failure(diagnoses[0])
+                return
+
+    def _collect_pongs(self) -> None:
+        socks = {s: r for r, s in self._conns.items()}
+        if not socks:
+            return
+        ready, _, _ = select.select(list(socks), [], [], 0.05)
+        for sock in ready:
+            rank = socks[sock]
+            try:
+                data = sock.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                self._drop(rank)
+                continue
+            if not data:
+                self._drop(rank)
+                continue
+            self._last_pong[rank] = time.monotonic()

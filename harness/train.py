@@ -1,0 +1,243 @@
+"""The training loop: deterministic DDP over gloo, periodic checkpoints, fail-fast on faults.
+
+On any failure a rank reports a ``detected`` event (who noticed, what failed, whom it blames)
+and exits non-zero at once, so that torchrun restarts the group from the last checkpoint.
+Exiting beats retrying in place: a collective that failed leaves gloo's pairs in an unknown
+state, and a restart is what a production job does too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from chaos import probe
+from harness import checkpoint as ckpt
+from harness.config import HarnessConfig
+from harness.data import CharVocab, DeterministicSampler, load_text
+from harness.dist import DistEnv, deterministic_allreduce_hook, exchange_peers, init_process_group
+from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog, diagnose_peers
+from harness.model import build_model, state_digest
+
+__all__ = ["EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
+
+EXIT_FAILURE = 1
+EXIT_WATCHDOG = 75
+# Where torch would surface a real device fault; the probe's injected one looks the same.
+_DEVICE_MARKERS = ("CUDA error", "Xid", "NCCL error", "device-side assert", "ECC error")
+_PEER_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "connectFullMesh",
+                 "Socket closed", "Connection refused", "EOF")
+_TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
+
+
+def _lr_lambda(cfg: HarnessConfig):
+    def schedule(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return schedule
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+
+
+class Trainer:
+    def __init__(self, cfg: HarnessConfig, env: DistEnv) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.peers: list[PeerAddress] = []
+        self.watchdog: Watchdog | None = None
+        self._failing = threading.Lock()
+
+    # -- failure reporting --------------------------------------------------------------
+    def fail(self, reason: str, suspect: str | None, failure_class: str, code: int) -> None:
+        """Report a detected failure once and leave at once (no teardown that could block)."""
+        if not self._failing.acquire(blocking=False):
+            return
+        probe.emit("detected", by=probe.src(), reason=reason, suspect=suspect, failure_class=failure_class)
+        probe.emit("rank_exit", code=code, reason=reason)
+        probe.get().close()
+        sys.stderr.write(f"[harness rank {self.env.rank}] {failure_class}: {reason}\n")
+        sys.stderr.flush()
+        os._exit(code)
+
+    def _on_watchdog(self, diag: Diagnosis) -> None:
+        peer = next(p for p in self.peers if p.rank == diag.rank)
+        if diag.failure_class == "hang" and peer.node == self.env.node:
+            # A frozen process ignores SIGTERM, so torchrun would wait out its whole stop grace
+            # period (30 s) before SIGKILL. A node's health agent kills its own hung ranks; the
+            # peer on the same node plays that part here. Other nodes' ranks are never touched.
+            try:
+                os.kill(peer.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.fail(
+            f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}",
+            f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG,
+        )
+
+    def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
+        """(failure_class, suspect, reason) for an exception raised by the training step."""
+        text = f"{type(exc).__name__}: {exc}".strip()
+        short = text.splitlines()[0][:300] if text else type(exc).__name__
+        if isinstance(exc, probe.DeviceError) or any(m in text for m in _DEVICE_MARKERS):
+            return "device", probe.src(), f"device error on this rank: {short}"
+        if isinstance(exc, ckpt.CheckpointError | OSError) and not isinstance(exc, ConnectionError):
+            return "storage", probe.src(), f"checkpoint storage failed: {short}"
+        if any(m in text for m in _PEER_MARKERS + _TIMEOUT_MARKERS):
+            bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
+            if bad:
+                return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
+            kind = "hang" if any(m in text for m in _TIMEOUT_MARKERS) else "crash"
+            return kind, None, f"collective failed ({short}); every peer answers"
+        return "unknown", probe.src(), f"unexpected error: {short}"
+
+    # -- set-up -------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, env = self.cfg, self.env
+        cfg.check_world_size(env.world_size)
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        torch.use_deterministic_algorithms(True)
+        store = init_process_group(env, cfg.failure.collective_timeout_s)
+        liveness = LivenessServer(env.rank)
+        self.peers = exchange_peers(store, env, liveness.port)
+        if cfg.failure.watchdog_s > 0 and self.peers:
+            self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog)
+            self.watchdog.start()
+
+        text = load_text(cfg.data)
+        self.vocab = CharVocab(text)
+        tokens = self.vocab.encode(text)
+        self.sampler = DeterministicSampler(tokens, cfg.model.seq_len, cfg.global_batch, cfg.seed)
+        model = build_model(cfg.model, self.vocab.size, cfg.seed)
+        self.raw_model = model
+        self.model = DistributedDataParallel(model)
+        self.model.register_comm_hook(None, deterministic_allreduce_hook)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
+        directory = cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints")
+        self.checkpoints = ckpt.CheckpointManager(
+            directory,
+            keep=cfg.checkpoint.keep,
+            mode=cfg.checkpoint.mode,
+            every_steps=cfg.checkpoint.every_steps,
+            every_seconds=cfg.checkpoint.every_seconds,
+            is_writer=env.rank == 0,
+            emit=probe.emit,
+            fault_point=probe.fault_point,
+        )
+        self.step = 0
+        loaded = self.checkpoints.load(allow_fresh_start=cfg.allow_fresh_start)
+        if loaded is not None:
+            state, _info = loaded
+            self._restore(state)
+        self._check_same_start()
+
+    def _check_same_start(self) -> None:
+        steps = [torch.zeros(1, dtype=torch.long) for _ in range(self.env.world_size)]
+        dist.all_gather(steps, torch.tensor([self.step]))
+        if len({int(s) for s in steps}) != 1:
+            raise RuntimeError(f"ranks resumed from different checkpoints: {[int(s) for s in steps]}")
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            ckpt.MODEL: self.raw_model.state_dict(),
+            ckpt.OPTIMIZER: self.optimizer.state_dict(),
+            ckpt.LR_SCHEDULER: self.scheduler.state_dict(),
+            ckpt.RNG: _rng_state(),
+            ckpt.DATA: self.sampler.state_dict(),
+            ckpt.STEP: self.step,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.raw_model.load_state_dict(state[ckpt.MODEL])
+        self.optimizer.load_state_dict(state[ckpt.OPTIMIZER])
+        self.scheduler.load_state_dict(state[ckpt.LR_SCHEDULER])
+        _set_rng_state(state[ckpt.RNG])
+        self.sampler.load_state_dict(state[ckpt.DATA])
+        self.step = int(state[ckpt.STEP])
+
+    # -- the loop -----------------------------------------------------------------------
+    def train_step(self) -> float:
+        x, y = self.sampler.next_batch()
+        x = self.sampler.shard(x, self.env.rank, self.env.world_size)
+        y = self.sampler.shard(y, self.env.rank, self.env.world_size)
+        logits = self.model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        # The logged loss is the global mean, identical on every rank.
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        return float(global_loss) / self.env.world_size
+
+    def train(self) -> dict[str, Any]:
+        cfg = self.cfg
+        loss = float("nan")
+        while self.step < cfg.steps:
+            next_step = self.step + 1
+            probe.fault_point("step_begin", step=next_step, model=self.raw_model)
+            loss = self.train_step()
+            self.step = next_step
+            probe.step_end(self.step, loss)
+            if cfg.step_delay_s:
+                time.sleep(cfg.step_delay_s)
+            if self.checkpoints.should_save(self.step) or self.step == cfg.steps:
+                self.checkpoints.save(self.step, self._state())
+        self.checkpoints.close()
+        return {"step": self.step, "loss": loss, "digest": state_digest(self.raw_model)}
+
+
+def run(cfg: HarnessConfig) -> int:
+    env = DistEnv.from_env()
+    probe.emit("rank_start", rank=env.rank, local_rank=env.local_rank, world_size=env.world_size,
+               node=env.node, pid=os.getpid(), restart_count=env.restart_count)
+    trainer = Trainer(cfg, env)
+    try:
+        trainer.setup()
+        if env.rank == 0:
+            probe.emit("run_start", world_size=env.world_size, config=cfg.to_dict())
+        result = trainer.train()
+    except ckpt.CheckpointCorruptError as exc:
+        probe.emit("rank_exit", code=EXIT_FAILURE, reason=str(exc))
+        sys.stderr.write(f"[harness rank {env.rank}] {exc}\n")
+        return EXIT_FAILURE
+    except Exception as exc:  # every failure is reported, classified, and ends the process
+        failure_class, suspect, reason = trainer.classify(exc)
+        trainer.fail(reason, suspect, failure_class, EXIT_FAILURE)
+        raise  # unreachable: fail() exits
+    if trainer.watchdog is not None:
+        trainer.watchdog.stop()
+    # Every rank must finish its last collective before anyone tears the group down.
+    dist.barrier()
+    if env.rank == 0:
+        probe.emit("run_end", **result)
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        with open(os.path.join(cfg.run_dir, "final.json"), "w", encoding="utf-8") as fh:
+            json.dump({**result, "world_size": env.world_size}, fh)
+    probe.emit("rank_exit", code=0, reason="completed")
+    dist.destroy_process_group()
+    return 0

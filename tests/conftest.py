@@ -1,0 +1,1 @@
+"""Shared fixtures. The repository root is importable (pyproject sets pythonpath too)."""
