@@ -21,6 +21,8 @@ class ProcInfo:
     session: int
     state: str
     cmdline: str
+    node: int | None = None
+    """The simulated node (``TRAINCHAOS_NODE``) the process belongs to."""
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -64,7 +66,9 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = ""
-        found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd))
+        node = next((e.split(b"=", 1)[1] for e in env if e.startswith(b"TRAINCHAOS_NODE=")), None)
+        found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd,
+                              node=int(node) if node and node.isdigit() else None))
     return found
 
 

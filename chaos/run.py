@@ -368,10 +368,14 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
 
 
 def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: BaselineInfo | None = None,
-                      progress: RunProgress | None = None, with_faults: bool = True) -> dict[str, Any]:
+                      progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
+                      baseline_run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
     runner = _Runner(scenario, run_dir, seed, with_faults, progress)
     runner.baseline_info = baseline
     journal, events = runner.run()
+    journal["repeat_index"] = repeat_index
+    journal["baseline"] = baseline_run
     write_run_reports(runner.run_dir, journal, events)
     return journal
 

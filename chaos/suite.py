@@ -44,19 +44,18 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                                                           scenario.seed, progress)
                 display.end_scenario(None if baseline_journal["status"] != "completed" else True,
                                      f"baseline {baseline_journal['status']}")
+                if baseline_journal["status"] == "interrupted":
+                    raise Interrupted("baseline interrupted")
+            baseline_run = None
+            if baseline_journal is not None:
+                baseline_run = {"digest": baseline.digest if baseline else None,
+                                "wall_s": baseline_journal["wall_s"],
+                                "run_dir": baseline_journal["run_dir"],
+                                "status": baseline_journal["status"]}
             for index in range(repeats):
                 display.start_scenario(scenario.name, index, repeats)
                 journal = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,
-                                            baseline, progress)
-                journal["repeat_index"] = index
-                if baseline_journal is not None:
-                    journal["baseline"] = {"digest": baseline.digest if baseline else None,
-                                           "wall_s": baseline_journal["wall_s"],
-                                           "run_dir": baseline_journal["run_dir"],
-                                           "status": baseline_journal["status"]}
-                from chaos.report import write_journal
-
-                write_journal(journal["run_dir"], journal)
+                                            baseline, progress, repeat_index=index, baseline_run=baseline_run)
                 outcome.journals.append(journal)
                 verdict = journal.get("verdict") or {}
                 reasons = [c["reason"] for c in verdict.get("checks", []) if not c.get("ok")]

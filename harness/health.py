@@ -121,7 +121,15 @@ def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0) -> list[Dia
 
 
 class Watchdog:
-    """Pings every peer each ``heartbeat_s``; reports a peer silent for ``timeout_s`` once."""
+    """Watches every peer over one persistent connection each.
+
+    * A peer whose connection hits EOF/reset died: reported at once as ``crash``, and its
+      time of death is kept, so that when several peers are gone (an agent tears down the
+      rest of a node after one rank died) the first to die is the one blamed.
+    * Every ``heartbeat_s`` each peer is pinged; a peer silent for ``timeout_s`` is
+      diagnosed with a fresh connection (hang, network) and reported. ``timeout_s`` 0 turns
+      this off (plain gloo: a frozen peer blocks the job until the collective timeout).
+    """
 
     def __init__(
         self,
@@ -130,84 +138,107 @@ class Watchdog:
         timeout_s: float,
         on_failure: Callable[[Diagnosis], None],
     ) -> None:
-        self._peers = peers
+        self._peers = {p.rank: p for p in peers}
         self._heartbeat_s = heartbeat_s
         self._timeout_s = timeout_s
         self._on_failure = on_failure
         self._conns: dict[int, socket.socket] = {}
         self._last_pong: dict[int, float] = {}
+        self._deaths: dict[int, float] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
 
     def start(self) -> None:
         now = time.monotonic()
-        self._last_pong = {p.rank: now for p in self._peers}
+        for rank, peer in self._peers.items():
+            self._last_pong[rank] = now
+            try:
+                sock = socket.create_connection((peer.host, peer.port), timeout=max(1.0, self._heartbeat_s))
+            except OSError:
+                continue  # not up yet or already gone: the ping loop retries and diagnoses
+            sock.setblocking(False)
+            self._conns[rank] = sock
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _connect(self, peer: PeerAddress) -> socket.socket | None:
-        try:
-            sock = socket.create_connection((peer.host, peer.port), timeout=self._heartbeat_s)
-        except OSError:
-            return None
-        sock.setblocking(False)
-        return sock
+    def first_death(self) -> tuple[int, float] | None:
+        """(rank, monotonic time) of the first peer seen dying, if any."""
+        with self._lock:
+            if not self._deaths:
+                return None
+            rank = min(self._deaths, key=self._deaths.__getitem__)
+            return rank, self._deaths[rank]
 
-    def _drop(self, rank: int) -> None:
+    def _close(self, rank: int) -> None:
         sock = self._conns.pop(rank, None)
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _run(self) -> None:
-        by_rank = {p.rank: p for p in self._peers}
-        while not self._stop.wait(self._heartbeat_s):
-            for peer in self._peers:
-                if peer.rank not in self._conns and (sock := self._connect(peer)) is not None:
-                    self._conns[peer.rank] = sock
-                sock = self._conns.get(peer.rank)
-                if sock is None:
-                    continue
-                try:
-                    sock.send(b"ping\n")
-                except (BlockingIOError, InterruptedError):
-                    pass
-                except OSError:
-                    self._drop(peer.rank)
-            self._collect_pongs()
-            now = time.monotonic()
-            silent = [r for r, t in self._last_pong.items() if now - t > self._timeout_s]
-            if silent and not self._stop.is_set():
-                # Confirm with a fresh connection: it also tells a frozen process from a dead
-                # one or an unreachable host.
-                diagnoses = diagnose_peers([by_rank[r] for r in silent], timeout_s=1.0)
-                if not diagnoses:
-                    for r in silent:
-                        self._last_pong[r] = time.monotonic()
-                    continue
-                if self._stop.is_set():
-                    return  # stopped while diagnosing: training ended normally
-                self._stop.set()
-                self._on_failure(diagnoses[0])
-                return
+    def _report(self, diag: Diagnosis) -> None:
+        if self._stop.is_set():
+            return  # stopped meanwhile: training ended normally, peers are leaving
+        self._stop.set()
+        self._on_failure(diag)
 
-    def _collect_pongs(self) -> None:
-        socks = {s: r for r, s in self._conns.items()}
-        if not socks:
-            return
-        ready, _, _ = select.select(list(socks), [], [], 0.05)
-        for sock in ready:
-            rank = socks[sock]
+    def _run(self) -> None:
+        next_ping = time.monotonic()
+        while not self._stop.is_set():
+            timeout = max(0.0, next_ping - time.monotonic())
+            socks = {s: r for r, s in self._conns.items()}
+            if socks:
+                try:
+                    ready, _, _ = select.select(list(socks), [], [], timeout)
+                except (OSError, ValueError):
+                    ready = []
+            else:
+                self._stop.wait(timeout)
+                ready = []
+            for sock in ready:
+                rank = socks[sock]
+                try:
+                    data = sock.recv(4096)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    self._last_pong[rank] = time.monotonic()
+                    continue
+                with self._lock:
+                    self._deaths.setdefault(rank, time.monotonic())
+                self._close(rank)
+                self._report(Diagnosis(rank, "crash", f"rank {rank} closed its connection: its process is gone"))
+                return
+            if time.monotonic() >= next_ping:
+                next_ping = time.monotonic() + self._heartbeat_s
+                if self._ping_and_check():
+                    return
+
+    def _ping_and_check(self) -> bool:
+        """Ping everyone; diagnose and report peers silent too long. True when reported."""
+        for rank, sock in list(self._conns.items()):
             try:
-                data = sock.recv(4096)
+                sock.send(b"ping\n")
             except (BlockingIOError, InterruptedError):
-                continue
+                pass
             except OSError:
-                self._drop(rank)
-                continue
-            if not data:
-                self._drop(rank)
-                continue
-            self._last_pong[rank] = time.monotonic()
+                self._close(rank)
+        if self._timeout_s <= 0:
+            return False
+        now = time.monotonic()
+        silent = [r for r, t in self._last_pong.items() if now - t > self._timeout_s]
+        if not silent:
+            return False
+        # Confirm with a fresh connection: it also tells a frozen process from a dead one
+        # or an unreachable host.
+        diagnoses = diagnose_peers([self._peers[r] for r in silent], timeout_s=1.0)
+        if not diagnoses:
+            for r in silent:
+                self._last_pong[r] = time.monotonic()
+            return False
+        self._report(diagnoses[0])
+        return True

@@ -91,10 +91,11 @@ class Trainer:
                 os.kill(peer.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.fail(
-            f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}",
-            f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG,
-        )
+        if diag.failure_class == "crash":
+            reason = f"peer monitor: {diag.detail}"
+        else:
+            reason = f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}"
+        self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG)
 
     def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
@@ -105,6 +106,11 @@ class Trainer:
         if isinstance(exc, ckpt.CheckpointError | OSError) and not isinstance(exc, ConnectionError):
             return "storage", probe.src(), f"checkpoint storage failed: {short}"
         if any(m in text for m in _PEER_MARKERS + _TIMEOUT_MARKERS):
+            death = self.watchdog.first_death() if self.watchdog else None
+            if death is not None:
+                # Several peers may be gone by now (agents tear down a failed node's other
+                # ranks); the first one whose connection dropped is the root cause.
+                return "crash", f"rank-{death[0]}", f"collective failed ({short}); rank {death[0]} died first"
             bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
             if bad:
                 return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
@@ -122,7 +128,8 @@ class Trainer:
         store = init_process_group(env, cfg.failure.collective_timeout_s)
         liveness = LivenessServer(env.rank)
         self.peers = exchange_peers(store, env, liveness.port)
-        if cfg.failure.watchdog_s > 0 and self.peers:
+        if self.peers:
+            # Always watching for dead peers; hang detection only when watchdog_s > 0.
             self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog)
             self.watchdog.start()
 

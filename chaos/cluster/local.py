@@ -148,12 +148,21 @@ class LocalCluster:
         return self.topology.node_of(rank)
 
     def kill_node(self, node: int, sig: int) -> list[int]:
+        """Signal the node's agent and every rank it started, all at once.
+
+        torchrun starts its workers in sessions of their own, so a process-group kill of
+        the agent would leave them running; the node is found by its environment instead.
+        """
         proc = self.nodes[node]
-        pids = [p.pid for p in find_run_processes(self.run_id) if p.session == proc.proc.pid]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.proc.pid, sig)
+        members = [p.pid for p in find_run_processes(self.run_id) if p.node == node]
+        agent_first = [proc.proc.pid] + [p for p in members if p != proc.proc.pid]
+        hit = []
+        for pid in agent_first:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+                hit.append(pid)
         proc.killed = True
-        return pids
+        return hit
 
     # -- teardown -----------------------------------------------------------------------
     def stop(self, grace_s: float = 3.0) -> list[int]:

@@ -72,7 +72,11 @@ def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "train
 def print_verdict_table(journals: Iterable[dict[str, Any]], console: Console | None = None) -> None:
     """Print the verdict table and a one-line total (``2/3 runs passed``)."""
     journals = list(journals)
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            # CI logs have no terminal width: rich's 80-column default would fold every cell.
+            console = Console(width=160)
     console.print(verdict_table(journals))
     outcomes = [outcome(j) for j in journals]
     passed = outcomes.count("pass")
@@ -95,7 +99,7 @@ class ProgressDisplay:
 
     def __init__(self, console: Console | None = None, *, live: bool | None = None,
                  plain_every_s: float = 10.0) -> None:
-        self.console = console or Console()
+        self.console = console or Console(width=None if Console().is_terminal else 160)
         self.live = self.console.is_terminal if live is None else live
         self.plain_every_s = plain_every_s
         self._progress: Progress | None = None

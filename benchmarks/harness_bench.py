@@ -1,0 +1,176 @@
+"""Harness and probe figures: medians over repeats, ratios against a reference from the same run.
+
+    python benchmarks/harness_bench.py [--repeats 3] [--out reports/bench]
+
+1. Step time of the default model at 2 nodes x 2 ranks, and launch -> first step.
+2. Training time blocked per checkpoint save: async vs sync (goal: async <= 0.2 x sync).
+3. SIGKILL of one rank -> next completed step, split into detection, restart + rendezvous
+   (+ process start and init), checkpoint load, first step (goal: <= 10 s in total).
+4. Probe overhead on step time: the same training loop with the probe attached vs detached,
+   alternating A/B in one process (goal: <= 1 %).
+
+Timings on a shared 2-core machine are noisy: every figure is a median over repeats, and
+the ratios compare measurements taken in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from chaos.events import read_events
+from chaos.run import run_scenario_once
+from chaos.scenario import parse_scenario
+
+
+def _scenario(name: str, harness: dict, faults: list | None = None, timeout_s: float = 240) -> object:
+    data = {
+        "name": name,
+        "seed": 1,
+        "workload": {"harness": harness},
+        "topology": {"nodes": 2, "ranks_per_node": 2},
+        "faults": faults or [],
+        "timeout_s": timeout_s,
+    }
+    return parse_scenario(data, f"<bench:{name}>")
+
+
+def _rank0(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["src"] == "rank-0" and e["kind"] == kind]
+
+
+def bench_steps_and_checkpoints(out: str, repeats: int) -> dict:
+    step_times, first_step, blocked = [], [], {"async": [], "sync": []}
+    for i in range(repeats):
+        for mode in ("async", "sync"):
+            sc = _scenario(f"steps-{mode}", {"steps": 100, "checkpoint": {"every_steps": 10, "mode": mode}})
+            run_dir = os.path.join(out, f"steps-{mode}-{i}")
+            journal = run_scenario_once(sc, run_dir, 1, with_faults=False)
+            assert journal["status"] == "completed", journal["error"]
+            events = read_events(os.path.join(run_dir, "events"))
+            steps = _rank0(events, "step_end")
+            saves = {e["step"] for e in _rank0(events, "ckpt_save_end")}
+            # Steps right after a save carry its blocked time: leave them out of step time.
+            gaps = [b["t"] - a["t"] for a, b in zip(steps, steps[1:], strict=False) if a["step"] not in saves]
+            if mode == "async":
+                step_times.append(statistics.median(gaps))
+                job_start = next(e["t"] for e in events if e["kind"] == "job_start")
+                first_step.append(steps[0]["t"] - job_start)
+            blocked[mode].extend(e["blocked_seconds"] for e in _rank0(events, "ckpt_save_end"))
+    med_async = statistics.median(blocked["async"])
+    med_sync = statistics.median(blocked["sync"])
+    return {
+        "step_time_ms_median": round(statistics.median(step_times) * 1000, 2),
+        "launch_to_first_step_s_median": round(statistics.median(first_step), 2),
+        "ckpt_blocked_ms_async_median": round(med_async * 1000, 2),
+        "ckpt_blocked_ms_sync_median": round(med_sync * 1000, 2),
+        "ckpt_async_over_sync": round(med_async / med_sync, 3) if med_sync else None,
+        "ckpt_saves_measured": {k: len(v) for k, v in blocked.items()},
+    }
+
+
+def bench_kill_recovery(out: str, repeats: int) -> dict:
+    parts: dict[str, list[float]] = {"detection_s": [], "restart_rendezvous_s": [], "ckpt_load_s": [],
+                                     "first_step_s": [], "total_s": []}
+    for i in range(repeats):
+        sc = _scenario("kill", {"steps": 100, "checkpoint": {"every_steps": 20}},
+                       [{"type": "kill_rank", "target": {"rank": 3}, "trigger": {"at_step": 50}}])
+        run_dir = os.path.join(out, f"kill-{i}")
+        journal = run_scenario_once(sc, run_dir, 1)
+        assert journal["status"] == "completed", journal["error"]
+        events = read_events(os.path.join(run_dir, "events"))
+        t_inject = journal["faults"][0]["t_inject"]
+        t_detect = min(e["t"] for e in events if e["kind"] == "detected" and e["t"] >= t_inject)
+        after = [e for e in events if e["t"] > t_detect and e["src"] == "rank-0"]
+        load = next(e for e in after if e["kind"] == "ckpt_load")
+        step = next(e for e in after if e["kind"] == "step_end")
+        load_s = float(load.get("seconds") or 0.0)
+        parts["detection_s"].append(t_detect - t_inject)
+        parts["restart_rendezvous_s"].append(load["t"] - load_s - t_detect)
+        parts["ckpt_load_s"].append(load_s)
+        parts["first_step_s"].append(step["t"] - load["t"])
+        parts["total_s"].append(step["t"] - t_inject)
+    return {f"kill_{k}_median": round(statistics.median(v), 3) for k, v in parts.items()}
+
+
+def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
+    """Same process, same model: alternate probe attached / detached, compare median step time."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1")
+    from chaos.cluster.local import free_port
+
+    os.environ["MASTER_PORT"] = str(free_port())
+    import torch.distributed as dist
+
+    from chaos import probe
+    from harness.config import config_from_mapping
+    from harness.dist import DistEnv
+    from harness.train import Trainer
+
+    tmp = tempfile.mkdtemp(prefix="trainchaos-bench-")
+    cfg = config_from_mapping({"steps": 10_000, "run_dir": tmp, "checkpoint": {"every_steps": 0},
+                               "failure": {"watchdog_s": 0}})
+    trainer = Trainer(cfg, DistEnv.from_env())
+    trainer.setup()
+    attached = probe.Probe(os.path.join(tmp, "events"), "rank-0", 0)
+    detached = probe.Probe(None, "rank-0", 0)
+    medians: dict[str, list[float]] = {"attached": [], "detached": []}
+    for i in range(repeats * 2):
+        name, pr = (("attached", attached), ("detached", detached))[i % 2]
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            pr.fault_point("step_begin", step=trainer.step + 1)
+            loss = trainer.train_step()
+            trainer.step += 1
+            pr.step_end(trainer.step, loss)
+            times.append(time.perf_counter() - t0)
+        medians[name].append(statistics.median(times))
+    attached.close()
+    dist.destroy_process_group()
+    on, off = statistics.median(medians["attached"]), statistics.median(medians["detached"])
+    # The probe's own cost, timed alone: far below the noise of a whole step.
+    n = 20_000
+    probe_file = probe.Probe(os.path.join(tmp, "events2"), "rank-0", 0)
+    t0 = time.perf_counter()
+    for s in range(n):
+        probe_file.step_end(s, 1.0)
+    per_call = (time.perf_counter() - t0) / n
+    probe_file.close()
+    return {
+        "probe_step_ms_attached_median": round(on * 1000, 3),
+        "probe_step_ms_detached_median": round(off * 1000, 3),
+        "probe_overhead_pct": round((on - off) / off * 100, 2),
+        "probe_step_end_us_per_call": round(per_call * 1e6, 2),
+        "probe_step_end_pct_of_step": round(per_call / off * 100, 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="reports/bench")
+    parser.add_argument("--only", choices=["steps", "kill", "probe"], default=None)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results: dict = {"repeats": args.repeats}
+    if args.only in (None, "probe"):
+        results.update(bench_probe_overhead(args.repeats))
+    if args.only in (None, "steps"):
+        results.update(bench_steps_and_checkpoints(args.out, args.repeats))
+    if args.only in (None, "kill"):
+        results.update(bench_kill_recovery(args.out, args.repeats))
+    path = os.path.join(args.out, "bench.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=2)
+    json.dump(results, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
