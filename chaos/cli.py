@@ -7,10 +7,7 @@ failed, 130 interrupted (SIGINT/SIGTERM; every fault was reverted first).
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import click
 
@@ -20,28 +17,6 @@ from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_TARGET_MISSED, EXIT_TOOL_
 __all__ = ["main", "cli"]
 
 EXIT_INTERRUPTED = 130
-
-
-@contextmanager
-def _interrupts_raise() -> Iterator[None]:
-    """SIGINT/SIGTERM raise ``Interrupted`` once in the main thread; later ones are ignored so
-    that the revert of every fault, already under way, is never cut short."""
-    from chaos.run import Interrupted
-
-    fired = {"n": 0}
-
-    def handler(signum: int, _frame: object) -> None:
-        fired["n"] += 1
-        if fired["n"] == 1:
-            raise Interrupted(signal.Signals(signum).name)
-        click.echo(f"trainchaos: {signal.Signals(signum).name} again; still reverting faults, please wait", err=True)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,7 +42,9 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     scenarios = load_suite(list(paths))
     suite_name = _suite_name(paths)
     out_dir = out_dir or os.path.join("reports", suite_name)
-    with _interrupts_raise():
+    from chaos.interrupts import installed
+
+    with installed():
         outcome = run_suite(scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
                             junit_path=junit_path, fail_fast=fail_fast)
     if outcome.interrupted:

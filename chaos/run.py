@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos import __version__, probe
+from chaos import __version__, interrupts, probe
 from chaos.cluster.local import LocalCluster
 from chaos.events import Event, read_events
+from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, probe_instructions
@@ -37,10 +38,6 @@ __all__ = ["Interrupted", "RunProgress", "run_scenario_once", "run_baseline"]
 POLL_S = 0.05
 # A run that made no step progress for this long before its timeout is "hung", not slow.
 _HUNG_QUIET_S = 20.0
-
-
-class Interrupted(Exception):  # noqa: N818 (reads as a state: the run was interrupted)
-    """SIGINT/SIGTERM reached the controller; raised in the main thread by the CLI's handler."""
 
 
 @dataclass
@@ -235,11 +232,11 @@ class _Runner:
         tailer = EventTailer(events_dir)
         started_at = _now_iso()
         t_start = time.time()
-        register_run(self.run_id, self.run_dir)
-        injector.emit("job_start", nodes=self.scenario.topology.nodes,
-                      ranks_per_node=self.scenario.topology.ranks_per_node, run_id=self.run_id)
         deadline = time.monotonic() + self.scenario.timeout_s
         try:
+            register_run(self.run_id, self.run_dir)
+            injector.emit("job_start", nodes=self.scenario.topology.nodes,
+                          ranks_per_node=self.scenario.topology.ranks_per_node, run_id=self.run_id)
             self.cluster.start()
             while True:
                 self._take(tailer.poll())
@@ -275,6 +272,8 @@ class _Runner:
             self.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
+            # Released by run_scenario_once once the journal is written.
+            interrupts.hold()
             for st in self.states:
                 self._revert(st)
             self.cluster.stop()
@@ -373,10 +372,16 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
     """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
     runner = _Runner(scenario, run_dir, seed, with_faults, progress)
     runner.baseline_info = baseline
-    journal, events = runner.run()
-    journal["repeat_index"] = repeat_index
-    journal["baseline"] = baseline_run
-    write_run_reports(runner.run_dir, journal, events)
+    try:
+        journal, events = runner.run()
+        journal["repeat_index"] = repeat_index
+        journal["baseline"] = baseline_run
+        if interrupts.take_pending() is not None and journal["status"] != "interrupted":
+            # A signal during teardown: the run's own outcome stands, the suite stops after it.
+            journal["interrupted_after"] = True
+        write_run_reports(runner.run_dir, journal, events)
+    finally:
+        interrupts.release()
     return journal
 
 

@@ -44,7 +44,7 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                                                           scenario.seed, progress)
                 display.end_scenario(None if baseline_journal["status"] != "completed" else True,
                                      f"baseline {baseline_journal['status']}")
-                if baseline_journal["status"] == "interrupted":
+                if baseline_journal["status"] == "interrupted" or baseline_journal.get("interrupted_after"):
                     raise Interrupted("baseline interrupted")
             baseline_run = None
             if baseline_journal is not None:
@@ -61,7 +61,7 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                 reasons = [c["reason"] for c in verdict.get("checks", []) if not c.get("ok")]
                 display.end_scenario(verdict.get("passed") if journal["status"] != "interrupted" else None,
                                      "; ".join(reasons[:3]))
-                if journal["status"] == "interrupted":
+                if journal["status"] == "interrupted" or journal.get("interrupted_after"):
                     raise Interrupted("run interrupted")
                 if fail_fast and not verdict.get("passed"):
                     break

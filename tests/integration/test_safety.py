@@ -1,0 +1,377 @@
+"""The safety contract, on real runs: whatever happens to the controller, nothing is left behind.
+
+Each test starts the real ``trainchaos run`` on a 2x2 job whose rank 3 is frozen with SIGSTOP
+(``hang_rank``, no duration): a stopped process is the worst thing to leak, because nothing
+ever ends it by itself. Then the controller is interrupted (SIGINT, SIGTERM), killed
+(SIGKILL, then ``trainchaos cleanup``), or left to hit its timeout with the job's own hang
+detection switched off. Every test asserts the leak (or its absence) *before* the fixture's
+finalizer sweeps up, so a regression fails the test instead of being hidden by the sweep.
+
+Processes of a test are recognised by ``TRAINCHAOS_STATE_DIR=<this test's tmp dir>`` in their
+environment (the run inherits it from the controller), so that other trainchaos runs on the
+same machine are neither counted nor killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
+from chaos.rollback import FaultJournal
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+
+HANG_AT_STEP = 30
+# Long enough that the run is still going when the test acts on it (200 steps x >= 50 ms).
+SCENARIO = """\
+name: {name}
+seed: 5
+workload:
+  harness:
+    steps: 200
+    step_delay_s: 0.05
+    model: {{name: mlp}}
+    checkpoint: {{every_steps: 20}}
+{failure}topology: {{nodes: 2, ranks_per_node: 2}}
+faults:
+  - type: hang_rank
+    target: {{rank: 3}}
+    trigger: {{at_step: {at_step}}}
+    params: {{duration_s: null}}
+{targets}timeout_s: {timeout_s}
+"""
+
+# Time for 4 ranks to start and reach the fault on a busy 2-core machine.
+INJECT_WAIT_S = 120
+# SIGINT/SIGTERM -> every fault reverted, every process stopped, journal written, exit.
+EXIT_AFTER_SIGNAL_S = 30
+
+
+@dataclass
+class Sandbox:
+    tmp: Path
+    state: Path
+    env: dict[str, str]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- what the test starts ---------------------------------------------------------------
+    def scenario(self, name: str, *, timeout_s: float = 150, failure: dict[str, float] | None = None,
+                 targets: str = "", at_step: int = HANG_AT_STEP) -> Path:
+        fail = f"    failure: {json.dumps(failure)}\n" if failure else ""
+        path = self.tmp / f"{name}.yaml"
+        path.write_text(SCENARIO.format(name=name, failure=fail, at_step=at_step, targets=targets,
+                                        timeout_s=timeout_s))
+        return path
+
+    def start_run(self, scenario: Path) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{scenario.stem}.out", "wb")  # noqa: SIM115 (closed after Popen)
+        # Its own session: a terminal's SIGINT to the test runner must not reach it, only ours.
+        proc = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", str(self.out)], env=self.env,
+                                cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def cli(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*TRAINCHAOS, *argv], env=self.env, cwd=self.tmp, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "out"
+
+    def run_dir(self, scenario: Path) -> Path:
+        return self.out / scenario.stem / "0"
+
+    def output(self, scenario: Path) -> str:
+        path = self.tmp / f"{scenario.stem}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # -- what is left -----------------------------------------------------------------------
+    def processes(self) -> list[ProcInfo]:
+        """Live (non-zombie) processes of any trainchaos run started from this sandbox."""
+        needle = f"TRAINCHAOS_STATE_DIR={self.state}".encode()
+        mine = []
+        for info in find_run_processes():
+            try:
+                with open(f"/proc/{info.pid}/environ", "rb") as fh:
+                    if needle in fh.read().split(b"\0"):
+                        mine.append(info)
+            except OSError:
+                continue
+        return mine
+
+    def registered(self) -> list[dict[str, Any]]:
+        active = self.state / "active"
+        return [json.loads(p.read_text()) for p in sorted(active.glob("*.json"))] if active.exists() else []
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    state = tmp_path / "state"
+    env = dict(os.environ)
+    env["TRAINCHAOS_STATE_DIR"] = str(state)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    box = Sandbox(tmp=tmp_path, state=state, env=env)
+    yield box
+    # The sweep: only after the test has asserted what it wanted, and only our processes.
+    for proc in box.procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    kill_pids([p.pid for p in box.processes()])
+    for run in box.registered():
+        kill_pids([p.pid for p in find_run_processes(run["run_id"])])
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _injector_events(run_dir: Path) -> list[dict[str, Any]]:
+    events = []
+    for path in sorted((run_dir / "events").glob("injector*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line being written
+    return events
+
+
+def wait_for_fault(box: Sandbox, proc: subprocess.Popen[bytes], scenario: Path) -> dict[str, Any]:
+    """Block until the injector reports the hang in effect; returns the fault journal's apply
+    record merged with its details (``stopped_pids``)."""
+    run_dir = box.run_dir(scenario)
+    deadline = time.monotonic() + INJECT_WAIT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"trainchaos exited ({proc.returncode}) before the fault:\n{box.output(scenario)[-3000:]}")
+        injected = [e for e in _injector_events(run_dir)
+                    if e.get("kind") == "fault_injected" and e.get("src") == "injector"]
+        if injected:
+            pending = FaultJournal(str(run_dir / "fault_journal.jsonl")).pending()
+            assert len(pending) == 1, f"the injected fault must be in the fault journal: {pending}"
+            assert pending[0]["type"] == "hang_rank"
+            assert pending[0]["details"].get("stopped_pids"), pending
+            return pending[0]
+        time.sleep(0.2)
+    pytest.fail(f"no fault_injected within {INJECT_WAIT_S} s:\n{box.output(scenario)[-3000:]}")
+
+
+def _journal(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "journal.json"
+    assert path.exists(), f"no journal.json in {run_dir}: {sorted(p.name for p in run_dir.iterdir())}"
+    return json.loads(path.read_text())
+
+
+def assert_nothing_left(box: Sandbox, run_id: str, fault: dict[str, Any]) -> None:
+    """No process of the run (none stopped, in particular), no pending fault, no registration."""
+    leftovers = find_run_processes(run_id) + box.processes()
+    assert not leftovers, "processes left behind:\n" + "\n".join(f"{p.pid} {p.state} {p.cmdline[:100]}"
+                                                                 for p in leftovers)
+    for pid in fault["details"]["stopped_pids"]:
+        assert process_state(pid) in (None, "Z"), f"the frozen rank (pid {pid}) is still there: {process_state(pid)}"
+    assert not box.registered(), f"the active-run registry still lists {box.registered()}"
+
+
+def assert_fault_reverted(run_dir: Path, fault_id: str) -> None:
+    journal = FaultJournal(str(run_dir / "fault_journal.jsonl"))
+    assert journal.pending() == [], f"faults never reverted: {journal.pending()}"
+    ops = [r["op"] for r in journal.records() if r.get("fault_id") == fault_id]
+    assert ops[:2] == ["apply", "applied"] and ops[-1] == "reverted", ops
+
+
+def _run_id(box: Sandbox, run_dir: Path) -> str:
+    runs = [r for r in box.registered() if Path(r["run_dir"]) == run_dir.resolve()]
+    assert len(runs) == 1, f"the running run must be registered as active: {box.registered()}"
+    return runs[0]["run_id"]
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 60)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_fault_reverts_everything_and_exits_130(sandbox: Sandbox, sig: signal.Signals) -> None:
+    scenario = sandbox.scenario(f"interrupt-{sig.name.lower()}")
+    proc = sandbox.start_run(scenario)
+    fault = wait_for_fault(sandbox, proc, scenario)
+    run_dir = sandbox.run_dir(scenario)
+    run_id = _run_id(sandbox, run_dir)
+    stopped = fault["details"]["stopped_pids"]
+    assert all(process_state(p) == "T" for p in stopped), "the hang must be in effect when the signal lands"
+
+    proc.send_signal(sig)  # the controller only: the nodes run in their own sessions
+    try:
+        rc = proc.wait(timeout=EXIT_AFTER_SIGNAL_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"trainchaos still running {EXIT_AFTER_SIGNAL_S} s after {sig.name}:\n"
+                    f"{sandbox.output(scenario)[-3000:]}")
+
+    assert rc == 130, f"exit code {rc}:\n{sandbox.output(scenario)[-3000:]}"
+    assert_nothing_left(sandbox, run_id, fault)
+    assert_fault_reverted(run_dir, fault["fault_id"])
+    journal = _journal(run_dir)
+    assert journal["run_id"] == run_id
+    assert journal["status"] == "interrupted"
+    kinds = [e.get("kind") for e in _injector_events(run_dir)]
+    assert "fault_reverted" in kinds and kinds[-1] == "job_end"
+
+
+@pytest.mark.timeout(INJECT_WAIT_S + 90)
+def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbox) -> None:
+    scenario = sandbox.scenario("controller-killed")
+    proc = sandbox.start_run(scenario)
+    fault = wait_for_fault(sandbox, proc, scenario)
+    run_dir = sandbox.run_dir(scenario)
+    run_id = _run_id(sandbox, run_dir)
+
+    proc.kill()  # no handler, no finally: what a crashed controller or an OOM kill leaves
+    proc.wait(timeout=10)
+
+    # The leak is real: without cleanup the job and its frozen rank stay (this is what the
+    # test would see if cleanup did nothing).
+    leftovers = find_run_processes(run_id)
+    assert leftovers, "expected the run's processes to outlive a SIGKILLed controller"
+    frozen = [p for p in leftovers if p.state == "T"]
+    assert frozen, f"expected the frozen rank among the leftovers: {[(p.pid, p.state) for p in leftovers]}"
+    assert {p.pid for p in frozen} <= set(fault["details"]["stopped_pids"])
+    assert [r["run_id"] for r in sandbox.registered()] == [run_id]
+    assert FaultJournal(str(run_dir / "fault_journal.jsonl")).pending(), "the fault journal must show it pending"
+
+    result = sandbox.cli("cleanup")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{run_id}: reverted {fault['fault_id']} (hang_rank)" in result.stdout, result.stdout
+    assert f"{run_id}: killed " in result.stdout, result.stdout
+
+    assert_nothing_left(sandbox, run_id, fault)
+    assert_fault_reverted(run_dir, fault["fault_id"])
+
+    again = sandbox.cli("cleanup")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "nothing to clean up"
+
+
+@pytest.mark.timeout(60 + 30 + INJECT_WAIT_S)
+def test_hang_without_watchdog_ends_at_timeout_as_hung_and_fails(sandbox: Sandbox) -> None:
+    """Why the tool matters: with plain gloo defaults (30 min collective timeout, no
+    heartbeat watchdog) a frozen rank blocks the job; trainchaos must still end the run at
+    its timeout, call it hung, fail the verdict, and leave nothing behind."""
+    # "hung" needs 20 s without progress before the timeout; on a busy machine the 4 ranks
+    # can take 25 s to start, so the hang comes early (step 10) and the timeout leaves room.
+    timeout_s = 60
+    scenario = sandbox.scenario(
+        "hang-undetected", timeout_s=timeout_s, failure={"watchdog_s": 0, "collective_timeout_s": 0},
+        targets="targets:\n  detection_s: {max: 10}\n  recovery_s: {max: 30}\n", at_step=10,
+    )
+    proc = sandbox.start_run(scenario)
+    t0 = time.monotonic()
+    fault = wait_for_fault(sandbox, proc, scenario)
+    run_dir = sandbox.run_dir(scenario)
+    run_id = _run_id(sandbox, run_dir)
+    try:
+        rc = proc.wait(timeout=max(1.0, timeout_s + 30 - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"trainchaos did not end within timeout_s + 30 s:\n{sandbox.output(scenario)[-3000:]}")
+
+    assert rc == 1, f"exit code {rc}:\n{sandbox.output(scenario)[-3000:]}"
+    journal = _journal(run_dir)
+    assert journal["status"] == "hung", journal["error"]
+    verdict = journal["verdict"]
+    assert verdict["passed"] is False
+    reasons = [c["reason"] for c in verdict["checks"] if not c["ok"]]
+    assert any("hung" in r or "undetected" in r for r in reasons), reasons
+    assert_nothing_left(sandbox, run_id, fault)
+    assert_fault_reverted(run_dir, fault["fault_id"])
+
+
+# ----------------------------------------------------------------------------- signals at awkward moments
+
+
+def _events_of(run_dir: Path, kind: str, src_prefix: str = "") -> list[dict[str, Any]]:
+    found = []
+    for path in sorted((run_dir / "events").glob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("kind") == kind and str(event.get("src", "")).startswith(src_prefix):
+                found.append(event)
+    return found
+
+
+def _wait_for_event(box: Sandbox, proc: subprocess.Popen[bytes], scenario: Path, run_dir: Path, kind: str,
+                    src_prefix: str = "", timeout: float = INJECT_WAIT_S, poll_s: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"trainchaos exited ({proc.returncode}) before {kind}:\n{box.output(scenario)[-3000:]}")
+        if (run_dir / "events").exists() and _events_of(run_dir, kind, src_prefix):
+            return
+        time.sleep(poll_s)
+    pytest.fail(f"no {kind} within {timeout} s:\n{box.output(scenario)[-3000:]}")
+
+
+@pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 60)
+def test_sigint_during_baseline_stops_the_suite(sandbox: Sandbox) -> None:
+    """Ctrl-C while the fault-free baseline runs must end trainchaos, not go on to the
+    faulty run with the user's interrupt already spent."""
+    scenario = sandbox.scenario("interrupt-baseline")
+    scenario.write_text(scenario.read_text().replace("seed: 5\n", "seed: 5\nbaseline: true\n"))
+    proc = sandbox.start_run(scenario)
+    baseline_dir = sandbox.out / scenario.stem / "baseline"
+    _wait_for_event(sandbox, proc, scenario, baseline_dir, "rank_start", "rank-", poll_s=0.2)
+
+    proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + EXIT_AFTER_SIGNAL_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        if sandbox.run_dir(scenario).exists():
+            pytest.fail("the faulty run started after SIGINT interrupted the baseline")
+        time.sleep(0.1)
+    assert proc.returncode == 130, f"exit code {proc.returncode}:\n{sandbox.output(scenario)[-3000:]}"
+    assert not sandbox.run_dir(scenario).exists()
+    assert _journal(baseline_dir)["status"] == "interrupted"
+    assert not sandbox.processes() and not sandbox.registered()
+
+
+@pytest.mark.timeout(INJECT_WAIT_S + 90)
+def test_signal_while_reverting_does_not_cut_the_revert_short(sandbox: Sandbox) -> None:
+    """The first signal may land while the run is already reverting (a timed-out hang:
+    the user presses Ctrl-C while it winds down). The revert and stop must still finish,
+    the journal must still be written, and the run must be unregistered."""
+    scenario = sandbox.scenario("interrupt-while-reverting", timeout_s=25,
+                                failure={"watchdog_s": 0, "collective_timeout_s": 0})
+    proc = sandbox.start_run(scenario)
+    fault = wait_for_fault(sandbox, proc, scenario)
+    run_dir = sandbox.run_dir(scenario)
+    run_id = _run_id(sandbox, run_dir)
+    # fault_reverted is emitted from the finally, just before the cluster is stopped.
+    _wait_for_event(sandbox, proc, scenario, run_dir, "fault_reverted", "injector", timeout=60)
+    proc.send_signal(signal.SIGINT)
+    try:
+        rc = proc.wait(timeout=EXIT_AFTER_SIGNAL_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"trainchaos still running {EXIT_AFTER_SIGNAL_S} s after SIGINT")
+
+    assert rc in (1, 130), f"exit code {rc}:\n{sandbox.output(scenario)[-3000:]}"
+    assert_nothing_left(sandbox, run_id, fault)
+    assert_fault_reverted(run_dir, fault["fault_id"])
+    assert _journal(run_dir)["status"] in ("hung", "timeout", "interrupted")
