@@ -8,6 +8,8 @@ state, and a restart is what a production job does too.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
 import os
@@ -16,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +35,8 @@ from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog, dia
 from harness.model import build_model, state_digest
 
 __all__ = ["EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
+
+LAST_LOSS = "last_loss"
 
 EXIT_FAILURE = 1
 EXIT_WATCHDOG = 75
@@ -70,11 +75,18 @@ class Trainer:
         self._failing = threading.Lock()
 
     # -- failure reporting --------------------------------------------------------------
-    def fail(self, reason: str, suspect: str | None, failure_class: str, code: int) -> None:
-        """Report a detected failure once and leave at once (no teardown that could block)."""
+    def fail(self, reason: str, suspect: str | None, failure_class: str, code: int,
+             then: Callable[[], None] | None = None) -> None:
+        """Report a detected failure once and leave at once (no teardown that could block).
+
+        ``then`` runs after the report and before the exit: whatever it causes (a peer
+        killed) must not be observed by others before this rank's diagnosis is on record.
+        """
         if not self._failing.acquire(blocking=False):
             return
         probe.emit("detected", by=probe.src(), reason=reason, suspect=suspect, failure_class=failure_class)
+        if then is not None:
+            then()
         probe.emit("rank_exit", code=code, reason=reason)
         probe.get().close()
         sys.stderr.write(f"[harness rank {self.env.rank}] {failure_class}: {reason}\n")
@@ -83,19 +95,20 @@ class Trainer:
 
     def _on_watchdog(self, diag: Diagnosis) -> None:
         peer = next(p for p in self.peers if p.rank == diag.rank)
-        if diag.failure_class == "hang" and peer.node == self.env.node:
-            # A frozen process ignores SIGTERM, so torchrun would wait out its whole stop grace
-            # period (30 s) before SIGKILL. A node's health agent kills its own hung ranks; the
-            # peer on the same node plays that part here. Other nodes' ranks are never touched.
-            try:
-                os.kill(peer.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+
+        def kill_hung_local_peer() -> None:
+            # A frozen process ignores SIGTERM, so torchrun would wait out its whole stop
+            # grace period (30 s) before SIGKILL. A node's health agent kills its own hung
+            # ranks; the peer on the same node plays that part. Other nodes' ranks: never.
+            if diag.failure_class == "hang" and peer.node == self.env.node:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(peer.pid, signal.SIGKILL)
+
         if diag.failure_class == "crash":
             reason = f"peer monitor: {diag.detail}"
         else:
             reason = f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}"
-        self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG)
+        self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG, then=kill_hung_local_peer)
 
     def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
@@ -124,7 +137,11 @@ class Trainer:
         cfg.check_world_size(env.world_size)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        torch.use_deterministic_algorithms(True)
+        if torch.cuda.is_available():
+            # Only CUDA has non-deterministic kernels to rule out; the CPU ops used here are
+            # deterministic already, and the call imports torch._inductor (2.4 s per rank
+            # start here, paid again on every restart).
+            torch.use_deterministic_algorithms(True)
         store = init_process_group(env, cfg.failure.collective_timeout_s)
         liveness = LivenessServer(env.rank)
         self.peers = exchange_peers(store, env, liveness.port)
@@ -155,6 +172,7 @@ class Trainer:
             fault_point=probe.fault_point,
         )
         self.step = 0
+        self.last_loss = float("nan")
         loaded = self.checkpoints.load(allow_fresh_start=cfg.allow_fresh_start)
         if loaded is not None:
             state, _info = loaded
@@ -175,6 +193,7 @@ class Trainer:
             ckpt.RNG: _rng_state(),
             ckpt.DATA: self.sampler.state_dict(),
             ckpt.STEP: self.step,
+            LAST_LOSS: self.last_loss,
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -184,6 +203,7 @@ class Trainer:
         _set_rng_state(state[ckpt.RNG])
         self.sampler.load_state_dict(state[ckpt.DATA])
         self.step = int(state[ckpt.STEP])
+        self.last_loss = float(state.get(LAST_LOSS, float("nan")))
 
     # -- the loop -----------------------------------------------------------------------
     def train_step(self) -> float:
@@ -203,22 +223,30 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
-        loss = float("nan")
         while self.step < cfg.steps:
             next_step = self.step + 1
             probe.fault_point("step_begin", step=next_step, model=self.raw_model)
-            loss = self.train_step()
+            self.last_loss = self.train_step()
             self.step = next_step
-            probe.step_end(self.step, loss)
+            probe.step_end(self.step, self.last_loss)
             if cfg.step_delay_s:
                 time.sleep(cfg.step_delay_s)
             if self.checkpoints.should_save(self.step) or self.step == cfg.steps:
                 self.checkpoints.save(self.step, self._state())
         self.checkpoints.close()
-        return {"step": self.step, "loss": loss, "digest": state_digest(self.raw_model)}
+        # A restart that resumes from the final checkpoint trains nothing: the loss comes
+        # from the checkpoint, so final.json is the same either way.
+        return {"step": self.step, "loss": self.last_loss, "digest": state_digest(self.raw_model)}
+
+
+def _preimport_in_background() -> None:
+    """DDP's constructor imports torch._dynamo (~2.4 s of CPU here). Started now, the import
+    overlaps with rendezvous and process-group init, where a rank mostly waits for peers."""
+    threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True).start()
 
 
 def run(cfg: HarnessConfig) -> int:
+    _preimport_in_background()
     env = DistEnv.from_env()
     probe.emit("rank_start", rank=env.rank, local_rank=env.local_rank, world_size=env.world_size,
                node=env.node, pid=os.getpid(), restart_count=env.restart_count)
@@ -247,4 +275,10 @@ def run(cfg: HarnessConfig) -> int:
             json.dump({**result, "world_size": env.world_size}, fh)
     probe.emit("rank_exit", code=0, reason="completed")
     dist.destroy_process_group()
-    return 0
+    probe.get().close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without interpreter teardown: gloo's threads being destroyed during Python's
+    # exit can abort ("terminate called without an active exception", exit -6), which
+    # torchrun would take for a failure and restart a finished job.
+    os._exit(0)
