@@ -23,6 +23,8 @@ class ProcInfo:
     cmdline: str
     node: int | None = None
     """The simulated node (``TRAINCHAOS_NODE``) the process belongs to."""
+    rank: int | None = None
+    """Global rank (``RANK``) for a worker; None for an agent."""
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -66,10 +68,14 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = ""
-        node = next((e.split(b"=", 1)[1] for e in env if e.startswith(b"TRAINCHAOS_NODE=")), None)
         found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd,
-                              node=int(node) if node and node.isdigit() else None))
+                              node=_env_int(env, b"TRAINCHAOS_NODE="), rank=_env_int(env, b"RANK=")))
     return found
+
+
+def _env_int(env: list[bytes], prefix: bytes) -> int | None:
+    value = next((e[len(prefix):] for e in env if e.startswith(prefix)), None)
+    return int(value) if value and value.isdigit() else None
 
 
 def kill_pids(pids: list[int], timeout_s: float = 5.0) -> list[int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import sys
@@ -24,6 +23,7 @@ from chaos import __version__, interrupts, probe
 from chaos.cluster.local import LocalCluster
 from chaos.events import Event, read_events
 from chaos.interrupts import Interrupted
+from chaos.logprogress import LogProgress
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, probe_instructions
@@ -93,28 +93,6 @@ def _worker_argv(scenario: Scenario, run_dir: str, seed: int) -> tuple[list[str]
     options["run_dir"] = run_dir
     cfg = config_from_mapping(options, where="workload.harness")
     return ["-m", "harness", *config_to_args(cfg)], cfg.steps
-
-
-def _log_progress_events(cluster: LocalCluster, regex: re.Pattern[str], offsets: dict[int, int]) -> list[Event]:
-    """For a user command without the probe: step_end events from its log lines."""
-    out: list[Event] = []
-    for node, proc in cluster.nodes.items():
-        try:
-            with open(proc.log_path, "rb") as fh:
-                fh.seek(offsets.get(node, 0))
-                chunk = fh.read()
-        except OSError:
-            continue
-        cut = chunk.rfind(b"\n") + 1
-        offsets[node] = offsets.get(node, 0) + cut
-        for line in chunk[:cut].decode(errors="replace").splitlines():
-            m = regex.search(line)
-            if m:
-                loss = m.groupdict().get("loss")
-                out.append({"t": time.time(), "src": f"log-node-{node}", "incarnation": 0,
-                            "kind": "step_end", "step": int(m.group("step")),
-                            "loss": float(loss) if loss else None})
-    return out
 
 
 class _Runner:
@@ -223,12 +201,13 @@ class _Runner:
         probe_file = os.path.join(self.run_dir, "probe_faults.json")
         with open(probe_file, "w", encoding="utf-8") as fh:
             json.dump(probe_instructions(self.plan), fh, indent=1)
-        self.cluster = LocalCluster(self.run_id, self.run_dir, self.scenario.topology, argv, probe_file)
+        regex = self.scenario.workload.progress_regex
+        self.cluster = LocalCluster(self.run_id, self.run_dir, self.scenario.topology, argv, probe_file,
+                                    tee_worker_output=regex is not None)
+        log_progress = LogProgress(regex, events_dir, report_exit_codes=self.scenario.workload.command is not None)
         self.journal = FaultJournal(os.path.join(self.run_dir, "fault_journal.jsonl"))
         injector = probe.Probe(events_dir, "injector", 0)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector)
-        regex = re.compile(self.scenario.workload.progress_regex) if self.scenario.workload.progress_regex else None
-        log_offsets: dict[int, int] = {}
         tailer = EventTailer(events_dir)
         started_at = _now_iso()
         t_start = time.time()
@@ -240,8 +219,7 @@ class _Runner:
             self.cluster.start()
             while True:
                 self._take(tailer.poll())
-                if regex is not None:
-                    self._take(_log_progress_events(self.cluster, regex, log_offsets))
+                self._take(log_progress.poll({n: p.log_path for n, p in self.cluster.nodes.items()}))
                 for st in self.states:
                     if not st.fired and self._due(st):
                         self._inject(st)
@@ -252,7 +230,9 @@ class _Runner:
                 rcs = self.cluster.poll()
                 live = {n: rc for n, rc in rcs.items() if not self.cluster.nodes[n].killed}
                 if all(rc is not None for rc in live.values()):
-                    ok = all(rc == 0 for rc in live.values()) and self.event_counts.get("run_end", 0) > 0
+                    # The harness says it finished (run_end); a user command only by its exit code.
+                    finished = self.event_counts.get("run_end", 0) > 0 or self.scenario.workload.command is not None
+                    ok = all(rc == 0 for rc in live.values()) and finished
                     self.status = "completed" if ok else "failed"
                     if not ok:
                         self.error = "training job exited: " + ", ".join(f"node-{n} rc={rc}" for n, rc in rcs.items())
@@ -282,8 +262,6 @@ class _Runner:
             unregister_run(self.run_id)
         t_end = time.time()
         events = read_events(events_dir)
-        if regex is not None:
-            events = sorted(events + [e for e in self.events if e["src"].startswith("log-")], key=lambda e: e["t"])
         return self._journal(events, started_at, t_start, t_end)
 
     def _fault_records(self, events: list[Event]) -> list[FaultRecord]:

@@ -29,6 +29,14 @@ __all__ = ["LocalCluster", "NodeProcess", "free_port"]
 RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -55,6 +63,9 @@ class LocalCluster:
     worker_argv: list[str]
     """What each agent runs per rank (after torchrun's own options), e.g. ``-m harness ...``."""
     probe_faults_file: str | None = None
+    tee_worker_output: bool = False
+    """Prefix each worker line with ``[default<local_rank>]:`` in the node log (for
+    progress read from a user command's log lines)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     nodes: dict[int, NodeProcess] = field(default_factory=dict)
     rank_pids: dict[int, int] = field(default_factory=dict)
@@ -85,10 +96,14 @@ class LocalCluster:
             "--rdzv-id", self.run_id,
             # is_host=false: the controller hosts the store. last_call_timeout: how long a
             # shrunken group waits for stragglers before going on with fewer nodes.
-            "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30",
+            "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
+            # A dead node leaves the rendezvous when its keep-alives stop: 3 x 1 s here
+            # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds.
+            "keep_alive_interval=1,keep_alive_max_attempt=3",
             "--max-restarts", str(topo.max_restarts),
             "--monitor-interval", "0.1",
             "--local-addr", "127.0.0.1",
+            *(["--tee", "3"] if self.tee_worker_output else []),
             *self.worker_argv,
         ]
 
@@ -142,7 +157,13 @@ class LocalCluster:
         self.rank_pids[rank] = pid
 
     def rank_pid(self, rank: int) -> int | None:
-        return self.rank_pids.get(rank)
+        """The live worker of ``rank``: from its rank_start event, else (a user command
+        without the probe) found by the RANK in its environment."""
+        pid = self.rank_pids.get(rank)
+        if pid is not None and _alive(pid):
+            return pid
+        found = [p.pid for p in find_run_processes(self.run_id) if p.rank == rank]
+        return max(found) if found else None
 
     def node_of_rank(self, rank: int) -> int:
         return self.topology.node_of(rank)

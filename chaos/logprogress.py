@@ -1,0 +1,100 @@
+"""What the node logs tell: a user command's progress, and the agents' own failure reports.
+
+For a script that cannot call ``chaos.probe``: torchrun runs it with ``--tee 3``, so every
+worker line reaches the node log as ``[default<local_rank>]:<text>``, and each (re)start of
+the worker group is announced by the agent with ``restart_count=N`` and
+``global_ranks=[...]``. A regex with the named groups ``step`` (and ``loss``) turns matching
+lines into ``step_end`` events of the right rank and incarnation. Their time is when the line was read (polled every 50 ms), so
+metrics from this path are coarser than from the probe.
+
+The torchrun agent is a detector of the real stack too: when it reports a worker that died
+(``failed (exitcode: -9) local_rank: 1``), that becomes a ``detected`` event by ``node-N``
+blaming the rank as a crash. A negative exit code (killed by a signal) is always reported;
+a positive one only for user commands, since the harness exits non-zero on purpose after
+reporting a failure itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from chaos.events import Event
+
+__all__ = ["LogProgress"]
+
+_WORKER_LINE = re.compile(r"^\[[^\]]*?(\d+)\]:(.*)$")
+_RESTART = re.compile(r"restart_count=(\d+)")
+_GLOBAL_RANKS = re.compile(r"global_ranks=\[([\d, ]*)\]")
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+
+
+@dataclass
+class _NodeLog:
+    offset: int = 0
+    restart_count: int = 0
+    global_ranks: list[int] = field(default_factory=list)
+
+
+class LogProgress:
+    def __init__(self, regex: str | None, events_dir: str, report_exit_codes: bool = False) -> None:
+        self.regex = re.compile(regex) if regex else None
+        self.report_exit_codes = report_exit_codes
+        self.path = os.path.join(events_dir, "log-progress.jsonl")
+        self._nodes: dict[int, _NodeLog] = {}
+
+    def poll(self, logs: dict[int, str]) -> list[Event]:
+        """New events from the node logs (``{node: path}``), also appended to the events dir."""
+        out: list[Event] = []
+        for node, path in logs.items():
+            state = self._nodes.setdefault(node, _NodeLog())
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(state.offset)
+                    chunk = fh.read()
+            except OSError:
+                continue
+            cut = chunk.rfind(b"\n") + 1
+            state.offset += cut
+            for line in chunk[:cut].decode(errors="replace").splitlines():
+                out.extend(self._line(node, state, line))
+        if out:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                for ev in out:
+                    fh.write(json.dumps(ev) + "\n")
+        return out
+
+    def _line(self, node: int, state: _NodeLog, line: str) -> list[Event]:
+        now = time.time()
+        if m := _RESTART.search(line):
+            state.restart_count = int(m.group(1))
+            return []
+        if m := _GLOBAL_RANKS.search(line):
+            # No rank_start events from here: a log knows when the agent started a worker,
+            # not which step it resumed from; metrics take that from its first step instead.
+            state.global_ranks = [int(r) for r in m.group(1).replace(" ", "").split(",") if r]
+            return []
+        if m := _AGENT_FAILED.search(line):
+            code, local = int(m.group(1)), int(m.group(2))
+            if code >= 0 and not self.report_exit_codes:
+                return []
+            rank = state.global_ranks[local] if local < len(state.global_ranks) else None
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            return [{"t": now, "src": f"node-{node}", "incarnation": state.restart_count, "kind": "detected",
+                     "by": f"node-{node}", "suspect": f"rank-{rank}" if rank is not None else f"node-{node}",
+                     "failure_class": "crash", "reason": f"torchrun agent: worker local_rank {local} {how}",
+                     "via": "log"}]
+        worker = _WORKER_LINE.match(line)
+        if not worker or self.regex is None:
+            return []
+        m = self.regex.search(worker.group(2))
+        if not m:
+            return []
+        local = int(worker.group(1))
+        rank = state.global_ranks[local] if local < len(state.global_ranks) else local
+        loss = m.groupdict().get("loss")
+        return [{"t": now, "src": f"rank-{rank}", "incarnation": state.restart_count, "kind": "step_end",
+                 "step": int(m.group("step")), "loss": float(loss) if loss else None, "via": "log"}]

@@ -1,0 +1,71 @@
+"""A user's own training script as the system under test: no probe, progress from log lines.
+
+The script knows nothing of trainchaos: it prints ``step N loss L`` and keeps its own
+resume file. trainchaos must still find the rank to kill (by its environment), see the
+torchrun agent report the death, and measure recovery and lost steps from the log lines.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from chaos.procs import find_run_processes
+from chaos.run import run_scenario_once
+from chaos.scenario import parse_scenario
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    rank = int(os.environ["RANK"])
+    state = os.path.join(sys.argv[1], f"resume-{rank}.txt")
+    step = int(open(state).read()) if os.path.exists(state) else 0
+    while step < 60:
+        step += 1
+        time.sleep(0.05)
+        print(f"step {step} loss {3.0 / step:.4f}", flush=True)
+        if step % 10 == 0:
+            with open(state + ".tmp", "w") as fh:
+                fh.write(str(step))
+            os.replace(state + ".tmp", state)
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    scenario = parse_scenario(
+        {
+            "name": "user-command-kill",
+            "workload": {
+                "command": f"python {script} {tmp_path}",
+                "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[\d.]+)",
+            },
+            "topology": {"nodes": 1, "ranks_per_node": 2},
+            "faults": [{"type": "kill_rank", "target": {"rank": 1}, "trigger": {"at_step": 25}}],
+            "targets": {"detection_s": {"max": 5}, "lost_steps": {"max": 10}, "attribution": "correct"},
+            "timeout_s": 120,
+        },
+        str(tmp_path / "scenario.yaml"),
+    )
+    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=0)
+
+    assert journal["status"] == "completed", journal["error"]
+    fault = journal["faults"][0]
+    assert fault["details"]["pids"], "the rank's process was not found by its environment"
+    assert fault["step_at_inject"] in (25, 26, 27)
+    metrics = journal["metrics"]["faults"][0]
+    # The script reports nothing itself: the torchrun agent is the detector, and it names
+    # the killed rank.
+    assert metrics["detected_by"] == "node-0"
+    assert metrics["attribution"] == "correct", metrics["attribution_detail"]
+    assert metrics["resumed_from"] == 20
+    assert metrics["lost_steps"] == fault["step_at_inject"] - 20
+    assert metrics["recovery_s"] is not None
+    assert journal["verdict"]["passed"], journal["verdict"]
+    assert not find_run_processes(journal["run_id"])
