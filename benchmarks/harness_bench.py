@@ -118,9 +118,7 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
     trainer.setup()
     attached = probe.Probe(os.path.join(tmp, "events"), "rank-0", 0)
     detached = probe.Probe(None, "rank-0", 0)
-    medians: dict[str, list[float]] = {"attached": [], "detached": []}
-    for i in range(repeats * 2):
-        name, pr = (("attached", attached), ("detached", detached))[i % 2]
+    def block(pr: probe.Probe) -> float:
         times = []
         for _ in range(steps):
             t0 = time.perf_counter()
@@ -129,7 +127,15 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
             trainer.step += 1
             pr.step_end(trainer.step, loss)
             times.append(time.perf_counter() - t0)
-        medians[name].append(statistics.median(times))
+        return statistics.median(times)
+
+    block(detached)  # warm-up: the first steps of a process are slower, whatever runs them
+    medians: dict[str, list[float]] = {"attached": [], "detached": []}
+    # ABBA order: a drift in machine load over time hits both sides alike.
+    for i in range(repeats * 2):
+        first, second = ("attached", "detached") if i % 2 == 0 else ("detached", "attached")
+        for name in (first, second):
+            medians[name].append(block(attached if name == "attached" else detached))
     attached.close()
     dist.destroy_process_group()
     on, off = statistics.median(medians["attached"]), statistics.median(medians["detached"])
@@ -145,6 +151,8 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
         "probe_step_ms_attached_median": round(on * 1000, 3),
         "probe_step_ms_detached_median": round(off * 1000, 3),
         "probe_overhead_pct": round((on - off) / off * 100, 2),
+        # Spread of the per-block medians: the A/B difference is only meaningful beyond it.
+        "probe_ab_noise_pct": round((max(medians["detached"]) - min(medians["detached"])) / off * 100, 2),
         "probe_step_end_us_per_call": round(per_call * 1e6, 2),
         "probe_step_end_pct_of_step": round(per_call / off * 100, 3),
     }

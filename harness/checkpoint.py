@@ -163,6 +163,8 @@ def _check_loadable(obj: Any, where: str) -> None:
 
 def _snapshot(obj: Any) -> Any:
     """A deep copy whose tensors are detached host-memory clones (for the async writer)."""
+    if obj is None or isinstance(obj, int | float | str | bytes):
+        return obj  # immutable: sharing is a copy (the RNG state alone holds 625 ints)
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
@@ -341,6 +343,10 @@ class CheckpointManager:
     # ---------------------------------------------------------------- writing
 
     def _save_in_background(self, step: int, state: dict[str, Any], blocked: _BlockedTime) -> None:
+        # Hand the GIL straight back: Thread.start() waits for this thread to run, and a
+        # writer that went on serialising would keep training blocked for a whole GIL switch
+        # interval (5 ms) before save() could return.
+        time.sleep(0)
         try:
             self._save(step, state, blocked)
         except BaseException as exc:  # noqa: B036 - recorded and re-raised in the training thread

@@ -1,0 +1,67 @@
+"""The plan is a pure function of scenario and seed: targets, trigger times, probe orders."""
+
+from __future__ import annotations
+
+from chaos.plan import make_plan, probe_instructions
+from chaos.scenario import parse_scenario
+
+
+def _scenario(seed: int = 3):
+    return parse_scenario(
+        {
+            "name": "plan",
+            "seed": seed,
+            "topology": {"nodes": 2, "ranks_per_node": 2},
+            "faults": [
+                {"type": "kill_rank", "target": {"random": "rank"}, "trigger": {"random": {"window_s": [5, 50]}}},
+                {"type": "kill_node", "target": {"random": "node"}, "trigger": {"poisson": {"mtbf_s": 20, "max_faults": 3}}},
+                {"type": "device_error", "target": {"rank": 2}, "trigger": {"at_step": 40}},
+                {"type": "crash_during_checkpoint", "target": {"rank": 0}, "trigger": {"at_step": 60}},
+                {"type": "straggler", "target": {"ranks": [1, 3]}, "trigger": {"at_step": 5}, "probability": 0.5},
+            ],
+        },
+        "plan.yaml",
+    )
+
+
+def test_same_seed_same_plan_and_different_seed_different_draws():
+    a = [p.to_dict() for p in make_plan(_scenario(), 3)]
+    b = [p.to_dict() for p in make_plan(_scenario(), 3)]
+    assert a == b
+    others = [[p.to_dict() for p in make_plan(_scenario(), seed)] for seed in range(4, 12)]
+    assert any(o != a for o in others), "the seed must drive the random draws"
+
+
+def test_poisson_expands_into_increasing_occurrences_with_their_own_ids():
+    plan = make_plan(_scenario(), 3)
+    poisson = [p for p in plan if p.spec.type == "kill_node"]
+    assert [p.fault_id for p in poisson] == ["f1-kill_node#1", "f1-kill_node#2", "f1-kill_node#3"]
+    offsets = [p.offset_s for p in poisson]
+    assert offsets == sorted(offsets) and offsets[0] > 0
+
+
+def test_random_window_and_targets_stay_inside_the_job():
+    for seed in range(20):
+        plan = make_plan(_scenario(), seed)
+        kill = plan[0]
+        assert 5 <= kill.offset_s <= 50
+        assert len(kill.fault.target.ranks) == 1 and 0 <= kill.fault.target.ranks[0] < 4
+        for p in plan:
+            if p.spec.type == "kill_node":
+                (node,) = p.fault.target.nodes
+                # a node target also names its ranks: blaming either is right
+                assert p.fault.target.ranks == (2 * node, 2 * node + 1)
+
+
+def test_probe_instructions_cover_only_in_process_faults_that_fire():
+    plan = make_plan(_scenario(), 3)
+    orders = probe_instructions(plan)
+    by_type = {o["type"]: o for o in orders}
+    assert "kill_rank" not in by_type and "kill_node" not in by_type
+    assert by_type["device_error"] == {**by_type["device_error"], "ranks": [2], "at_step": 40,
+                                       "point": "step_end", "action": "device_error", "at_or_after": False}
+    # a checkpoint crash hits the first save at or after its step
+    assert by_type["crash_during_checkpoint"]["point"] == "ckpt_write"
+    assert by_type["crash_during_checkpoint"]["at_or_after"] is True
+    straggler = next(p for p in plan if p.spec.type == "straggler")
+    assert ("straggler" in by_type) == straggler.fires
