@@ -1,0 +1,78 @@
+"""The smoke suite's other process/GPU faults, run for real: what each must show besides
+timing (timing targets belong to the verdict of `make demo`, not to a pass/fail test)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from chaos.events import read_events
+from chaos.procs import find_run_processes
+from chaos.run import run_scenario_once
+from chaos.scenario import load_scenario
+
+SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "smoke")
+
+
+def _run(name: str, tmp_path) -> tuple[dict, list[dict]]:
+    scenario = load_scenario(os.path.join(SMOKE, f"{name}.yaml"))
+    journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed)
+    assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
+    return journal, read_events(os.path.join(journal["run_dir"], "events"))
+
+
+def _only_fault(journal: dict) -> tuple[dict, dict]:
+    (fault,) = journal["faults"]
+    (metrics,) = journal["metrics"]["faults"]
+    return fault, metrics
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    journal, events = _run("kill-node", tmp_path)
+    assert journal["status"] == "completed", journal["error"]
+    fault, metrics = _only_fault(journal)
+    # the agent and both of its ranks were hit at once
+    assert len(fault["details"]["pids"]) == 3
+    assert metrics["attribution"] == "correct", metrics["attribution_detail"]
+    assert metrics["detected_suspect"] in ("rank-2", "rank-3", "node-1")
+    # the survivors continue elastically with half the world, from a checkpoint
+    after = [e for e in events if e["kind"] == "rank_start" and e["t"] > fault["t_inject"]]
+    assert {e["world_size"] for e in after} == {2} and {e["rank"] for e in after} == {0, 1}
+    assert journal["metrics"]["final_world_size"] == 2
+    assert 0 <= metrics["lost_steps"] <= 20 and metrics["resumed_from"] % 20 == 0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_device_error_is_reported_by_the_failing_rank_at_its_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    journal, events = _run("device-error", tmp_path)
+    assert journal["status"] == "completed", journal["error"]
+    fault, metrics = _only_fault(journal)
+    assert fault["precision"] == "exact" and fault["step_at_inject"] == 45
+    first = next(e for e in events if e["kind"] == "detected" and e["t"] >= fault["t_inject"])
+    assert (first["by"], first["suspect"], first["failure_class"]) == ("rank-2", "rank-2", "device")
+    assert "Xid 79" in first["reason"]
+    assert metrics["resumed_from"] == 40 and metrics["lost_steps"] == 5
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_crash_mid_checkpoint_never_loads_the_partial_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    journal, events = _run("crash-during-checkpoint", tmp_path)
+    assert journal["status"] == "completed", journal["error"]
+    fault, metrics = _only_fault(journal)
+    crash = next(e for e in events if e["kind"] == "fault_injected" and e["src"] == "rank-0")
+    assert crash["point"] == "ckpt_write" and crash["step"] == 60
+    # the step-60 save never completed; every rank resumed from the previous good one
+    saves = [e["step"] for e in events if e["kind"] == "ckpt_save_end" and e["t"] < crash["t"]]
+    assert 60 not in saves
+    loads = [e for e in events if e["kind"] == "ckpt_load" and e["t"] > crash["t"]]
+    assert loads and {e["step"] for e in loads} == {40} and all(e["verified"] for e in loads)
+    assert metrics["resumed_from"] == 40 and metrics["lost_steps"] == 20
+    assert metrics["attribution"] == "correct", metrics["attribution_detail"]
