@@ -118,27 +118,27 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
     trainer.setup()
     attached = probe.Probe(os.path.join(tmp, "events"), "rank-0", 0)
     detached = probe.Probe(None, "rank-0", 0)
-    def block(pr: probe.Probe) -> float:
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            pr.fault_point("step_begin", step=trainer.step + 1)
-            loss = trainer.train_step()
-            trainer.step += 1
-            pr.step_end(trainer.step, loss)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+    def one_step(pr: probe.Probe) -> float:
+        t0 = time.perf_counter()
+        pr.fault_point("step_begin", step=trainer.step + 1)
+        loss = trainer.train_step()
+        trainer.step += 1
+        pr.step_end(trainer.step, loss)
+        return time.perf_counter() - t0
 
-    block(detached)  # warm-up: the first steps of a process are slower, whatever runs them
-    medians: dict[str, list[float]] = {"attached": [], "detached": []}
-    # ABBA order: a drift in machine load over time hits both sides alike.
-    for i in range(repeats * 2):
-        first, second = ("attached", "detached") if i % 2 == 0 else ("detached", "attached")
-        for name in (first, second):
-            medians[name].append(block(attached if name == "attached" else detached))
+    for _ in range(20):
+        one_step(detached)  # warm-up: the first steps of a process are slower, whatever runs them
+    # Attached and detached alternate step by step, so that drifts in machine load (the
+    # noise here is several % over a minute) hit both sides alike.
+    samples: dict[str, list[float]] = {"attached": [], "detached": []}
+    for i in range(repeats * 2 * steps):
+        name = "attached" if i % 2 == 0 else "detached"
+        samples[name].append(one_step(attached if name == "attached" else detached))
+    medians = {name: [statistics.median(v[k:k + steps]) for k in range(0, len(v), steps)]
+               for name, v in samples.items()}
     attached.close()
     dist.destroy_process_group()
-    on, off = statistics.median(medians["attached"]), statistics.median(medians["detached"])
+    on, off = statistics.median(samples["attached"]), statistics.median(samples["detached"])
     # The probe's own cost, timed alone: far below the noise of a whole step.
     n = 20_000
     probe_file = probe.Probe(os.path.join(tmp, "events2"), "rank-0", 0)
@@ -151,7 +151,7 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
         "probe_step_ms_attached_median": round(on * 1000, 3),
         "probe_step_ms_detached_median": round(off * 1000, 3),
         "probe_overhead_pct": round((on - off) / off * 100, 2),
-        # Spread of the per-block medians: the A/B difference is only meaningful beyond it.
+        # Spread of per-block medians of the same side: a difference below it is noise.
         "probe_ab_noise_pct": round((max(medians["detached"]) - min(medians["detached"])) / off * 100, 2),
         "probe_step_end_us_per_call": round(per_call * 1e6, 2),
         "probe_step_end_pct_of_step": round(per_call / off * 100, 3),

@@ -105,46 +105,29 @@ def _check_bound(
 def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
     checks: list[Check] = []
     fid = fm.fault_id
-    if targets.detection_s is not None:
-        b = targets.detection_s
-        if fm.detection_s is None:
-            checks.append(Check("detection_s", False, None, _bound_dict(b),
-                                f"fault {fid} undetected (target detection_s {_bound_text(b, ' s')})",
-                                fid))
-        else:
-            checks.append(_check_bound("detection_s", "detection", fm.detection_s, b, " s",
-                                       _fmt_s, fid))
-    if targets.recovery_s is not None:
-        b = targets.recovery_s
-        if fm.recovery_s is None:
-            how = ("restarted but never completed a step" if fm.restarted
-                   else "no productive step after the fault")
-            checks.append(Check("recovery_s", False, None, _bound_dict(b),
-                                f"fault {fid} never recovered: {how} "
-                                f"(target recovery_s {_bound_text(b, ' s')})", fid))
-        else:
-            checks.append(_check_bound("recovery_s", "recovery", fm.recovery_s, b, " s",
-                                       _fmt_s, fid))
-    if targets.catchup_s is not None:
-        b = targets.catchup_s
-        if fm.catchup_s is None:
-            checks.append(Check("catchup_s", False, None, _bound_dict(b),
-                                f"fault {fid} never caught up to step {fm.last_step_before} "
-                                f"(target catchup_s {_bound_text(b, ' s')})", fid))
-        else:
-            checks.append(_check_bound("catchup_s", "catch-up", fm.catchup_s, b, " s",
-                                       _fmt_s, fid))
-    if targets.lost_steps is not None:
-        b = targets.lost_steps
-        if fm.lost_steps is None:
-            checks.append(Check("lost_steps", False, None, _bound_dict(b),
-                                f"fault {fid}: lost steps unknown, training never resumed "
-                                f"(target lost_steps {_bound_text(b, '')})", fid))
-        else:
-            c = _check_bound("lost_steps", "lost steps", fm.lost_steps, b, "", str, fid)
-            c.reason += (f" (last step {fm.last_step_before}, resumed from {fm.resumed_from})"
-                         if fm.restarted else " (no restart)")
-            checks.append(c)
+    how = "restarted but never completed a step" if fm.restarted else "no productive step after the fault"
+    # (target name, label, value, unit, formatter, why the value is missing)
+    bounded = [
+        ("detection_s", "detection", fm.detection_s, " s", _fmt_s, f"fault {fid} undetected"),
+        ("recovery_s", "recovery", fm.recovery_s, " s", _fmt_s, f"fault {fid} never recovered: {how}"),
+        ("catchup_s", "catch-up", fm.catchup_s, " s", _fmt_s,
+         f"fault {fid} never caught up to step {fm.last_step_before}"),
+        ("lost_steps", "lost steps", fm.lost_steps, "", str,
+         f"fault {fid}: lost steps unknown, training never resumed"),
+    ]
+    for name, label, value, unit, fmt, missing in bounded:
+        bound = getattr(targets, name)
+        if bound is None:
+            continue
+        if value is None:
+            checks.append(Check(name, False, None, _bound_dict(bound),
+                                f"{missing} (target {name} {_bound_text(bound, unit)})", fid))
+            continue
+        check = _check_bound(name, label, value, bound, unit, fmt, fid)
+        if name == "lost_steps":
+            check.reason += (f" (last step {fm.last_step_before}, resumed from {fm.resumed_from})"
+                             if fm.restarted else " (no restart)")
+        checks.append(check)
     if targets.attribution == "correct":
         if fm.attribution == "correct":
             checks.append(Check("attribution", True, "correct", "correct",
