@@ -33,13 +33,17 @@ def cli() -> None:
 @click.option("--seed", type=click.IntRange(0), default=None, help="Override every scenario's seed.")
 @click.option("--junit", "junit_path", default=None, help="Also write JUnit XML here.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first run that misses a target.")
+@click.option("--dry-run", is_flag=True, help="Print each scenario's resolved plan; start nothing.")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
-        junit_path: str | None, fail_fast: bool) -> None:
+        junit_path: str | None, fail_fast: bool, dry_run: bool) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import run_suite
 
     scenarios = load_suite(list(paths))
+    if dry_run:
+        _print_plans(scenarios, seed, repeat)
+        return
     suite_name = _suite_name(paths)
     out_dir = out_dir or os.path.join("reports", suite_name)
     from chaos.interrupts import installed
@@ -50,6 +54,29 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     if outcome.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_OK if outcome.passed else EXIT_TARGET_MISSED)
+
+
+def _print_plans(scenarios: list, seed: int | None, repeat: int | None) -> None:
+    from chaos.plan import make_plan
+
+    for sc in scenarios:
+        run_seed = sc.seed if seed is None else seed
+        topo = sc.topology
+        click.secho(f"{sc.name}", bold=True, nl=False)
+        click.echo(f"  seed {run_seed}, {topo.nodes} node(s) x {topo.ranks_per_node} rank(s), "
+                   f"repeat {repeat or sc.repeat}, timeout {sc.timeout_s:g} s"
+                   f"{', with a fault-free baseline' if sc.baseline else ''}")
+        for planned in make_plan(sc, run_seed):
+            trig = planned.spec.trigger
+            when = {
+                "at_step": f"at step {trig.at_step}",
+                "after_event": f"after {trig.event} #{trig.count} + {trig.delay_s:g} s",
+            }.get(trig.kind, f"{planned.offset_s:.1f} s after the first step ({trig.kind})"
+                  if planned.offset_s is not None else trig.kind)
+            fires = "" if planned.fires else "  [skipped: probability draw]"
+            click.echo(f"  {planned.fault_id}: {planned.spec.type} on {planned.fault.target.describe()}, "
+                       f"{when}{fires}")
+    click.echo("dry run: nothing was started")
 
 
 def _suite_name(paths: tuple[str, ...]) -> str:

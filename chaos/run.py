@@ -106,12 +106,12 @@ class _Runner:
         self.with_faults = with_faults
         self.plan = make_plan(scenario, seed) if with_faults else []
         self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
-        self.events: list[Event] = []
         self.max_step = 0
         self.step_by_rank: dict[int, int] = {}
         self.t_first_step: float | None = None
         self.t_last_progress = time.monotonic()
-        self.event_counts: dict[str, int] = {}
+        # kind -> times seen: after_event triggers and the end-of-run check read it; the
+        # events themselves are read back from disk once the run is over.
         self.event_times: dict[str, list[float]] = {}
         self.status = "running"
         self.error: str | None = None
@@ -119,9 +119,7 @@ class _Runner:
     # -- event intake ---------------------------------------------------------------------
     def _take(self, events: list[Event]) -> None:
         for ev in events:
-            self.events.append(ev)
             kind = ev.get("kind")
-            self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
             self.event_times.setdefault(kind, []).append(ev["t"])
             if kind == "rank_start" and ev.get("pid") is not None:
                 self.cluster.note_rank_start(int(ev["rank"]), int(ev["pid"]))
@@ -231,7 +229,7 @@ class _Runner:
                 live = {n: rc for n, rc in rcs.items() if not self.cluster.nodes[n].killed}
                 if all(rc is not None for rc in live.values()):
                     # The harness says it finished (run_end); a user command only by its exit code.
-                    finished = self.event_counts.get("run_end", 0) > 0 or self.scenario.workload.command is not None
+                    finished = bool(self.event_times.get("run_end")) or self.scenario.workload.command is not None
                     ok = all(rc == 0 for rc in live.values()) and finished
                     self.status = "completed" if ok else "failed"
                     if not ok:

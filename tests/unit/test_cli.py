@@ -304,3 +304,20 @@ def test_cleanup_with_nothing_registered(tmp_path: Path) -> None:
     result = _subprocess(["cleanup"], tmp_path)
     assert result.returncode == EXIT_OK, result.stderr
     assert "nothing to clean up" in result.stdout
+
+
+def test_dry_run_prints_the_seeded_plan_and_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "out"
+    args = ["run", str(SMOKE), str(REPO / "tests" / "scenarios" / "good"), "--dry-run", "--out", str(out)]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == EXIT_OK, first.output
+    assert "f0-kill_rank: kill_rank on rank 3, at step 70" in first.output
+    assert "with a fault-free baseline" in first.output
+    assert "dry run: nothing was started" in first.output
+    # the same seed gives the same plan, random and Poisson draws included
+    assert CliRunner().invoke(cli, args).output == first.output
+    other_seed = CliRunner().invoke(cli, [*args, "--seed", "12345"])
+    assert other_seed.exit_code == EXIT_OK and other_seed.output != first.output
+    assert not out.exists()
+    _assert_nothing_started(tmp_path)
