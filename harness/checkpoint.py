@@ -99,7 +99,7 @@ class CheckpointCorruptError(CheckpointError):
         lines = "".join(f"\n  {path}: {reason}" for path, reason in corrupt)
         super().__init__(
             f"all {len(corrupt)} checkpoint(s) failed verification; refusing to silently start "
-            f"from scratch (allow a fresh start to do so):{lines}"
+            f"from scratch (pass --allow-fresh-start, or allow_fresh_start: true in a scenario, to do so):{lines}"
         )
 
 

@@ -80,7 +80,7 @@ class FailureConfig:
     watchdog_s: float = 10.0
     """Heartbeat watchdog: a peer silent this long is declared hung (0 = off: plain gloo)."""
     heartbeat_s: float = 0.5
-    """Interval between heartbeats each rank publishes in the store."""
+    """Interval between the pings each rank sends every peer over its liveness socket."""
     collective_timeout_s: float = 30.0
     """Timeout of each collective and of process-group init (0 = gloo's default, 30 min)."""
 
@@ -268,8 +268,19 @@ def config_from_args(argv: list[str] | None = None) -> HarnessConfig:
     try:
         return config_from_mapping(nested, where="options")
     except ConfigError as exc:
-        parser.error(str(exc))
+        parser.error(_in_flag_terms(str(exc)))
         raise  # unreachable: parser.error exits
+
+
+def _in_flag_terms(message: str) -> str:
+    """``options.checkpoint: checkpoint.keep is 1`` -> ``--checkpoint-keep is 1``: name what was typed."""
+    import re
+
+    message = re.sub(r"^options(\.\w+)*: ", "", message)
+    message = re.sub(r"\b(model|checkpoint|failure)\.(\w+)", lambda m: _flag(m[1], m[2]), message)
+    top = {f.name for f in dataclasses.fields(HarnessConfig)} - set(_SECTIONS)
+    first, _, rest = message.partition(" ")
+    return f"{_flag(None, first)} {rest}" if first in top else message
 
 
 def config_to_args(cfg: HarnessConfig) -> list[str]:

@@ -69,12 +69,12 @@ def test_help_describes_options_and_their_defaults(help_text: str, flag: str, wo
 
 
 @pytest.mark.parametrize(("args", "option", "allowed"), [
-    (["--steps", "-1"], "steps", "> 0"),
-    (["--checkpoint-keep", "1"], "keep", "at least 2"),
+    (["--steps", "-1"], "--steps", "> 0"),
+    (["--checkpoint-keep", "1"], "--checkpoint-keep", "at least 2"),
     (["--model-name", "foo"], "--model-name", "'tiny-gpt', 'mlp'"),
     (["--checkpoint-mode", "bogus"], "--checkpoint-mode", "'sync', 'async'"),
-    (["--model-d-model", "90", "--model-n-heads", "4"], "d_model", "divisible by model.n_heads"),
-    (["--failure-watchdog-s", "0.5"], "watchdog_s", "at least twice failure.heartbeat_s"),
+    (["--model-d-model", "90", "--model-n-heads", "4"], "--model-d-model", "divisible by --model-n-heads"),
+    (["--failure-watchdog-s", "0.5"], "--failure-watchdog-s", "at least twice --failure-heartbeat-s"),
 ])
 def test_invalid_option_exits_2_with_one_clear_message(args: list[str], option: str, allowed: str) -> None:
     result = harness(*args)
