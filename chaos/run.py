@@ -163,12 +163,16 @@ class _Runner:
         st.fired = True
         st.active = True
         st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
+        # A signal is in effect the moment it is sent, and peers can notice within a
+        # millisecond, before inject() has even returned: the clock is read first. A fault
+        # that takes effect later (rules being applied) reports ``t_effective`` itself.
+        t_called = time.time()
         try:
             st.record = fault.inject(self.ctx)
         except Exception as exc:  # a fault that failed to apply is recorded, then reverted
             st.error = f"inject failed: {exc}"
             st.record = {}
-        st.t_inject = time.time()
+        st.t_inject = float(st.record.get("t_effective", t_called))
         self.journal.applied(fault.fault_id, st.record)
         self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
                       step=st.step_seen_at_inject, mechanism="injector", details=st.record)

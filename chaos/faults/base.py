@@ -113,7 +113,11 @@ class FaultType(ABC):
 
     @abstractmethod
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        """Put the fault in effect; returns details for the fault journal (pids, rules...)."""
+        """Put the fault in effect; returns details for the fault journal (pids, rules...).
+
+        The fault counts as injected when ``inject`` was called (a signal acts at once);
+        one that takes effect only later returns that moment as ``t_effective``.
+        """
 
     @abstractmethod
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
