@@ -1,7 +1,8 @@
 """Event kinds and the one ordered timeline built from every process's JSON-lines file.
 
 Every event has ``t`` (unix seconds), ``src`` (``rank-3``, ``node-1``, ``injector``,
-``controller``), ``incarnation`` (restart count of the emitting process) and ``kind``;
+``controller``), ``incarnation`` (how many processes of that src started before this one:
+its restart count) and ``kind``;
 kind-specific fields are listed in ``KINDS``. See DESIGN.md, "Events".
 """
 

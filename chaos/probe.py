@@ -65,11 +65,28 @@ def _default_src() -> str:
     return f"proc-{os.getpid()}"
 
 
-def _default_incarnation() -> int:
-    try:
-        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    except ValueError:
-        return 0
+def _default_incarnation(events_dir: str | None, src: str) -> int:
+    """How many processes of ``src`` started before this one in the run (0 for the first).
+
+    torchrun's TORCHELASTIC_RESTART_COUNT is per agent and does not move on a membership
+    change (an agent restarts its healthy workers because another node re-joined), so two
+    processes of one rank can share it. Claiming the next free number with O_EXCL in the
+    run's events directory cannot: one process of a rank runs at a time.
+    """
+    if not events_dir:
+        try:
+            return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        except ValueError:
+            return 0
+    starts = os.path.join(events_dir, ".starts")
+    os.makedirs(starts, exist_ok=True)
+    n = 0
+    while True:
+        try:
+            os.close(os.open(os.path.join(starts, f"{src}.{n}"), os.O_CREAT | os.O_EXCL))
+            return n
+        except FileExistsError:
+            n += 1
 
 
 class Probe:
@@ -232,11 +249,10 @@ def get() -> Probe:
     if _probe is None:
         with _probe_lock:
             if _probe is None:
+                events_dir = os.environ.get(ENV_EVENTS_DIR)
+                src = _default_src()
                 _probe = Probe(
-                    os.environ.get(ENV_EVENTS_DIR),
-                    _default_src(),
-                    _default_incarnation(),
-                    os.environ.get(ENV_FAULTS_FILE),
+                    events_dir, src, _default_incarnation(events_dir, src), os.environ.get(ENV_FAULTS_FILE),
                 )
     return _probe
 

@@ -242,3 +242,40 @@ class Watchdog:
             return False
         self._report(diagnoses[0])
         return True
+
+
+class TerminationGuard:
+    """Acts on SIGTERM at once, even while the main thread is blocked inside a collective.
+
+    torchrun stops a worker group with SIGTERM. Python runs a signal handler only when the
+    main thread gets back to the interpreter, which a rank blocked in gloo never does; the
+    C-level handler still writes the signal number to the wakeup fd, and this thread reads
+    it and calls ``on_term`` (which is expected to exit the process).
+    """
+
+    def __init__(self, on_term: Callable[[int], None]) -> None:
+        import signal
+
+        self._on_term = on_term
+        self._read, write = socket.socketpair()
+        write.setblocking(False)
+        self._write = write  # kept alive: the wakeup fd must stay open
+        signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+        # A Python-level handler installs the C handler that feeds the wakeup fd; the work
+        # itself is done on the guard thread, not here.
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        threading.Thread(target=self._run, name="sigterm-guard", daemon=True).start()
+
+    def _run(self) -> None:
+        import signal
+
+        while True:
+            try:
+                data = self._read.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                self._on_term(signal.SIGTERM)
+                return

@@ -31,7 +31,14 @@ from harness import checkpoint as ckpt
 from harness.config import HarnessConfig
 from harness.data import CharVocab, DeterministicSampler, load_text
 from harness.dist import DistEnv, deterministic_allreduce_hook, exchange_peers, init_process_group
-from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog, diagnose_peers
+from harness.health import (
+    Diagnosis,
+    LivenessServer,
+    PeerAddress,
+    TerminationGuard,
+    Watchdog,
+    diagnose_peers,
+)
 from harness.model import build_model, state_digest
 
 __all__ = ["EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
@@ -110,6 +117,28 @@ class Trainer:
             reason = f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}"
         self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG, then=kill_hung_local_peer)
 
+    def _on_sigterm(self, signum: int) -> None:
+        """torchrun is stopping this group (a failure elsewhere, or the job is ending).
+
+        A node-mate that is frozen would hold the restart for torchrun's whole stop grace
+        period (30 s): this rank may be the last one left on the node able to notice, so it
+        checks its node-mates once and kills a hung one, reporting it, before leaving.
+        """
+        local = [p for p in self.peers if p.node == self.env.node]
+        hung = [d for d in diagnose_peers(local, timeout_s=1.0) if d.failure_class == "hang"] if local else []
+        if hung:
+            diag = hung[0]
+            peer = next(p for p in local if p.rank == diag.rank)
+            def kill_peer() -> None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(peer.pid, signal.SIGKILL)
+
+            self.fail(f"stopping on SIGTERM: {diag.detail}", f"rank-{diag.rank}", "hang", 128 + signum,
+                      then=kill_peer)
+        probe.emit("rank_exit", code=128 + signum, reason="terminated by torchrun (SIGTERM)")
+        probe.get().close()
+        os._exit(128 + signum)
+
     def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
         text = f"{type(exc).__name__}: {exc}".strip()
@@ -145,6 +174,7 @@ class Trainer:
         store = init_process_group(env, cfg.failure.collective_timeout_s)
         liveness = LivenessServer(env.rank)
         self.peers = exchange_peers(store, env, liveness.port)
+        TerminationGuard(self._on_sigterm)
         if self.peers:
             # Always watching for dead peers; hang detection only when watchdog_s > 0.
             self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog)
