@@ -107,6 +107,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from chaos.jsonsafe import jsonable as json_safe
+
 __all__ = [
     "LOSS_DEV_LAST_K",
     "Attribution",
@@ -258,17 +260,6 @@ class RunMetrics:
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-
-def json_safe(value: Any) -> Any:
-    """NaN/inf become None (strict JSON has neither); tuples become lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def _rank_of(src: Any) -> int | None:

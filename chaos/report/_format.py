@@ -7,12 +7,13 @@ metrics and no verdict, and its reports must still be written.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 import tempfile
 from typing import Any, Literal
+
+from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
 
 Outcome = Literal["pass", "fail", "error"]
 
@@ -219,22 +220,6 @@ def fmt_metric(journal: dict[str, Any], key: str) -> str:
 
 
 # ------------------------------------------------------------------------------ JSON and files
-
-
-def jsonable(obj: Any) -> Any:
-    """Plain JSON values: NaN/inf become None (strict parsers such as jq reject them),
-    tuples and sets become lists, dataclasses dicts. Anything else is left to ``default=str``."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return [jsonable(v) for v in sorted(obj, key=str)]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(dataclasses.asdict(obj))
-    return obj
 
 
 def atomic_write_text(path: str, text: str) -> str:
