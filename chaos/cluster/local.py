@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -165,9 +164,6 @@ class LocalCluster:
         found = [p.pid for p in find_run_processes(self.run_id) if p.rank == rank]
         return max(found) if found else None
 
-    def node_of_rank(self, rank: int) -> int:
-        return self.topology.node_of(rank)
-
     def kill_node(self, node: int, sig: int) -> list[int]:
         """Signal the node's agent and every rank it started, all at once.
 
@@ -205,6 +201,3 @@ class LocalCluster:
         self.poll()
         self._store = None
         return killed
-
-    def describe(self) -> str:
-        return " ".join(shlex.quote(a) for a in self.agent_command(0))
