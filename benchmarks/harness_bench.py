@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -147,6 +148,7 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
         probe_file.step_end(s, 1.0)
     per_call = (time.perf_counter() - t0) / n
     probe_file.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     return {
         "probe_step_ms_attached_median": round(on * 1000, 3),
         "probe_step_ms_detached_median": round(off * 1000, 3),
