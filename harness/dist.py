@@ -74,7 +74,7 @@ def init_process_group(env: DistEnv, timeout_s: float) -> dist.Store:
 
 def _reachable_address() -> str:
     """The address peers reach this rank on: the node's own, where the backend set one."""
-    return os.environ.get("TRAINCHAOS_NODE_ADDR") or os.environ.get("MASTER_ADDR_LOCAL") or "127.0.0.1"
+    return os.environ.get("TRAINCHAOS_NODE_ADDR") or "127.0.0.1"
 
 
 def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[PeerAddress]:

@@ -100,22 +100,29 @@ class Trainer:
         sys.stderr.flush()
         os._exit(code)
 
-    def _on_watchdog(self, diag: Diagnosis) -> None:
-        peer = next(p for p in self.peers if p.rank == diag.rank)
+    def _kill_hung_node_mate(self, rank: int) -> Callable[[], None]:
+        """What to do once a hang of ``rank`` is on record (``fail(..., then=...)``).
 
-        def kill_hung_local_peer() -> None:
-            # A frozen process ignores SIGTERM, so torchrun would wait out its whole stop
-            # grace period (30 s) before SIGKILL. A node's health agent kills its own hung
-            # ranks; the peer on the same node plays that part. Other nodes' ranks: never.
-            if diag.failure_class == "hang" and peer.node == self.env.node:
+        A frozen process ignores SIGTERM, so torchrun would wait out its whole stop grace
+        period (30 s) before SIGKILL. A node's health agent kills its own hung ranks; a rank
+        on the same node plays that part. Other nodes' ranks are never touched.
+        """
+        peer = next(p for p in self.peers if p.rank == rank)
+
+        def kill() -> None:
+            if peer.node == self.env.node:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(peer.pid, signal.SIGKILL)
 
+        return kill
+
+    def _on_watchdog(self, diag: Diagnosis) -> None:
         if diag.failure_class == "crash":
             reason = f"peer monitor: {diag.detail}"
         else:
             reason = f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}"
-        self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG, then=kill_hung_local_peer)
+        then = self._kill_hung_node_mate(diag.rank) if diag.failure_class == "hang" else None
+        self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG, then=then)
 
     def _on_sigterm(self, signum: int) -> None:
         """torchrun is stopping this group (a failure elsewhere, or the job is ending).
@@ -128,13 +135,8 @@ class Trainer:
         hung = [d for d in diagnose_peers(local, timeout_s=1.0) if d.failure_class == "hang"] if local else []
         if hung:
             diag = hung[0]
-            peer = next(p for p in local if p.rank == diag.rank)
-            def kill_peer() -> None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(peer.pid, signal.SIGKILL)
-
             self.fail(f"stopping on SIGTERM: {diag.detail}", f"rank-{diag.rank}", "hang", 128 + signum,
-                      then=kill_peer)
+                      then=self._kill_hung_node_mate(diag.rank))
         probe.emit("rank_exit", code=128 + signum, reason="terminated by torchrun (SIGTERM)")
         probe.get().close()
         os._exit(128 + signum)

@@ -21,19 +21,11 @@ from datetime import timedelta
 
 from chaos import probe
 from chaos.model import Topology
-from chaos.procs import find_run_processes, kill_pids
+from chaos.procs import find_run_processes, kill_pids, process_state
 
 __all__ = ["LocalCluster", "NodeProcess", "free_port"]
 
 RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def free_port() -> int:
@@ -159,7 +151,7 @@ class LocalCluster:
         """The live worker of ``rank``: from its rank_start event, else (a user command
         without the probe) found by the RANK in its environment."""
         pid = self.rank_pids.get(rank)
-        if pid is not None and _alive(pid):
+        if pid is not None and process_state(pid) not in (None, "Z"):
             return pid
         found = [p.pid for p in find_run_processes(self.run_id) if p.rank == rank]
         return max(found) if found else None
