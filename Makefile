@@ -4,8 +4,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
-# Debian packages later fault families need (network namespaces, nftables, FUSE).
-DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps
+# Debian packages later fault families need (network namespaces, nftables, FUSE), and
+# chromium: the integration test renders a real run's HTML report in it, headless.
+DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps chromium
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-unit test-integration lint bench clean
@@ -43,6 +44,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/harness_bench.py
+	$(BIN)/python benchmarks/scale_bench.py
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

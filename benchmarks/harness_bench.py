@@ -102,9 +102,11 @@ def bench_kill_recovery(out: str, repeats: int) -> dict:
 def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
     """Same process, same model: alternate probe attached / detached, compare median step time."""
     os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1")
-    from chaos.cluster.local import free_port
+    import socket
 
-    os.environ["MASTER_PORT"] = str(free_port())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     import torch.distributed as dist
 
     from chaos import probe

@@ -34,16 +34,34 @@ def cli() -> None:
 @click.option("--junit", "junit_path", default=None, help="Also write JUnit XML here.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first run that misses a target.")
 @click.option("--dry-run", is_flag=True, help="Print each scenario's resolved plan; start nothing.")
+@click.option("--baseline-from", "baseline_dir", default=None, metavar="DIR",
+              help="Gate on a stored baseline too: compare each scenario's medians with DIR's "
+                   "(as `trainchaos compare`); exit 1 on a regression, 2 if DIR lists other scenarios.")
+@click.option("--update-baseline", is_flag=True,
+              help="With --baseline-from: store this run's results in DIR as the new baseline "
+                   "instead of comparing (as snapshot tools do).")
+@click.option("--tolerances", "tolerances_path", default=None, metavar="FILE",
+              help="Tolerances for --baseline-from [default: DIR/tolerances.yaml, else built in].")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
-        junit_path: str | None, fail_fast: bool, dry_run: bool) -> None:
+        junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
+        update_baseline: bool, tolerances_path: str | None) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
-    from chaos.suite import run_suite
+    from chaos.suite import preflight, run_suite
 
+    if (update_baseline or tolerances_path) and not baseline_dir:
+        raise click.UsageError("--update-baseline and --tolerances need --baseline-from DIR")
     scenarios = load_suite(list(paths))
     if dry_run:
         _print_plans(scenarios, seed, repeat)
         return
+    preflight(scenarios)
+    gate = None
+    if baseline_dir:
+        from chaos.compare import BaselineGate
+
+        gate = BaselineGate.prepare(baseline_dir, [sc.name for sc in scenarios], update_baseline,
+                                    tolerances_path)
     suite_name = _suite_name(paths)
     out_dir = out_dir or os.path.join("reports", suite_name)
     from chaos.interrupts import installed
@@ -52,8 +70,18 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
         outcome = run_suite(scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
                             junit_path=junit_path, fail_fast=fail_fast)
     if outcome.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(EXIT_OK if outcome.passed else EXIT_TARGET_MISSED)
+        code = EXIT_INTERRUPTED
+    elif outcome.tool_failed:
+        click.echo("trainchaos: trainchaos itself failed in at least one run (status tool_error, "
+                   "see its journal); that is no verdict on the training stack", err=True)
+        code = EXIT_TOOL_FAILED
+    else:
+        code = EXIT_OK if outcome.passed else EXIT_TARGET_MISSED
+        if gate is not None:
+            code = max(code, gate.finish(out_dir, outcome.journals, suite_name, echo=click.echo))
+    if outcome.report_path:
+        click.echo(f"HTML report: {outcome.report_path}")
+    sys.exit(code)
 
 
 def _print_plans(scenarios: list, seed: int | None, repeat: int | None) -> None:
@@ -109,6 +137,7 @@ def faults(verbose: bool) -> None:
         click.echo(f"  [{cls.family}; targets: {', '.join(cls.target_kinds)}; class: {cls.failure_class}"
                    f"{'; in-process, at_step only' if cls.in_process else ''}]")
         click.echo(f"    {cls.summary}")
+        click.echo(f"    mechanism: {cls.describe_mechanism()}")
         for line in cls.describe_params():
             click.echo(f"    param {line}")
         fidelity = cls.fidelity if verbose else cls.fidelity.split(". ")[0] + "."
@@ -117,17 +146,133 @@ def faults(verbose: bool) -> None:
 
 
 @cli.command()
-@click.option("--run-dir", "run_dirs", multiple=True, help="A run directory to clean (default: every active run).")
-@click.option("--force", is_flag=True, help="Clean runs whose controller is still alive too.")
-def cleanup(run_dirs: tuple[str, ...], force: bool) -> None:
-    """Revert what a crashed controller left: faults from its journal, and its processes."""
-    from chaos.cleanup import cleanup_runs
+@click.option("--markdown", is_flag=True,
+              help="The Markdown reference (the generated part of docs/scenario.md) instead.")
+@click.option("--out", "out_path", default=None, metavar="FILE",
+              help="Write to FILE instead of stdout. With --markdown, a FILE holding the reference "
+                   "markers (docs/scenario.md) gets only that section replaced.")
+def schema(markdown: bool, out_path: str | None) -> None:
+    """Print the JSON Schema of scenario files (draft 2020-12), for editors and CI.
 
+    \b
+    Editors that use yaml-language-server complete and check a scenario file with a first line
+      # yaml-language-server: $schema=<path to the file written by --out>
+    """
+    import json
+
+    if not markdown:
+        from chaos.schema.jsonschema import scenario_json_schema
+
+        text = json.dumps(scenario_json_schema(), indent=2) + "\n"
+    else:
+        from chaos.schema.markdown import reference_markdown, replace_reference
+
+        text = reference_markdown()
+        if out_path and os.path.exists(out_path):
+            with open(out_path, encoding="utf-8") as fh:
+                current = fh.read()
+            try:
+                text = replace_reference(current)
+            except ValueError:
+                pass  # no markers: the file is replaced by the reference alone
+    if out_path is None:
+        click.echo(text, nl=False)
+        return
+    with open(out_path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    click.echo(f"wrote {out_path}", err=True)
+
+
+@cli.command()
+@click.option("--run-dir", "run_dirs", multiple=True, help="A run directory to clean (default: every run whose controller is gone).")
+@click.option("--force", is_flag=True, help="With --run-dir: clean a run whose controller is still alive too.")
+@click.option("--check", is_flag=True, help="Only list what is left (processes, faults, resources); change nothing. Exit 0 when clean, 1 otherwise.")
+def cleanup(run_dirs: tuple[str, ...], force: bool, check: bool) -> None:
+    """Revert what a crashed controller left: its faults, processes and run-scoped resources."""
+    from chaos.cleanup import cleanup_runs, find_leftovers
+
+    if check:
+        leftovers = find_leftovers()
+        for line in leftovers:
+            click.echo(line)
+        click.echo(f"{len([x for x in leftovers if not x.startswith(' ')])} leftover(s)" if leftovers
+                   else "clean: nothing left by any trainchaos run")
+        sys.exit(EXIT_TARGET_MISSED if leftovers else EXIT_OK)
     report = cleanup_runs(list(run_dirs), force=force)
-    for line in report:
+    for line in report.lines:
         click.echo(line)
-    if not report:
+    for line in report.failures:
+        click.echo(f"FAILED: {line}", err=True)
+    if not report.lines and not report.failures:
         click.echo("nothing to clean up")
+    left = find_leftovers() if not run_dirs else []
+    for line in left:
+        click.echo(f"still left: {line}", err=True)
+    if report.failures or left:
+        sys.exit(EXIT_TOOL_FAILED)
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG")
+@click.option("--from-runs", "from_runs", default=None, metavar="DIR",
+              help="Take per-class detection and restart figures from the journals under DIR (medians).")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Also simulate each value (repeatable: every combination), e.g. checkpoint.interval_s=60,300,900.")
+@click.option("--trials", type=click.IntRange(1, 100_000), default=None, help="Monte-Carlo trials [default: the config's, 1000].")
+@click.option("--seed", type=click.IntRange(0), default=None, help="Override the config's seed.")
+@click.option("--out", "out_dir", default=None, help="Also write <name>.json, <name>.md and <name>.png here.")
+def simulate(config_path: str, from_runs: str | None, sweeps: tuple[str, ...], trials: int | None,
+             seed: int | None, out_dir: str | None) -> None:
+    """Model a large training job (N accelerators, D days): ETTR, goodput, lost GPU-hours, best checkpoint interval."""
+    from chaos.scale.report import render_text, write_outputs
+    from chaos.scale.simulate import run_simulation
+
+    outcome = run_simulation(config_path, from_runs=from_runs, sweeps=list(sweeps), trials=trials, seed=seed)
+    click.echo(render_text(outcome))
+    for path in write_outputs(outcome, out_dir) if out_dir else ():
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("path", metavar="RUN_DIR|SUITE_DIR")
+def report(path: str) -> None:
+    """Rebuild the HTML report (and summary.md, suite.md, suite.json) from the journal files."""
+    from chaos.report import rebuild_reports
+
+    paths = rebuild_reports(path)
+    click.echo(f"rebuilt {len(paths)} file(s)")
+    click.echo(f"HTML report: {paths[0]}")
+
+
+@cli.command()
+@click.argument("baseline", metavar="BASELINE")
+@click.argument("current", metavar="CURRENT")
+@click.option("--tolerances", "tolerances_path", default=None, metavar="FILE",
+              help="Per-metric tolerances (YAML: metrics / scenarios) [default: BASELINE/tolerances.yaml, "
+                   "else built in].")
+@click.option("--out", "out_path", default=None, metavar="FILE",
+              help="Also write the Markdown report to FILE (e.g. $GITHUB_STEP_SUMMARY is appended to by `>>`).")
+def compare(baseline: str, current: str, tolerances_path: str | None, out_path: str | None) -> None:
+    """Compare two suite outputs (each a directory with suite.json): every scenario's metric
+    medians within tolerances. Prints a Markdown table; exit 1 on a regression, 0 otherwise,
+    2 when the inputs cannot be compared (a scenario missing on one side)."""
+    from chaos.compare import (
+        compare_suites,
+        load_suite_summary,
+        load_tolerances,
+        render_markdown,
+        tolerances_for,
+    )
+
+    tolerances = load_tolerances(tolerances_for(baseline, tolerances_path))
+    comparison = compare_suites(load_suite_summary(baseline), load_suite_summary(current), tolerances,
+                                baseline, current)
+    markdown = render_markdown(comparison)
+    click.echo(markdown, nl=False)
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as fh:
+            fh.write(markdown)
+    sys.exit(EXIT_OK if comparison.passed else EXIT_TARGET_MISSED)
 
 
 def main() -> None:

@@ -28,8 +28,13 @@ class ValidationIssue:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}: {self.location}" if self.location else self.file
-        return f"{where}: {self.message}"
+        # Bounded: a 1 MB key or value quoted back whole would flood a terminal or a CI log.
+        where = f"{self.file}: {_clip(self.location, 160)}" if self.location else self.file
+        return f"{where}: {_clip(self.message, 500)}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text):,} characters)"
 
 
 class ScenarioError(ChaosError):

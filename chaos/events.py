@@ -28,8 +28,18 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fault_injected": ("fault", "type", "target", "step", "mechanism"),
     "fault_reverted": ("fault", "target"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
-    # or None; failure_class: crash | hang | device | network | storage | corruption | unknown
-    "detected": ("by", "reason", "suspect", "failure_class"),
+    # or None; failure_class: crash | hang | device | network | storage | corruption | unknown;
+    # corruption detections also name the detector (nonfinite, spike, digest, golden,
+    # ckpt_checksum) and the step
+    "detected": ("by", "reason", "suspect", "failure_class", "detector", "step"),
+    # silent corruption: each bit the probe flipped; the harness's rollback after a detection
+    # (checkpoints of clean_before or later quarantined); a verdict that the replay after
+    # a rollback reached again (deterministic, so not silent corruption: no second rollback)
+    "sdc_flip": ("fault", "step", "tensor", "element", "bit", "dtype", "before", "after"),
+    "sdc_rollback": ("step", "detector", "clean_before", "quarantined"),
+    "sdc_reproduced": ("detector", "step", "reason"),
+    # an in-process fault that could not be applied (an unknown tensor name...): a tool error
+    "fault_error": ("fault", "type", "target", "step", "error"),
     "rank_exit": ("code", "reason"),
     "run_end": ("step", "digest", "loss"),
     # emitted by the controller: the job as a whole

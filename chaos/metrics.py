@@ -64,10 +64,48 @@ Per fault (``FaultMetrics``)
         ``last_step_before − resumed_from`` (at least 0); 0 without a restart or when no step
         had completed before the fault; None when a restart happened but where it resumed from
         cannot be told.
-    steps_to_detect / ckpts_before_detection
-        For silent corruption: steps completed between the fault and its detection, and the
-        number of distinct checkpoint steps saved (``ckpt_save_end``) in that window (to the
-        end of the run when undetected).
+    Silent corruption (faults of failure class ``corruption``: bitflip, checkpoint_bitrot)
+        Detection: the first ``detected`` event of class ``corruption`` at or after
+        ``t_inject`` (a crash or hang alarm in between is not the corruption noticed); the
+        overlap rule above applies among corruption faults only. ``detector`` is that
+        event's ``detector`` field (``nonfinite``, ``spike``, ``digest``, ``golden``,
+        ``ckpt_checksum``...).
+        ``sdc_detection_steps``: the detection's step (its ``step`` field, else the furthest
+        step of the current generation at that moment) minus the step the corruption took
+        effect (``injected_step``), at least 0; None when undetected.
+        ``contaminated_checkpoints``: distinct checkpoint steps saved (``ckpt_save_start`` or
+        ``ckpt_save_end``) between ``t_inject`` and the detection (the end of the run when
+        undetected) whose step is at least ``injected_step``: checkpoints of corrupted state.
+        Counted only for corruption of live state (a ``fault_injected`` with mechanism
+        ``probe``); bit rot in a file at rest makes later checkpoints no worse, so it is 0.
+        Recovery, restarts and lost steps of a corruption of live state are measured from
+        its detection (``last_step_before`` is the last step before the detection: the steps
+        trained on corrupted state are lost work); ``recovery_s`` and ``catchup_s`` still
+        count from ``t_inject``. A file rotting at rest is measured from ``t_inject`` like
+        any fault (its detection comes with the next load, inside the restart).
+        Attribution of a corruption is ``correct`` when the detection names the corrupted
+        rank (e.g. the only rank whose local loss went non-finite, the odd one out of a
+        replica digest vote, the rank whose golden self-test failed) with class
+        ``corruption``; a detection that cannot tell which rank (a spike every rank sees
+        after the all-reduce, a digest mismatch between two replicas, a checkpoint checksum)
+        names no suspect and is attribution ``none``: the job can roll back but does not
+        know which node to exclude.
+
+Teardown
+    Events at or after ``RunInfo.t_stop`` (when trainchaos began stopping a job it had to
+    stop: a timeout, an interrupt, a tool error) are caused by trainchaos, not by a fault:
+    they are never detections, true or false.
+
+False detections (``false_detections``, ``false_detection_events``)
+    A ``detected`` event (before ``t_stop``) is *true* when its suspect is in the
+    ``target_srcs`` of a fault injected at or before it. Otherwise it is a *consequence*
+    when it falls inside a recovery already under way: after an earlier detection (true or
+    false) and before the first ``step_end`` of an incarnation started after that earlier
+    detection (a process torn down by its agent for the restart that the first detection
+    caused is blamed by peers that see it go; that is the restart, not a new alarm).
+    Otherwise it is *false*: a healthy process was blamed (a rank called hung during a
+    latency fault, any detection in a fault-free run). A detection without a suspect is
+    neither. The count and each false event (who blamed whom, why) are reported.
 
 Run level (``RunMetrics``)
     Reference rank
@@ -95,6 +133,10 @@ Run level (``RunMetrics``)
         max of ``|loss − base| / |base|`` over the last ``LOSS_DEV_LAST_K`` steps present in
         both the surviving lineage and ``baseline.losses``; a non-finite loss makes it None and
         sets ``nonfinite_loss_step``.
+    training health (``healthy``, ``health_problem``)
+        Unhealthy when a loss of the surviving lineage is not finite (``first_nonfinite_step``)
+        or ``run_end.weights_finite`` is false: such a run learned nothing, whatever its
+        other metrics say (two runs that both end in NaN weights share a digest).
     worst-case convenience
         ``detection_s``, ``recovery_s``, ``catchup_s``, ``lost_steps``: the max over fired
         faults of the known values; ``undetected`` / ``unrecovered`` say explicitly that some
@@ -125,7 +167,7 @@ __all__ = [
 LOSS_DEV_LAST_K = 10
 """Steps (the last ones present in both runs) over which the loss deviation is measured."""
 
-RunStatus = Literal["completed", "hung", "failed", "interrupted"]
+RunStatus = Literal["completed", "hung", "failed", "interrupted", "tool_error", "aborted"]
 Attribution = Literal["correct", "wrong", "none"]
 
 Event = dict[str, Any]
@@ -170,6 +212,8 @@ class RunInfo:
     """Ranks the run was started with."""
     timeout_s: float | None = None
     """The scenario's timeout, quoted in reasons for a hung run."""
+    t_stop: float | None = None
+    """When trainchaos began stopping the job (teardown); later events are its doing."""
 
 
 @dataclass
@@ -179,6 +223,8 @@ class BaselineInfo:
     losses: dict[int, float]
     """Step -> loss of the fault-free run (keys may be strings when read back from JSON)."""
     world_size: int
+    health_problem: str | None = None
+    """Why the baseline itself is not a sound reference (non-finite loss or weights)."""
 
 
 # -- outputs ----------------------------------------------------------------------------
@@ -211,8 +257,10 @@ class FaultMetrics:
     last_step_before: int | None = None
     resumed_from: int | None = None
     lost_steps: int | None = None
-    steps_to_detect: int | None = None
-    ckpts_before_detection: int = 0
+    detector: str | None = None
+    """Which detector of the job fired (the ``detected`` event's ``detector`` field)."""
+    sdc_detection_steps: int | None = None
+    contaminated_checkpoints: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -254,6 +302,22 @@ class RunMetrics:
     max_rel_loss_dev: float | None = None
     loss_dev_steps: list[int] = field(default_factory=list)
     nonfinite_loss_step: int | None = None
+    baseline_health_problem: str | None = None
+    # training health
+    healthy: bool = True
+    health_problem: str | None = None
+    first_nonfinite_step: int | None = None
+    # silent corruption (worst over fired corruption faults)
+    sdc_detection_steps: int | None = None
+    contaminated_checkpoints: int | None = None
+    detector_overhead_pct: float | None = None
+    """Time the job's corruption detectors took, in % of the rest of its step time, as the
+    job reports it (``run_end.detector_s`` / ``train_s``: the last incarnation of rank 0)."""
+    detector_seconds: dict[str, float] = field(default_factory=dict)
+    # false alarms
+    false_detections: int = 0
+    false_detection_events: list[dict[str, Any]] = field(default_factory=list)
+    """Each false detection: t, by, suspect, failure_class, reason."""
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -299,14 +363,16 @@ def _float_or_none(v: Any) -> float | None:
 class _Timeline:
     """The timeline, indexed once for the per-fault questions."""
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: list[Event], t_stop: float | None = None) -> None:
         self.events = sorted(events, key=lambda e: e["t"])  # stable: keeps per-file order
         self.rank_events = [e for e in self.events if _rank_of(e.get("src")) is not None]
         self.step_ends = [
             e for e in self.rank_events
             if e.get("kind") == "step_end" and _int_or_none(e.get("step")) is not None
         ]
-        self.detections = [e for e in self.events if e.get("kind") == "detected"]
+        # Teardown by trainchaos is not a detection (see "Teardown" above).
+        self.detections = [e for e in self.events if e.get("kind") == "detected"
+                           and (t_stop is None or e["t"] < t_stop)]
 
     def first_fault_event(self, kind: str, fault_id: str) -> Event | None:
         for e in self.events:
@@ -354,7 +420,9 @@ def _resumed_from(tl: _Timeline, inc: int, t_inject: float, first_step: Event | 
     loads = [
         e for e in tl.rank_events
         if e.get("kind") == "ckpt_load" and _inc(e) == inc and e["t"] >= t_inject
-        and not e.get("skipped") and _int_or_none(e.get("step")) is not None
+        # ``skipped`` lists the checkpoints a load fell back past (bit rot, a torn write);
+        # only ``skipped: true`` marks a load that did not happen.
+        and e.get("skipped") is not True and _int_or_none(e.get("step")) is not None
         and (first_step is None or e["t"] <= first_step["t"])
     ]
     if loads:
@@ -396,9 +464,12 @@ def _fault_metrics(
     targets = set(rec.target_srcs)
 
     # detection and attribution
+    corruption = rec.failure_class == "corruption"
     detection = None
     for e in tl.detections:
         if e["t"] < t_inject:
+            continue
+        if corruption and e.get("failure_class") != "corruption":
             continue
         if next_t is not None and e["t"] >= next_t and e.get("suspect") not in targets:
             continue
@@ -412,6 +483,7 @@ def _fault_metrics(
         fm.detection_reason = detection.get("reason")
         fm.detected_suspect = suspect = detection.get("suspect")
         fm.detected_class = cls = detection.get("failure_class")
+        fm.detector = detection.get("detector")
         was = f"fault was {', '.join(rec.target_srcs) or 'the job'} ({rec.failure_class})"
         if suspect is None:
             fm.attribution = "none"
@@ -421,17 +493,20 @@ def _fault_metrics(
             fm.attribution = "correct" if right else "wrong"
             fm.attribution_detail = f"blamed {suspect} ({cls or 'no class'}), {was}"
 
-    # recovery
-    last_before = tl.last_step(t_inject)
+    # recovery: from the fault, or for a corruption from its detection (until then the job
+    # trained on, unaware: that is not recovery, and what it trained is what gets lost)
+    live = injected is not None and injected.get("mechanism") == "probe"
+    t_ref = detection["t"] if corruption and live and detection is not None else t_inject
+    last_before = tl.last_step(t_ref)
     fm.last_step_before = last_before
-    pre, default_inc = tl.pre_incarnations(t_inject)
+    pre, default_inc = tl.pre_incarnations(t_ref)
 
     def post_fault(e: Event) -> bool:
         return _inc(e) > pre.get(e["src"], default_inc)
 
-    first_new = next((e for e in tl.rank_events if e["t"] >= t_inject and post_fault(e)), None)
+    first_new = next((e for e in tl.rank_events if e["t"] >= t_ref and post_fault(e)), None)
     target_ranks = {s for s in targets if _rank_of(s) is not None}
-    t_from = t_revert if t_revert is not None else t_inject
+    t_from = t_revert if t_revert is not None else t_ref
     progress = next(
         (
             e for e in tl.step_ends
@@ -443,7 +518,7 @@ def _fault_metrics(
     )
     if first_new is not None and (progress is None or first_new["t"] < progress["t"]):
         fm.restarted = True
-        post_steps = [e for e in tl.step_ends if e["t"] >= t_inject and post_fault(e)]
+        post_steps = [e for e in tl.step_ends if e["t"] >= t_ref and post_fault(e)]
         recovering = post_steps[0] if post_steps else None
         if recovering is not None:
             fm.recovery_s = recovering["t"] - t_inject
@@ -455,10 +530,10 @@ def _fault_metrics(
             )
             fm.catchup_s = caught["t"] - t_inject if caught is not None else None
         else:
-            post = [e for e in tl.rank_events if e["t"] >= t_inject and post_fault(e)]
+            post = [e for e in tl.rank_events if e["t"] >= t_ref and post_fault(e)]
             fm.restarts_after = max(_inc(e) - pre.get(e["src"], default_inc) for e in post)
             resume_inc = _inc(first_new)
-        fm.resumed_from = _resumed_from(tl, resume_inc, t_inject, recovering)
+        fm.resumed_from = _resumed_from(tl, resume_inc, t_ref, recovering)
         if last_before is None:
             fm.lost_steps = 0
         elif fm.resumed_from is not None:
@@ -469,17 +544,29 @@ def _fault_metrics(
         if progress is not None:
             fm.recovery_s = fm.catchup_s = progress["t"] - t_inject
 
-    # silent-corruption extras
+    if corruption:
+        _sdc_metrics(fm, tl, run, t_inject, detection, injected, tl.last_step(t_inject))
+    return fm
+
+
+def _sdc_metrics(fm: FaultMetrics, tl: _Timeline, run: RunInfo, t_inject: float,
+                 detection: Event | None, injected: Event | None, last_before: int | None) -> None:
+    """sdc_detection_steps and contaminated_checkpoints (see the module docstring)."""
+    corrupted_at = fm.injected_step if fm.injected_step is not None else (last_before or 0) + 1
     t_detect = detection["t"] if detection is not None else run.t_end
     if detection is not None:
-        at_detect = tl.last_step(t_detect, inclusive=True)
+        at_detect = _int_or_none(detection.get("step"))
+        if at_detect is None:
+            at_detect = tl.last_step(t_detect, inclusive=True)
         if at_detect is not None:
-            fm.steps_to_detect = max(at_detect - (last_before or 0), 0)
-    fm.ckpts_before_detection = len({
-        e.get("step") for e in tl.rank_events
-        if e.get("kind") == "ckpt_save_end" and t_inject <= e["t"] <= t_detect
+            fm.sdc_detection_steps = max(at_detect - corrupted_at, 0)
+    if injected is None or injected.get("mechanism") != "probe":
+        return  # a file rotting at rest: checkpoints written meanwhile are clean
+    fm.contaminated_checkpoints = len({
+        int(e["step"]) for e in tl.rank_events
+        if e.get("kind") in ("ckpt_save_start", "ckpt_save_end") and t_inject <= e["t"] <= t_detect
+        and _int_or_none(e.get("step")) is not None and int(e["step"]) >= corrupted_at
     })
-    return fm
 
 
 # -- run level --------------------------------------------------------------------------
@@ -525,7 +612,7 @@ def compute_metrics(
     baseline: BaselineInfo | None = None,
 ) -> RunMetrics:
     """Every metric of one run from its merged timeline (definitions: module docstring)."""
-    tl = _Timeline(events)
+    tl = _Timeline(events, run.t_stop)
 
     t_injects: list[float | None] = []
     for rec in faults:
@@ -536,7 +623,11 @@ def compute_metrics(
         t_injects.append(t)
     fault_metrics = []
     for rec, t in zip(faults, t_injects, strict=True):
-        later = [u for u in t_injects if u is not None and t is not None and u > t]
+        # A corruption is only ever noticed by a corruption detector: only another
+        # corruption fault can take its detection.
+        later = [u for other, u in zip(faults, t_injects, strict=True)
+                 if u is not None and t is not None and u > t
+                 and (rec.failure_class != "corruption" or other.failure_class == "corruption")]
         fault_metrics.append(_fault_metrics(rec, tl, run, t, min(later, default=None)))
 
     rank_starts = [e for e in tl.rank_events if e.get("kind") == "rank_start"]
@@ -583,15 +674,69 @@ def compute_metrics(
         undetected=any(fm.detection_s is None for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
+    sdc = [fm for fm in fired if fm.failure_class == "corruption"]
+    if sdc:
+        m.sdc_detection_steps = _worst([fm.sdc_detection_steps for fm in sdc])
+        m.contaminated_checkpoints = max(fm.contaminated_checkpoints for fm in sdc)
+    _detector_overhead(m, run_end)
+    _check_health(m, lineage, run_end)
+    m.false_detection_events = _false_detections(tl, faults, t_injects)
+    m.false_detections = len(m.false_detection_events)
     if baseline is not None:
         _compare_to_baseline(m, baseline, lineage)
     return m
+
+
+def _detector_overhead(m: RunMetrics, run_end: Event | None) -> None:
+    if run_end is None or not isinstance(run_end.get("detector_s"), dict):
+        return
+    seconds = {str(k): v for k, v in run_end["detector_s"].items() if _float_or_none(v) is not None}
+    m.detector_seconds = seconds
+    train_s = _float_or_none(run_end.get("train_s"))
+    spent = sum(float(v) for v in seconds.values())
+    if train_s is not None and train_s > spent:
+        m.detector_overhead_pct = 100.0 * spent / (train_s - spent)
+
+
+def _check_health(m: RunMetrics, lineage: list[tuple[int, float, float | None]],
+                  run_end: Event | None) -> None:
+    bad = next((step for step, _, loss in lineage if loss is not None and not math.isfinite(loss)), None)
+    if bad is not None:
+        m.first_nonfinite_step = bad
+        m.healthy, m.health_problem = False, f"loss is not finite from step {bad} on"
+    elif run_end is not None and run_end.get("weights_finite") is False:
+        m.healthy, m.health_problem = False, "the final weights hold NaN or Inf"
+
+
+def _false_detections(tl: _Timeline, faults: list[FaultRecord],
+                      t_injects: list[float | None]) -> list[dict[str, Any]]:
+    """Detections that blamed a process no fault hit (definition: module docstring)."""
+    fired = [(t, set(rec.target_srcs)) for rec, t in zip(faults, t_injects, strict=True) if t is not None]
+    false: list[dict[str, Any]] = []
+    recovering_until: float | None = None  # end of the recovery the last alarm started
+    for e in tl.detections:
+        suspect = e.get("suspect")
+        consequence = recovering_until is not None and e["t"] < recovering_until
+        # A later alarm's recovery ends at the first step of an incarnation started after it.
+        if not consequence:
+            pre, default_inc = tl.pre_incarnations(e["t"])
+            restart_step = next((s for s in tl.step_ends if s["t"] > e["t"]
+                                 and _inc(s) > pre.get(s["src"], default_inc)), None)
+            recovering_until = restart_step["t"] if restart_step is not None else math.inf
+        if suspect is None or consequence:
+            continue
+        if any(t <= e["t"] and suspect in srcs for t, srcs in fired):
+            continue
+        false.append({"t": e["t"], "by": e.get("by") or e.get("src"), "suspect": suspect,
+                      "failure_class": e.get("failure_class"), "reason": e.get("reason")})
+    return false
 
 
 def _compare_to_baseline(
     m: RunMetrics, baseline: BaselineInfo, lineage: list[tuple[int, float, float | None]]
 ) -> None:
     m.has_baseline = True
+    m.baseline_health_problem = baseline.health_problem
     m.baseline_digest = baseline.digest
     m.baseline_world_size = baseline.world_size
     m.world_size_changed = m.final_world_size != baseline.world_size

@@ -1,7 +1,8 @@
 """The typed scenario: what ``chaos.scenario`` builds from YAML and the runner consumes.
 
-Plain dataclasses with a docstring per field; validation (with locations) lives in
-``chaos.scenario`` so that these records stay easy to build in tests.
+Plain dataclasses with a docstring per field, easy to build in tests. The scenario *file* is
+declared in ``chaos.schema.models`` (validation, JSON Schema, docs/scenario.md), which takes
+its defaults from these records; ``chaos.schema.build`` turns a validated file into them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Bound", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger", "Workload"]
+__all__ = ["Backend", "Bound", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger", "Workload"]
 
 TriggerKind = Literal["at_step", "at_time", "after_event", "random", "poisson"]
 
@@ -24,13 +25,41 @@ class Topology:
     """Elastic lower bound (``--nnodes MIN:MAX``); None = all nodes required."""
     max_restarts: int = 3
     """Group restarts torchrun allows before the job fails."""
+    racks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Rack name -> node indices (each node in at most one rack)."""
+    power_domains: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Power domain name -> node indices (each node in at most one domain)."""
+    spares: int = 0
+    """Extra nodes started beside ``nodes``: they wait in the rendezvous and join the next
+    round when a node is lost. Their indices are ``nodes .. nodes + spares - 1``."""
 
     @property
     def world_size(self) -> int:
+        """Ranks of the job at full size (spares excluded: they only stand in)."""
         return self.nodes * self.ranks_per_node
 
+    @property
+    def total_nodes(self) -> int:
+        """Nodes the backend starts: the job's nodes plus its spares."""
+        return self.nodes + self.spares
+
     def node_of(self, rank: int) -> int:
+        """The node a rank starts on (before any restart moves it)."""
         return rank // self.ranks_per_node
+
+    def rack_of(self, node: int) -> str | None:
+        return next((name for name, members in self.racks.items() if node in members), None)
+
+    def power_domain_of(self, node: int) -> str | None:
+        return next((name for name, members in self.power_domains.items() if node in members), None)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str = "local"
+    """A registered cluster backend (``chaos.cluster.known_backends``): local, netns, ..."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The backend's own options, validated by its ``options_model`` (defaults filled in)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +70,8 @@ class Workload:
     """A user's own training command, run per node by torchrun (``{nproc}``... see docs)."""
     progress_regex: str | None = None
     """For ``command``: regex with named groups ``step`` (and optionally ``loss``) on log lines."""
+    steps: int | None = None
+    """For ``command``: the step it trains to (``workload.steps``); None when not stated."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +103,9 @@ class FaultSpec:
     type: str
     """A registered fault type (``trainchaos faults``)."""
     target: dict[str, Any]
-    """As written: ``{rank: 3}``, ``{ranks: [1, 2]}``, ``{node: 1}``, ``{random: rank}``."""
+    """As written: ``{rank: 3}``, ``{ranks: [1, 2]}``, ``{node: 1}``, ``{nodes: [0, 1]}``,
+    ``{rack: r1}``, ``{power_domain: pd-a}``, ``{random: rank|node|rack|power_domain}``.
+    Resolved to live processes at injection time (``chaos.cluster.base``)."""
     trigger: Trigger
     params: dict[str, Any] = field(default_factory=dict)
     """Type-specific parameters, defaults filled in."""
@@ -105,6 +138,12 @@ class Targets:
     """``correct``: the first detection must blame the faulty rank/node and failure class."""
     completes: bool = True
     """The run must reach its last step within ``timeout_s``."""
+    false_detections: Bound | None = None
+    """Detections that blame a process no fault hit (``{max: 0}``: no false alarms)."""
+    sdc_detection_steps: Bound | None = None
+    """Silent corruption: steps from the corruption to its detection (per corruption fault)."""
+    contaminated_checkpoints: Bound | None = None
+    """Silent corruption: checkpoints written between the corruption and its detection."""
 
 
 @dataclass(frozen=True)
@@ -120,3 +159,4 @@ class Scenario:
     baseline: bool = False
     repeat: int = 1
     timeout_s: float = 300.0
+    backend: Backend = field(default_factory=Backend)

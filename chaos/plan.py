@@ -1,19 +1,37 @@
-"""Scenario -> Plan: faults with resolved targets and concrete, seeded trigger times.
+"""Scenario -> Plan: faults with concrete targets and seeded trigger times.
 
 The plan is a pure function of the scenario and the seed: the same seed gives the same plan
-(which rank a ``random`` target picks, when a Poisson fault fires), recorded in the journal.
+(which rank, node, rack or power domain a ``random`` target picks, when a Poisson fault
+fires), recorded in the journal. Which *processes* a target means is not part of the plan:
+ranks move between nodes when a spare joins or the group shrinks, so the runner asks the
+backend at injection time (``ClusterBackend.resolve``). The plan's ``ResolvedTarget`` is the
+topology's view, for dry runs and for faults that never reach a live process (in-process
+faults are matched by rank number inside the rank itself).
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.faults.base import FaultType, ResolvedTarget, lookup
+from chaos.cluster.base import ResolvedTarget, node_group, target_ranks
+from chaos.faults.base import FaultType, lookup
 from chaos.model import FaultSpec, Scenario, Topology
 
-__all__ = ["PlannedFault", "make_plan", "probe_instructions", "resolve_target"]
+__all__ = ["PlannedFault", "draw_target", "make_plan", "plan_seed", "probe_instructions", "resolve_target"]
+
+
+def plan_seed(seed: int, repeat_index: int) -> int:
+    """The seed of one repeat's plan: repeats of a random or Poisson trigger must draw their
+    own times and targets, or "3 repeats" would be one experiment three times. Repeat 0 uses
+    the scenario seed itself (what ``--dry-run`` shows); the training seed never changes, so
+    every repeat is still judged against the one fault-free baseline."""
+    if repeat_index == 0:
+        return seed
+    digest = hashlib.sha256(f"trainchaos-plan/{seed}/{repeat_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 @dataclass
@@ -36,7 +54,8 @@ class PlannedFault:
         return {
             "fault_id": self.fault_id,
             "type": self.spec.type,
-            "target": {"ranks": list(self.fault.target.ranks), "nodes": list(self.fault.target.nodes)},
+            "target": dict(self.fault.target_spec),
+            "planned_target": {"ranks": list(self.fault.target.ranks), "nodes": list(self.fault.target.nodes)},
             "trigger": trigger,
             "offset_s": self.offset_s,
             "fires": self.fires,
@@ -44,28 +63,30 @@ class PlannedFault:
         }
 
 
-def resolve_target(target: dict[str, Any], kinds: tuple[str, ...], topo: Topology,
-                   rng: random.Random) -> ResolvedTarget:
-    """Concrete ranks/nodes; a node target also names its ranks (both are right to blame)."""
-    if "random" in target:
-        kind = target["random"]
-        if kind == "node":
-            target = {"node": rng.randrange(topo.nodes)}
-        else:
-            target = {"rank": rng.randrange(topo.world_size)}
-    ranks: list[int] = []
-    nodes: list[int] = []
-    if "rank" in target:
-        ranks = [int(target["rank"])]
-    elif "ranks" in target:
-        ranks = [int(r) for r in target["ranks"]]
-    elif "node" in target:
-        nodes = [int(target["node"])]
-    elif "nodes" in target:
-        nodes = [int(n) for n in target["nodes"]]
-    if nodes:
-        ranks = [r for n in nodes for r in range(n * topo.ranks_per_node, (n + 1) * topo.ranks_per_node)]
-    return ResolvedTarget(ranks=tuple(ranks), nodes=tuple(nodes))
+def draw_target(target: dict[str, Any], topo: Topology, rng: random.Random) -> dict[str, Any]:
+    """The target with a ``random`` pick drawn (seeded): ``{random: rack}`` -> ``{rack: r2}``."""
+    if "random" not in target:
+        return dict(target)
+    kind = target["random"]
+    if kind == "node":
+        return {"node": rng.randrange(topo.nodes)}
+    if kind == "rack":
+        return {"rack": rng.choice(sorted(topo.racks))}
+    if kind == "power_domain":
+        return {"power_domain": rng.choice(sorted(topo.power_domains))}
+    return {"rank": rng.randrange(topo.world_size)}
+
+
+def resolve_target(target: dict[str, Any], topo: Topology) -> ResolvedTarget:
+    """The topology's view of a drawn target: a node target also names the ranks that start
+    on its nodes (both are right to blame)."""
+    ranks = target_ranks(target)
+    if ranks is not None:
+        return ResolvedTarget(ranks=ranks)
+    nodes = node_group(target, topo) or ()
+    starting = tuple(r for n in nodes if n < topo.nodes
+                     for r in range(n * topo.ranks_per_node, (n + 1) * topo.ranks_per_node))
+    return ResolvedTarget(ranks=starting, nodes=nodes)
 
 
 def make_plan(scenario: Scenario, seed: int) -> list[PlannedFault]:
@@ -90,10 +111,13 @@ def make_plan(scenario: Scenario, seed: int) -> list[PlannedFault]:
         else:
             occurrences = [None]
         for n, offset in enumerate(occurrences):
-            target = resolve_target(spec.target, cls.target_kinds, scenario.topology, rng)
+            drawn = draw_target(spec.target, scenario.topology, rng)
             fault_id = spec.fault_id if len(occurrences) == 1 else f"{spec.fault_id}#{n + 1}"
-            fault = cls(fault_id=fault_id, target=target, params=dict(spec.params))
+            fault = cls(fault_id=fault_id, target=resolve_target(drawn, scenario.topology),
+                        params=dict(spec.params), target_spec=drawn)
             fires = rng.random() < spec.probability
+            # Its own stream: drawing from ``rng`` would move the next occurrence's draws.
+            fault.seed = random.Random(f"{seed}/{spec.index}/{n}/fault").getrandbits(31)
             plan.append(PlannedFault(spec=spec, fault=fault, occurrence=n, offset_s=offset, fires=fires))
     return plan
 

@@ -4,8 +4,16 @@ A training script (the bundled harness or a user's own) calls::
 
     from chaos import probe
     probe.emit("rank_start", world_size=4)
+    probe.watch(model=model, optimizer=optimizer)     # once: tensors bit flips can reach
     probe.fault_point("step_begin", step=step)       # in-process faults land here
+    ...forward, backward...
+    probe.fault_point("after_backward", step=step)   # gradient flips after the all-reduce
     probe.step_end(step, loss)                        # progress event (+ faults at step_end)
+
+In-process faults are *actions* in a registry (``register_action``): one function per
+action, looked up by the name a fault type's ``probe_actions`` gives. Some act once
+(raise a device error, exit); others start an *episode* that the following fault points
+drive (a straggler's slowdown, a stuck bit) until it ends.
 
 Without ``TRAINCHAOS_EVENTS_DIR`` in the environment the probe is detached: every call is a
 cheap no-op, so a script instrumented with it runs unchanged outside trainchaos.
@@ -16,13 +24,15 @@ slow start-up or pull in the framework.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
-import struct
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 __all__ = [
     "ENV_EVENTS_DIR",
@@ -30,14 +40,18 @@ __all__ = [
     "ENV_NODE",
     "ENV_SRC",
     "DeviceError",
+    "Episode",
     "Probe",
     "attached",
     "emit",
     "fault_point",
     "get",
     "incarnation",
+    "known_actions",
+    "register_action",
     "src",
     "step_end",
+    "watch",
 ]
 
 ENV_EVENTS_DIR = "TRAINCHAOS_EVENTS_DIR"
@@ -55,6 +69,49 @@ DEVICE_ERROR_MESSAGE = (
 
 class DeviceError(RuntimeError):
     """Raised by an injected ``device_error``; subclass of RuntimeError like torch's CUDA errors."""
+
+
+class Episode(Protocol):
+    """An in-process fault that lasts: each later fault point is handed to ``at``."""
+
+    def at(self, point: str, step: int | None) -> bool:
+        """Act at this fault point; False when the episode is over."""
+        ...
+
+    def close(self) -> None: ...
+
+
+ProbeAction = Callable[["Probe", dict[str, Any], "int | None", dict[str, Any]], None]
+"""``action(probe, fault, step, context)``: ``fault`` is the planned instruction (id, type,
+params, point, seed...), ``context`` what the fault point passed."""
+
+
+@dataclass(frozen=True)
+class _Action:
+    run: ProbeAction
+    reports_itself: bool
+
+
+_ACTIONS: dict[str, _Action] = {}
+
+
+def register_action(name: str, *, reports_itself: bool = False) -> Callable[[ProbeAction], ProbeAction]:
+    """Register an in-process fault action under ``name`` (decorator).
+
+    The probe reports ``fault_injected`` before running an action, unless the action
+    ``reports_itself`` (a bit flip is in effect only when the bit actually flips, which for
+    a hook may be later in the step).
+    """
+    def add(run: ProbeAction) -> ProbeAction:
+        if name in _ACTIONS and _ACTIONS[name].run is not run:
+            raise ValueError(f"probe action {name!r} registered twice")
+        _ACTIONS[name] = _Action(run, reports_itself)
+        return run
+    return add
+
+
+def known_actions() -> list[str]:
+    return sorted(_ACTIONS)
 
 
 def _default_src() -> str:
@@ -113,6 +170,9 @@ class Probe:
         self._faults: list[dict[str, Any]] = []
         self._slowdowns: list[dict[str, Any]] = []
         self._last_step_t: float | None = None
+        self._step_durations: collections.deque[float] = collections.deque(maxlen=8)
+        self._ongoing: list[Episode] = []
+        self.watched: dict[str, Any] = {}
         if events_dir:
             os.makedirs(events_dir, exist_ok=True)
             path = os.path.join(events_dir, f"{src}.i{incarnation}.{os.getpid()}.jsonl")
@@ -141,10 +201,26 @@ class Probe:
     def step_end(self, step: int, loss: float | None = None, **fields: Any) -> None:
         """Report a completed optimizer step; in-process faults planned at this step fire after."""
         self.emit("step_end", step=step, loss=loss, **fields)
-        if self._faults or self._slowdowns:
+        now = time.perf_counter()
+        if self._last_step_t is not None and not self._slowdowns:
+            self._step_durations.append(now - self._last_step_t)
+        self._last_step_t = now
+        if self._faults or self._slowdowns or self._ongoing:
             self.fault_point("step_end", step=step)
 
+    def watch(self, model: Any = None, optimizer: Any = None, **tensors: Any) -> None:
+        """Hand the training state to the probe once: the tensors in-process faults (bit
+        flips) may reach. Only references are kept; nothing is copied or imported."""
+        if model is not None:
+            self.watched["model"] = model
+        if optimizer is not None:
+            self.watched["optimizer"] = optimizer
+        self.watched.update(tensors)
+
     def close(self) -> None:
+        for episode in self._ongoing:
+            episode.close()
+        self._ongoing = []
         with self._lock:
             if self._file is not None:
                 self._file.close()
@@ -168,8 +244,9 @@ class Probe:
         return True
 
     def fault_point(self, point: str, step: int | None = None, **context: Any) -> None:
-        """Fire planned faults whose point and step match; ``context`` carries tensors etc."""
-        if not self._faults and not self._slowdowns:
+        """Fire planned faults whose point and step match, then drive the episodes in
+        effect; ``context`` carries what the point offers (tensors etc.)."""
+        if not self._faults and not self._slowdowns and not self._ongoing:
             return
         if point == "step_end" and self._slowdowns:
             self._apply_slowdowns(step)
@@ -186,34 +263,26 @@ class Probe:
             if not self._claim(fault["id"]):
                 continue
             self._fire(fault, step, context)
+        if self._ongoing:
+            self._ongoing = [episode for episode in self._ongoing if episode.at(point, step)]
+
+    def start(self, episode: Episode) -> None:
+        """Drive ``episode`` from the next fault point on (an action that lasts calls this)."""
+        self._ongoing.append(episode)
 
     def _fire(self, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
-        action = fault["action"]
-        params = fault.get("params", {})
-        self.emit(
-            "fault_injected", fault=fault["id"], type=fault.get("type"), target=self.src,
-            step=step, point=fault.get("point", "step_end"), mechanism="probe",
-        )
-        if action == "device_error":
-            raise DeviceError(DEVICE_ERROR_MESSAGE.format(xid=params.get("xid", 79)))
-        if action == "exit":
-            # os._exit skips every handler and finaliser, like a process killed by the kernel,
-            # so whatever the script was writing stays half-written.
-            sys.stderr.flush()
-            os._exit(int(params.get("exit_code", 137)))
-        if action == "slowdown":
-            self._slowdowns.append({"fault": fault, "factor": float(params["factor"]),
-                                    "until_step": None if params.get("steps") is None
-                                    else (step or 0) + int(params["steps"])})
-            self._last_step_t = time.perf_counter()
-            return
-        if action == "bitflip":
-            _flip_bits(context, params)
-            return
-        raise ValueError(f"probe: unknown in-process fault action {action!r}")
+        entry = _ACTIONS.get(fault["action"])
+        if entry is None:
+            raise ValueError(f"probe: unknown in-process fault action {fault['action']!r}; "
+                             f"known: {', '.join(known_actions())}")
+        if not entry.reports_itself:
+            self.emit(
+                "fault_injected", fault=fault["id"], type=fault.get("type"), target=self.src,
+                step=step, point=fault.get("point", "step_end"), mechanism="probe",
+            )
+        entry.run(self, fault, step, context)
 
     def _apply_slowdowns(self, step: int | None) -> None:
-        now = time.perf_counter()
         active = []
         for slow in self._slowdowns:
             if slow["until_step"] is not None and step is not None and step > slow["until_step"]:
@@ -221,22 +290,49 @@ class Probe:
                 continue
             active.append(slow)
         self._slowdowns = active
-        if active and self._last_step_t is not None:
-            factor = max(s["factor"] for s in active)
-            time.sleep(max(0.0, (now - self._last_step_t) * (factor - 1.0)))
-        self._last_step_t = time.perf_counter()
+        if active:
+            time.sleep(max(max(s["base_s"] * (s["factor"] - 1.0) for s in active), 0.0))
+            self._last_step_t = time.perf_counter()
 
 
-def _flip_bits(context: dict[str, Any], params: dict[str, Any]) -> None:
-    """Flip one bit of one float32 element of a named tensor in ``context`` (silent corruption)."""
-    tensor = context[params.get("tensor", "param")]
-    flat = tensor.detach().view(-1)
-    index = int(params.get("index", 0)) % flat.numel()
-    bit = int(params.get("bit", 30))
-    value = float(flat[index])
-    (as_int,) = struct.unpack("<I", struct.pack("<f", value))
-    (flipped,) = struct.unpack("<f", struct.pack("<I", as_int ^ (1 << bit)))
-    flat[index] = flipped
+# --------------------------------------------------------------------------- actions
+
+
+@register_action("device_error")
+def _device_error(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    raise DeviceError(DEVICE_ERROR_MESSAGE.format(xid=fault.get("params", {}).get("xid", 79)))
+
+
+@register_action("exit")
+def _exit(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    # os._exit skips every handler and finaliser, like a process killed by the kernel, so
+    # whatever the script was writing stays half-written.
+    sys.stderr.flush()
+    os._exit(int(fault.get("params", {}).get("exit_code", 137)))
+
+
+@register_action("slowdown")
+def _slowdown(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    # The delay is a fixed multiple of the step time measured *before* the fault: a delay
+    # taken from the slowed steps themselves would compound through the collectives (two
+    # slowed ranks wait for each other, each stretching the other's next step) until a
+    # collective times out.
+    params = fault.get("params", {})
+    durations = sorted(probe._step_durations)
+    base = durations[len(durations) // 2] if durations else 0.0
+    probe._slowdowns.append({"fault": fault, "factor": float(params["factor"]), "base_s": base,
+                             "until_step": None if params.get("steps") is None
+                             else (step or 0) + int(params["steps"])})
+
+
+@register_action("bitflip", reports_itself=True)
+def _bitflip(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    # Loaded only when a bit flip fires: it works on torch tensors.
+    from chaos.bitflip import Episode as BitFlipEpisode
+
+    model = probe.watched.get("model", context.get("model"))
+    optimizer = probe.watched.get("optimizer", context.get("optimizer"))
+    probe.start(BitFlipEpisode(probe.emit, probe.src, fault, model, optimizer))
 
 
 _probe: Probe | None = None
@@ -279,3 +375,8 @@ def step_end(step: int, loss: float | None = None, **fields: Any) -> None:
 
 def fault_point(point: str, step: int | None = None, **context: Any) -> None:
     get().fault_point(point, step, **context)
+
+
+def watch(model: Any = None, optimizer: Any = None, **tensors: Any) -> None:
+    """Hand the model and optimizer to the probe (see ``Probe.watch``)."""
+    get().watch(model=model, optimizer=optimizer, **tensors)

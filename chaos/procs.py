@@ -12,7 +12,10 @@ import signal
 import time
 from dataclasses import dataclass
 
-__all__ = ["ProcInfo", "find_run_processes", "kill_pids", "process_state"]
+__all__ = ["CONTROLLER_ENV", "ProcInfo", "controller_alive", "controller_tag", "find_run_processes",
+           "kill_pids", "process_start_time", "process_state"]
+
+CONTROLLER_ENV = "TRAINCHAOS_CONTROLLER"
 
 
 @dataclass(frozen=True)
@@ -25,23 +28,45 @@ class ProcInfo:
     """The simulated node (``TRAINCHAOS_NODE``) the process belongs to."""
     rank: int | None = None
     """Global rank (``RANK``) for a worker; None for an agent."""
+    ppid: int = 0
+    run_id: str | None = None
+    controller: str | None = None
+    """``TRAINCHAOS_CONTROLLER``: ``<pid>:<start time>`` of the controller that started it."""
+
+    @property
+    def orphaned(self) -> bool:
+        """Its controller is gone (or unknown): nobody will ever stop it but cleanup."""
+        return not controller_alive(self.controller)
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on; None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
             raw = fh.read()
     except OSError:
         return None
     # comm may hold spaces and parens: fields after the last ')' are fixed.
-    rest = raw[raw.rfind(")") + 2:].split()
-    return rest[0], int(rest[3])
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, session, parent pid)."""
+    rest = _stat_fields(pid)
+    return (rest[0], int(rest[3]), int(rest[1])) if rest else None
 
 
 def process_state(pid: int) -> str | None:
     """Kernel state letter (R, S, T for stopped, Z...), None when gone."""
     st = _stat(pid)
     return st[0] if st else None
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot): with the pid, it names one
+    process for good, where a pid alone may be recycled."""
+    rest = _stat_fields(pid)
+    return int(rest[19]) if rest else None
 
 
 def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
@@ -68,14 +93,37 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = ""
-        found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd,
-                              node=_env_int(env, b"TRAINCHAOS_NODE="), rank=_env_int(env, b"RANK=")))
+        found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd, ppid=st[2],
+                              node=_env_int(env, b"TRAINCHAOS_NODE="), rank=_env_int(env, b"RANK="),
+                              run_id=_env_str(env, b"TRAINCHAOS_RUN_ID="),
+                              controller=_env_str(env, CONTROLLER_ENV.encode() + b"=")))
     return found
 
 
-def _env_int(env: list[bytes], prefix: bytes) -> int | None:
+def _env_str(env: list[bytes], prefix: bytes) -> str | None:
     value = next((e[len(prefix):] for e in env if e.startswith(prefix)), None)
+    return value.decode(errors="replace") if value is not None else None
+
+
+def _env_int(env: list[bytes], prefix: bytes) -> int | None:
+    value = _env_str(env, prefix)
     return int(value) if value and value.isdigit() else None
+
+
+def controller_tag(pid: int | None = None) -> str:
+    """``<pid>:<start time>`` of a controller (this process by default), for CONTROLLER_ENV."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{process_start_time(pid)}"
+
+
+def controller_alive(tag: str | None) -> bool:
+    """Whether the controller named by a ``controller_tag`` still runs (same pid, same start)."""
+    if not tag or ":" not in tag:
+        return False
+    pid, _, start = tag.partition(":")
+    if not pid.isdigit():
+        return False
+    return str(process_start_time(int(pid))) == start
 
 
 def kill_pids(pids: list[int], timeout_s: float = 5.0) -> list[int]:

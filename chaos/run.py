@@ -2,7 +2,13 @@
 
 The loop polls every 50 ms: new events, due triggers, due reverts, agent exits, the
 timeout. Whatever happens (a target missed, an exception, SIGINT/SIGTERM), the ``finally``
-reverts every applied fault and stops every process of the run, then the journal is written.
+reverts every applied fault, stops every process of the run and releases its resources in
+reverse order, then the journal is written.
+
+A failure of trainchaos itself (a fault whose ``inject`` raised, a target with no live
+process at injection time, a failed revert or teardown, a crash of this runner) ends the run
+as ``tool_error``: its journal says what failed and it gets no verdict, because nothing was
+learned about the training stack.
 """
 
 from __future__ import annotations
@@ -14,22 +20,26 @@ import shlex
 import shutil
 import sys
 import time
+import traceback
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from chaos import __version__, interrupts, probe
-from chaos.cluster.local import LocalCluster
+from chaos.aborted import write_run_record
+from chaos.cluster import lookup_backend
+from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
+from chaos.cluster.resources import RunResources
+from chaos.errors import ChaosError
 from chaos.events import Event, read_events
 from chaos.interrupts import Interrupted
 from chaos.logprogress import LogProgress
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
-from chaos.plan import PlannedFault, make_plan, probe_instructions
+from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
-from chaos.runtime import InjectionContext
 from chaos.telemetry import EventTailer
 from chaos.verdict import judge
 
@@ -64,6 +74,8 @@ class _FaultState:
     t_revert: float | None = None
     step_seen_at_inject: int | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    resolved: ResolvedTarget | None = None
+    """The target as resolved against live processes when the fault was injected."""
     active: bool = False
     error: str | None = None
 
@@ -87,7 +99,7 @@ def _worker_argv(scenario: Scenario, run_dir: str, seed: int) -> tuple[list[str]
         argv = shlex.split(scenario.workload.command)
         if argv and os.path.basename(argv[0]).startswith("python"):
             argv = argv[1:]  # torchrun runs the script with its own interpreter
-        return argv, int((scenario.workload.harness or {}).get("steps", 0))
+        return argv, scenario.workload.steps or 0
     options = dict(scenario.workload.harness or {})
     options["seed"] = seed
     options["run_dir"] = run_dir
@@ -97,14 +109,15 @@ def _worker_argv(scenario: Scenario, run_dir: str, seed: int) -> tuple[list[str]
 
 class _Runner:
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
-                 progress: RunProgress | None) -> None:
+                 progress: RunProgress | None, repeat_index: int = 0) -> None:
         self.scenario = scenario
         self.run_dir = os.path.abspath(run_dir)
         self.seed = seed
         self.progress = progress or RunProgress()
         self.run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
         self.with_faults = with_faults
-        self.plan = make_plan(scenario, seed) if with_faults else []
+        self.plan_seed = plan_seed(seed, repeat_index)
+        self.plan = make_plan(scenario, self.plan_seed) if with_faults else []
         self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
         self.max_step = 0
         self.step_by_rank: dict[int, int] = {}
@@ -115,14 +128,24 @@ class _Runner:
         self.event_times: dict[str, list[float]] = {}
         self.status = "running"
         self.error: str | None = None
+        self.tool_errors: list[str] = []
+        self.t_stop: float | None = None
+        self.ever_hosted: set[int] = set()
+        """Nodes that ran a rank at some point (a spare that never joined did not)."""
+
+    def _tool_error(self, message: str) -> None:
+        self.tool_errors.append(message)
+        self.status = "tool_error"
 
     # -- event intake ---------------------------------------------------------------------
     def _take(self, events: list[Event]) -> None:
         for ev in events:
             kind = ev.get("kind")
             self.event_times.setdefault(kind, []).append(ev["t"])
-            if kind == "rank_start" and ev.get("pid") is not None:
-                self.cluster.note_rank_start(int(ev["rank"]), int(ev["pid"]))
+            if kind == "rank_start":
+                self.cluster.note_event(ev)
+                if isinstance(ev.get("node"), int):
+                    self.ever_hosted.add(ev["node"])
             elif kind == "step_end":
                 step = int(ev["step"])
                 if self.t_first_step is None:
@@ -137,6 +160,10 @@ class _Runner:
                     self.progress.step(step, self.steps_target)
             elif kind == "fault_injected" and ev.get("src") != "injector":
                 self.progress.note(f"{ev.get('fault')} injected in-process at step {ev.get('step')} on {ev.get('src')}")
+            elif kind == "fault_error":
+                # An in-process fault the probe could not apply (a tensor name a command's
+                # model does not have): trainchaos failed to inject, the job is not to blame.
+                self._tool_error(f"{ev.get('fault')} on {ev.get('src')}: {ev.get('error')}")
             elif kind == "detected":
                 self.progress.note(
                     f"detected by {ev.get('by')}: {ev.get('failure_class')} of {ev.get('suspect')}"
@@ -158,20 +185,31 @@ class _Runner:
 
     def _inject(self, st: _FaultState) -> None:
         fault = st.planned.fault
-        target = {"ranks": list(fault.target.ranks), "nodes": list(fault.target.nodes)}
-        self.journal.apply(fault.fault_id, fault.type_name, target)
         st.fired = True
-        st.active = True
         st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
+        try:
+            # Which processes the target means now: ranks move when spares join or the
+            # group shrinks.
+            st.resolved = self.cluster.resolve(fault.target_spec)
+        except ChaosError as exc:
+            st.error = f"target unavailable: {exc}"
+            self._tool_error(f"{fault.fault_id}: {exc}")
+            self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(exc)})
+            self.journal.reverted(fault.fault_id, "never applied: no live target")
+            return
+        fault.target = st.resolved
+        self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **st.resolved.to_dict()})
+        st.active = True
         # A signal is in effect the moment it is sent, and peers can notice within a
         # millisecond, before inject() has even returned: the clock is read first. A fault
         # that takes effect later (rules being applied) reports ``t_effective`` itself.
         t_called = time.time()
         try:
             st.record = fault.inject(self.ctx)
-        except Exception as exc:  # a fault that failed to apply is recorded, then reverted
-            st.error = f"inject failed: {exc}"
+        except Exception as exc:  # trainchaos failed, not the training stack: no verdict
+            st.error = f"inject failed: {type(exc).__name__}: {exc}"
             st.record = {}
+            self._tool_error(f"{fault.fault_id}: {st.error}")
         st.t_inject = float(st.record.get("t_effective", t_called))
         self.journal.applied(fault.fault_id, st.record)
         self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
@@ -186,15 +224,16 @@ class _Runner:
         try:
             fault.revert(self.ctx, st.record)
         except Exception as exc:
-            err = f"revert failed: {exc}"
+            err = f"revert failed: {type(exc).__name__}: {exc}"
             st.error = err
+            self._tool_error(f"{fault.fault_id}: {err}")
         st.active = False
         st.t_revert = time.time()
         self.journal.reverted(fault.fault_id, err)
         self.ctx.emit("fault_reverted", fault=fault.fault_id, target=fault.target.describe())
 
     # -- the run --------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> tuple[dict[str, Any], list[Event]]:
         if os.path.exists(self.run_dir):
             shutil.rmtree(self.run_dir)
         events_dir = os.path.join(self.run_dir, "events")
@@ -204,40 +243,48 @@ class _Runner:
         with open(probe_file, "w", encoding="utf-8") as fh:
             json.dump(probe_instructions(self.plan), fh, indent=1)
         regex = self.scenario.workload.progress_regex
-        self.cluster = LocalCluster(self.run_id, self.run_dir, self.scenario.topology, argv, probe_file,
-                                    tee_worker_output=regex is not None)
+        backend = self.scenario.backend
+        self.resources = RunResources(self.run_id, self.run_dir)
+        spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
+                       worker_argv=argv, probe_faults_file=probe_file, tee_worker_output=regex is not None,
+                       options=dict(backend.options))
+        self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = LogProgress(regex, events_dir, report_exit_codes=self.scenario.workload.command is not None)
         self.journal = FaultJournal(os.path.join(self.run_dir, "fault_journal.jsonl"))
         injector = probe.Probe(events_dir, "injector", 0)
-        self.ctx = InjectionContext(self.run_dir, self.cluster, injector)
+        self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
         started_at = _now_iso()
         t_start = time.time()
+        # What the journal needs that the events do not hold, on disk before anything starts:
+        # if this controller is SIGKILLed, ``trainchaos cleanup`` writes the journal from it.
+        write_run_record(self.run_dir, {
+            "run_id": self.run_id, "scenario": _scenario_dict(self.scenario), "seed": self.seed,
+            "plan_seed": self.plan_seed, "plan": [p.to_dict() for p in self.plan],
+            "with_faults": self.with_faults, "started_at": started_at, "t_start": t_start,
+            "steps_target": self.steps_target, "world_size": self.scenario.topology.world_size,
+            "timeout_s": self.scenario.timeout_s, "backend": {"name": backend.name},
+        })
         deadline = time.monotonic() + self.scenario.timeout_s
         try:
             register_run(self.run_id, self.run_dir)
             injector.emit("job_start", nodes=self.scenario.topology.nodes,
-                          ranks_per_node=self.scenario.topology.ranks_per_node, run_id=self.run_id)
+                          ranks_per_node=self.scenario.topology.ranks_per_node,
+                          spares=self.scenario.topology.spares, backend=backend.name, run_id=self.run_id)
             self.cluster.start()
-            while True:
+            while self.status == "running":
                 self._take(tailer.poll())
-                self._take(log_progress.poll({n: p.log_path for n, p in self.cluster.nodes.items()}))
+                self._take(log_progress.poll(self.cluster.node_logs()))
                 for st in self.states:
-                    if not st.fired and self._due(st):
+                    if not st.fired and self.status == "running" and self._due(st):
                         self._inject(st)
                 for fault in self.ctx.due_reverts():
                     for st in self.states:
                         if st.planned.fault is fault:
                             self._revert(st)
-                rcs = self.cluster.poll()
-                live = {n: rc for n, rc in rcs.items() if not self.cluster.nodes[n].killed}
-                if all(rc is not None for rc in live.values()):
-                    # The harness says it finished (run_end); a user command only by its exit code.
-                    finished = bool(self.event_times.get("run_end")) or self.scenario.workload.command is not None
-                    ok = all(rc == 0 for rc in live.values()) and finished
-                    self.status = "completed" if ok else "failed"
-                    if not ok:
-                        self.error = "training job exited: " + ", ".join(f"node-{n} rc={rc}" for n, rc in rcs.items())
+                if self.status != "running":
+                    break  # a tool error: stop here, nothing more can be learned
+                if self._job_ended():
                     break
                 if time.monotonic() >= deadline:
                     quiet = time.monotonic() - self.t_last_progress
@@ -249,22 +296,55 @@ class _Runner:
         except (Interrupted, KeyboardInterrupt):
             self.status = "interrupted"
             self.error = "interrupted by signal"
-        except Exception as exc:
-            self.status = "error"
-            self.error = f"{type(exc).__name__}: {exc}"
-            raise
+        except Exception as exc:  # the runner itself failed: still revert, tear down, journal
+            self._tool_error(f"runner crashed: {type(exc).__name__}: {exc}")
+            self.traceback = traceback.format_exc()
         finally:
             # Released by run_scenario_once once the journal is written.
             interrupts.hold()
-            for st in self.states:
-                self._revert(st)
-            self.cluster.stop()
+            # Whatever the job reports from here on is caused by trainchaos stopping it.
+            self.t_stop = time.time()
+            injector.emit("job_stop", status=self.status)
+            self._teardown()
             injector.emit("job_end", status=self.status)
             injector.close()
             unregister_run(self.run_id)
+        if self.tool_errors:
+            self.error = "; ".join(self.tool_errors)
         t_end = time.time()
         events = read_events(events_dir)
         return self._journal(events, started_at, t_start, t_end)
+
+    def _job_ended(self) -> bool:
+        """Every node that is not lost has exited (a spare that never joined counts once the
+        job reported its end: it would wait in the rendezvous forever)."""
+        status = self.cluster.poll()
+        finished = bool(self.event_times.get("run_end"))
+        running = [n for n, s in status.items() if not s.lost and s.returncode is None
+                   and not (finished and n not in self.ever_hosted)]
+        if running:
+            return False
+        # The harness says it finished (run_end); a user command only by its exit code.
+        finished = finished or self.scenario.workload.command is not None
+        counted = [s.returncode for n, s in status.items()
+                   if not s.lost and (n in self.ever_hosted or not self.ever_hosted)]
+        ok = finished and all(rc == 0 for rc in counted)
+        self.status = "completed" if ok else "failed"
+        if not ok:
+            self.error = "training job exited: " + ", ".join(f"node-{n} rc={s.returncode}" for n, s in status.items())
+        return True
+
+    def _teardown(self) -> None:
+        """Revert every fault, stop every process, release every resource (newest first).
+        Each step runs even when one before it failed; every failure is a tool error."""
+        for st in self.states:
+            self._revert(st)
+        try:
+            self.cluster.stop()
+        except Exception as exc:
+            self._tool_error(f"stopping the nodes failed: {type(exc).__name__}: {exc}")
+        for failure in self.resources.release_all():
+            self._tool_error(f"teardown failed: {failure}")
 
     def _fault_records(self, events: list[Event]) -> list[FaultRecord]:
         records = []
@@ -277,9 +357,10 @@ class _Runner:
             st = by_state.get(planned.fault_id)
             ev = injected.get(fault.fault_id)
             t_inject = st.t_inject if st else (ev["t"] if ev else None)
+            resolved = st.resolved if st and st.resolved is not None else fault.target
             records.append(FaultRecord(
                 fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
-                target_srcs=fault.target.srcs(), t_inject=t_inject,
+                target_srcs=resolved.srcs(), t_inject=t_inject,
                 t_revert=st.t_revert if st else None, planned_step=planned.spec.trigger.at_step,
             ))
         return records
@@ -305,11 +386,14 @@ class _Runner:
         records = self._fault_records(events)
         world = self.scenario.topology.world_size
         run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=t_start, t_end=t_end,
-                      steps_target=self.steps_target, world_size=world)
+                      steps_target=self.steps_target, world_size=world, timeout_s=self.scenario.timeout_s,
+                      t_stop=self.t_stop)
         baseline = getattr(self, "baseline_info", None)
         metrics = compute_metrics(events, records, run, baseline)
-        # The fault-free baseline is a reference, not an experiment: it gets no verdict.
-        verdict = judge(self.scenario.targets, metrics, run.status) if self.with_faults else None
+        # The fault-free baseline is a reference, not an experiment, and a run trainchaos
+        # itself broke taught nothing about the training stack: neither gets a verdict.
+        judged = self.with_faults and self.status != "tool_error"
+        verdict = judge(self.scenario.targets, metrics, run.status) if judged else None
         faults_out = []
         states = {st.planned.fault_id: st for st in self.states}
         for planned, rec in zip([p for p in self.plan if p.fires], records, strict=True):
@@ -318,7 +402,10 @@ class _Runner:
             faults_out.append({
                 **asdict(rec), "step_at_inject": step, "precision": precision,
                 "mechanism": "probe" if planned.fault.in_process else "injector",
+                "fidelity": planned.fault.fidelity,
                 "details": st.record if st else {}, "error": st.error if st else None,
+                "target_spec": dict(planned.fault.target_spec),
+                "resolved_target": st.resolved.to_dict() if st and st.resolved else None,
             })
         return {
             "format": 1,
@@ -327,11 +414,15 @@ class _Runner:
             "run_dir": self.run_dir,
             "status": self.status,
             "error": self.error,
+            "tool_errors": list(self.tool_errors),
+            "traceback": getattr(self, "traceback", None),
+            "backend": {"name": self.scenario.backend.name, "options": dict(self.scenario.backend.options)},
             "started_at": started_at,
             "ended_at": _now_iso(),
             "wall_s": round(t_end - t_start, 3),
             "versions": _versions(),
             "seed": self.seed,
+            "plan_seed": self.plan_seed,
             "plan": [p.to_dict() for p in self.plan],
             "faults": faults_out,
             "metrics": metrics.to_dict(),
@@ -350,7 +441,7 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
                       progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
                       baseline_run: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
-    runner = _Runner(scenario, run_dir, seed, with_faults, progress)
+    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index)
     runner.baseline_info = baseline
     try:
         journal, events = runner.run()
@@ -373,5 +464,6 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
         if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
             losses[int(ev["step"])] = ev.get("loss")
     info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
-                        world_size=scenario.topology.world_size)
+                        world_size=scenario.topology.world_size,
+                        health_problem=journal["metrics"].get("health_problem"))
     return info, journal

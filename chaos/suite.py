@@ -6,29 +6,61 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chaos.cluster import lookup_backend
+from chaos.errors import ScenarioError, ValidationIssue
 from chaos.metrics import BaselineInfo
 from chaos.model import Scenario
-from chaos.report import ProgressDisplay, print_verdict_table, write_junit, write_suite_report
+from chaos.report import (
+    SUITE_HTML,
+    ProgressDisplay,
+    print_verdict_table,
+    write_junit,
+    write_suite_reports,
+)
 from chaos.run import Interrupted, RunProgress, run_baseline, run_scenario_once
 
-__all__ = ["SuiteOutcome", "run_suite"]
+__all__ = ["SuiteOutcome", "preflight", "run_suite"]
 
 
 @dataclass
 class SuiteOutcome:
     journals: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    out_dir: str = ""
+
+    @property
+    def report_path(self) -> str | None:
+        """The suite's HTML page, once written."""
+        path = os.path.join(self.out_dir, SUITE_HTML)
+        return path if self.out_dir and os.path.exists(path) else None
 
     @property
     def passed(self) -> bool:
         return bool(self.journals) and all((j.get("verdict") or {}).get("passed") for j in self.journals)
 
+    @property
+    def tool_failed(self) -> bool:
+        """trainchaos itself failed in some run (its verdict would say nothing)."""
+        return any(j.get("status") == "tool_error" for j in self.journals)
+
+
+def preflight(scenarios: list[Scenario]) -> None:
+    """What this machine lacks for each scenario's backend, as located input errors (exit 2),
+    before anything starts."""
+    issues = [ValidationIssue(sc.path, "backend", problem)
+              for sc in scenarios for problem in lookup_backend(sc.backend.name).preflight(sc)]
+    if issues:
+        raise ScenarioError(issues)
+
 
 def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repeat: int | None = None,
               seed: int | None = None, junit_path: str | None = None, fail_fast: bool = False,
-              display: ProgressDisplay | None = None) -> SuiteOutcome:
+              display: ProgressDisplay | None = None, suite_reports: bool = True) -> SuiteOutcome:
+    """Every scenario x repeat; then, unless ``suite_reports`` is False (a caller that gathers
+    runs from several calls, such as the pytest plugin, writes them itself), the suite's
+    reports and the verdict table."""
     display = display or ProgressDisplay()
-    outcome = SuiteOutcome()
+    outcome = SuiteOutcome(out_dir=out_dir)
     try:
         for scenario in scenarios:
             if seed is not None:
@@ -63,6 +95,8 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                                      "; ".join(reasons[:3]))
                 if journal["status"] == "interrupted" or journal.get("interrupted_after"):
                     raise Interrupted("run interrupted")
+                if journal["status"] == "tool_error":
+                    display.event(f"trainchaos failed in {scenario.name}: {journal.get('error')}")
                 if fail_fast and not verdict.get("passed"):
                     break
             if fail_fast and outcome.journals and not (outcome.journals[-1].get("verdict") or {}).get("passed"):
@@ -71,9 +105,9 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
         outcome.interrupted = True
     finally:
         display.close()
-        if outcome.journals:
+        if outcome.journals and suite_reports:
             os.makedirs(out_dir, exist_ok=True)
-            write_suite_report(out_dir, outcome.journals, suite_name)
+            write_suite_reports(out_dir, outcome.journals, suite_name)
             if junit_path:
                 write_junit(junit_path, outcome.journals, suite_name)
             print_verdict_table(outcome.journals)

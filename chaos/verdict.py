@@ -22,7 +22,8 @@ __all__ = ["Check", "Verdict", "judge"]
 class Check:
     name: str
     """The target checked: detection_s, recovery_s, catchup_s, lost_steps, goodput,
-    final_state, attribution, completes, fault_fired."""
+    false_detections, final_state, attribution, completes, fault_fired, training_health,
+    sdc_detection_steps, contaminated_checkpoints."""
     ok: bool
     value: Any
     """What was measured (None when it could not be: undetected, never recovered...)."""
@@ -128,6 +129,8 @@ def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
             check.reason += (f" (last step {fm.last_step_before}, resumed from {fm.resumed_from})"
                              if fm.restarted else " (no restart)")
         checks.append(check)
+    if fm.failure_class == "corruption":
+        checks.extend(_sdc_checks(targets, fm))
     if targets.attribution == "correct":
         if fm.attribution == "correct":
             checks.append(Check("attribution", True, "correct", "correct",
@@ -141,9 +144,35 @@ def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
     return checks
 
 
+def _sdc_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
+    """Silent-corruption targets, checked for faults of class corruption only."""
+    checks: list[Check] = []
+    fid = fm.fault_id
+    bound = targets.sdc_detection_steps
+    if bound is not None:
+        if fm.sdc_detection_steps is None:
+            checks.append(Check("sdc_detection_steps", False, None, _bound_dict(bound),
+                                f"fault {fid} undetected: no corruption detector fired "
+                                f"(target sdc_detection_steps {_bound_text(bound, '')})", fid))
+        else:
+            check = _check_bound("sdc_detection_steps", "corruption detected after",
+                                 fm.sdc_detection_steps, bound, " steps", str, fid)
+            check.reason += f" (by {fm.detector or fm.detected_by or 'unknown'})"
+            checks.append(check)
+    bound = targets.contaminated_checkpoints
+    if bound is not None:
+        check = _check_bound("contaminated_checkpoints", "contaminated checkpoints",
+                             fm.contaminated_checkpoints, bound, "", str, fid)
+        if fm.sdc_detection_steps is None:
+            check.reason += " (undetected: counted to the end of the run)"
+        checks.append(check)
+    return checks
+
+
 def _has_fault_targets(t: Targets) -> bool:
     return any(x is not None for x in (t.detection_s, t.recovery_s, t.catchup_s, t.lost_steps,
-                                       t.attribution))
+                                       t.attribution, t.sdc_detection_steps,
+                                       t.contaminated_checkpoints))
 
 
 # -- run-level checks -------------------------------------------------------------------
@@ -172,6 +201,10 @@ def _final_state(targets: Targets, m: RunMetrics) -> Check:
     if not m.has_baseline:
         return Check("final_state", False, None, mode,
                      f"final_state {mode} needs a baseline run (set baseline: true)")
+    if m.baseline_health_problem:
+        return Check("final_state", False, None, mode,
+                     f"final_state inconclusive: the fault-free baseline is not healthy "
+                     f"({m.baseline_health_problem}), so matching it proves nothing")
     if mode == "loss_within":
         return _loss_within(m, targets.loss_tolerance, "")
     if m.world_size_changed:
@@ -240,8 +273,20 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
         else:
             checks.append(_check_bound("goodput", "goodput", metrics.goodput, targets.goodput,
                                        "", _fmt_ratio))
+    if targets.false_detections is not None:
+        check = _check_bound("false_detections", "false detections", metrics.false_detections,
+                             targets.false_detections, "", str)
+        if metrics.false_detection_events:
+            first = metrics.false_detection_events[0]
+            check.reason += (f" (first: {first.get('by')} blamed {first.get('suspect')} as "
+                             f"{first.get('failure_class')}: {first.get('reason')})")
+        checks.append(check)
     if targets.final_state is not None:
         checks.append(_final_state(targets, metrics))
     if targets.completes:
         checks.append(_completes(metrics, status))
+    if not metrics.healthy:
+        # Always checked: a run that trains to NaN fails whatever targets it set.
+        checks.append(Check("training_health", False, metrics.first_nonfinite_step, "finite",
+                            f"training is not healthy: {metrics.health_problem}"))
     return Verdict(passed=all(c.ok for c in checks), checks=checks)

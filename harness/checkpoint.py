@@ -75,6 +75,9 @@ STEP = "step"
 
 STATE_FILE = "state.pt"
 MANIFEST_FILE = "MANIFEST.json"
+QUARANTINE_DIR = "quarantine"
+"""Checkpoints taken out of reach of ``load`` after silent corruption was detected."""
+ROLLBACK_LOG = "ROLLBACKS.jsonl"
 FORMAT_VERSION = 1
 TIER = "disk"
 """Storage tier named in events; the only one here (a real system adds host-memory / peer tiers)."""
@@ -205,6 +208,10 @@ class _Invalid(Exception):
     """A checkpoint failed verification; the message is the reason reported to the user."""
 
 
+class _ChecksumMismatch(_Invalid):
+    """The bytes on disk are not the bytes written: corruption at rest or on the way."""
+
+
 class CheckpointManager:
     """Saves and loads the training state under ``directory``.
 
@@ -227,6 +234,7 @@ class CheckpointManager:
         is_writer: bool,
         emit: Emit | None = None,
         fault_point: FaultPoint | None = None,
+        verify_checksum: bool = True,
     ) -> None:
         # Keep at least 2: the newest complete checkpoint can still turn out unreadable (bits
         # flipped at rest, storage that acknowledged but lost unfsynced data, a torn write
@@ -249,6 +257,9 @@ class CheckpointManager:
         self.is_writer = is_writer
         self._emit_fn = emit
         self._fault_point = fault_point
+        self.verify_checksum = verify_checksum
+        """sha256 of state.pt read back after writing and verified on load; off: a load
+        trusts the bytes it reads (what a job without checksums does)."""
         self._last_save_time = time.monotonic()
         self._thread: threading.Thread | None = None
         self._error: tuple[int, BaseException] | None = None
@@ -270,9 +281,11 @@ class CheckpointManager:
             return True
         return self.every_seconds > 0 and time.monotonic() - self._last_save_time >= self.every_seconds
 
-    def save(self, step: int, state: dict[str, Any]) -> None:
+    def save(self, step: int, state: dict[str, Any], verified: dict[str, Any] | None = None) -> None:
         """Checkpoint ``state`` as step ``step`` (writer only; a no-op on other ranks).
 
+        ``verified``: how the state was verified before saving (the parameter digest the
+        replicas agreed on, the last step each detector passed); kept in the manifest.
         Raises the error of a failed earlier background write first, if any.
         """
         entered = time.perf_counter()
@@ -292,14 +305,14 @@ class CheckpointManager:
         self._emit("ckpt_save_start", step=step, tier=TIER, mode=self.mode)
         blocked = _BlockedTime(entered)
         if self.mode == "sync":
-            self._save(step, state, blocked)
+            self._save(step, state, blocked, verified)
         else:
             # One write in flight at a time: waiting here is time training is blocked.
             self._join()
             self._raise_background_error()
             snapshot = _snapshot(state)
             self._thread = threading.Thread(
-                target=self._save_in_background, args=(step, snapshot, blocked),
+                target=self._save_in_background, args=(step, snapshot, blocked, verified),
                 name=f"ckpt-write-{step}",
                 # Daemon: a process that dies (or is told to exit) must not hang on a write
                 # stuck in stalled storage; an unfinished write is only a .tmp- directory.
@@ -320,6 +333,43 @@ class CheckpointManager:
         # A load must not race our own write of the same directory.
         self._join()
         return self._load(allow_fresh_start)
+
+    def quarantine(self, from_step: int, record: dict[str, Any]) -> list[int]:
+        """Move every checkpoint of ``from_step`` or later out of reach of ``load`` (into
+        ``quarantine/``, kept for forensics) and append ``record`` to the rollback log;
+        returns the steps moved. Writer only; waits for a write in flight first (it may be
+        one of them). Used when silent corruption is detected: those checkpoints may hold
+        corrupted state."""
+        if not self.is_writer:
+            return []
+        self._join()
+        qdir = os.path.join(self.directory, QUARANTINE_DIR)
+        os.makedirs(qdir, exist_ok=True)
+        moved = []
+        for step in self._list_steps():
+            if step < from_step:
+                continue
+            name = _step_dir_name(step)
+            os.rename(os.path.join(self.directory, name),
+                      os.path.join(qdir, f"{name}.{time.time_ns()}"))
+            moved.append(step)
+        _fsync_dir(self.directory)
+        with open(os.path.join(qdir, ROLLBACK_LOG), "a", encoding="utf-8") as f:
+            f.write(json.dumps({**record, "quarantined": moved, "from_step": from_step,
+                                "t": time.time()}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(qdir)
+        return moved
+
+    def rollback_records(self) -> list[dict[str, Any]]:
+        """The rollback log written by ``quarantine`` (oldest first; empty if none)."""
+        path = os.path.join(self.directory, QUARANTINE_DIR, ROLLBACK_LOG)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except (FileNotFoundError, ValueError):
+            return []
 
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise its error, if it failed."""
@@ -342,18 +392,20 @@ class CheckpointManager:
 
     # ---------------------------------------------------------------- writing
 
-    def _save_in_background(self, step: int, state: dict[str, Any], blocked: _BlockedTime) -> None:
+    def _save_in_background(self, step: int, state: dict[str, Any], blocked: _BlockedTime,
+                            verified: dict[str, Any] | None = None) -> None:
         # Hand the GIL straight back: Thread.start() waits for this thread to run, and a
         # writer that went on serialising would keep training blocked for a whole GIL switch
         # interval (5 ms) before save() could return.
         time.sleep(0)
         try:
-            self._save(step, state, blocked)
+            self._save(step, state, blocked, verified)
         except BaseException as exc:  # noqa: B036 - recorded and re-raised in the training thread
             log.error("background checkpoint write of step %d failed: %r", step, exc)
             self._error = (step, exc)
 
-    def _save(self, step: int, state: dict[str, Any], blocked: _BlockedTime) -> None:
+    def _save(self, step: int, state: dict[str, Any], blocked: _BlockedTime,
+              verified: dict[str, Any] | None = None) -> None:
         """Write ``state`` atomically as ``step``, then prune, then report the timings."""
         started = time.perf_counter()
         name = _step_dir_name(step)
@@ -364,7 +416,7 @@ class CheckpointManager:
         os.makedirs(tmp)
 
         try:
-            manifest = self._write_files(tmp, step, state)
+            manifest = self._write_files(tmp, step, state, verified)
         except BaseException:
             # A write that failed (not one killed: that leaves its directory for the next
             # writer's start-up to clear) must not leave its partial files behind.
@@ -393,7 +445,8 @@ class CheckpointManager:
             seconds=written, blocked_seconds=blocked.seconds(), mode=self.mode, path=final,
         )
 
-    def _write_files(self, tmp: str, step: int, state: dict[str, Any]) -> dict[str, Any]:
+    def _write_files(self, tmp: str, step: int, state: dict[str, Any],
+                     verified: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write state.pt, then the manifest describing it, into ``tmp``; all fsynced."""
         buffer = io.BytesIO()
         torch.save(state, buffer)
@@ -416,6 +469,15 @@ class CheckpointManager:
             "writer": {"host": socket.gethostname(), "pid": os.getpid()},
             "files": {STATE_FILE: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
         }
+        if self.verify_checksum:
+            # Read back what the file system now returns (from the page cache here: this
+            # catches corruption on the way to the file system, not on the media).
+            with open(os.path.join(tmp, STATE_FILE), "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != manifest["files"][STATE_FILE]["sha256"]:
+                    raise CheckpointError(f"checksum on save: {STATE_FILE} of step {step} reads "
+                                          "back different bytes than were written")
+        if verified is not None:
+            manifest["verified"] = verified
         del data  # release the export of the buffer
         with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
@@ -491,6 +553,12 @@ class CheckpointManager:
             except _Invalid as exc:
                 log.warning("skipping checkpoint %s: %s", path, exc)
                 skipped.append((path, str(exc)))
+                if isinstance(exc, _ChecksumMismatch) and self.is_writer:
+                    # Silent corruption caught: reported once (by the writer; every rank
+                    # skips the same file).
+                    self._emit("detected", reason=f"checkpoint {os.path.basename(path)}: {exc}",
+                               suspect=None, failure_class="corruption", detector="ckpt_checksum",
+                               checkpoint_step=step)
                 continue
             info = LoadInfo(step=step, path=path, skipped=skipped)
             self._emit(
@@ -540,8 +608,8 @@ class CheckpointManager:
                 raise _Invalid(f"{MANIFEST_FILE} entry of {name} lacks bytes/sha256") from None
             if len(data) != size:
                 raise _Invalid(f"{name}: {len(data)} bytes, manifest says {size} (truncated or torn)")
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise _Invalid(f"{name}: sha256 mismatch (content changed after it was written)")
+            if self.verify_checksum and hashlib.sha256(data).hexdigest() != digest:
+                raise _ChecksumMismatch(f"{name}: sha256 mismatch (content changed after it was written)")
             contents[name] = data
 
         # Load the very bytes that were verified (re-reading the file could see other bytes).

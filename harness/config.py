@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 __all__ = [
     "CheckpointConfig",
     "ConfigError",
+    "DetectConfig",
     "FailureConfig",
     "HarnessConfig",
     "ModelConfig",
@@ -83,10 +85,13 @@ class FailureConfig:
     """Interval between the pings each rank sends every peer over its liveness socket."""
     collective_timeout_s: float = 30.0
     """Timeout of each collective and of process-group init (0 = gloo's default, 30 min)."""
+    restart_delay_s: float = 0.0
+    """Sleep this long when a rank starts again after a failure, before it joins the group: a slow restart (node reboot, image pull, scheduler queue)."""
 
     def __post_init__(self) -> None:
-        if self.watchdog_s < 0 or self.collective_timeout_s < 0:
-            raise ConfigError("failure.watchdog_s and failure.collective_timeout_s must be >= 0")
+        if self.watchdog_s < 0 or self.collective_timeout_s < 0 or self.restart_delay_s < 0:
+            raise ConfigError("failure.watchdog_s, failure.collective_timeout_s and "
+                              "failure.restart_delay_s must be >= 0")
         if self.heartbeat_s <= 0:
             raise ConfigError("failure.heartbeat_s must be > 0")
         if self.watchdog_s and self.watchdog_s < 2 * self.heartbeat_s:
@@ -94,6 +99,36 @@ class FailureConfig:
                 f"failure.watchdog_s ({self.watchdog_s}) must be at least twice failure.heartbeat_s "
                 f"({self.heartbeat_s}): one late heartbeat must not look like a hang"
             )
+
+
+@dataclass
+class DetectConfig:
+    """Silent-data-corruption detectors (docs/sdc.md); each can be switched off, and what
+    each costs is reported at the end of the run (run_end.detector_s)."""
+
+    nonfinite: bool = True
+    """NaN/Inf guard: a non-finite loss or gradient norm on any rank, checked every step."""
+    spike: bool = True
+    """Loss and gradient-norm spike detection: a robust z-score against the recent steps."""
+    spike_z: float = 25.0
+    """Robust z-score (median and MAD of the window) above which a loss or gradient norm is a spike (fault-free runs of the bundled models reach about 10 on the gradient norm)."""
+    spike_window: int = 50
+    """Steps the spike detector compares against; it judges once it has 20 of them."""
+    digest_every: int = 10
+    """Cross-replica parameter digest every N steps and before every checkpoint save: data-parallel replicas must be bitwise equal (0 = off)."""
+    golden_every: int = 50
+    """Golden self-test every N steps: a fixed batch through forward/backward with the initial weights on each rank, compared bitwise with the result recorded at start (0 = off)."""
+    ckpt_checksum: bool = True
+    """sha256 of every checkpoint file read back after writing and verified on load (off: loaded unverified)."""
+
+    def __post_init__(self) -> None:
+        if self.digest_every < 0 or self.golden_every < 0:
+            raise ConfigError("detect.digest_every and detect.golden_every must be >= 0 (0 = off)")
+        if self.spike_z <= 0:
+            raise ConfigError(f"detect.spike_z must be > 0, got {self.spike_z}")
+        if self.spike_window < 20:
+            raise ConfigError(f"detect.spike_window is {self.spike_window}; at least 20: a "
+                              "median and MAD over fewer steps call ordinary noise a spike")
 
 
 @dataclass
@@ -119,6 +154,7 @@ class HarnessConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
+    detect: DetectConfig = field(default_factory=DetectConfig)
 
     def __post_init__(self) -> None:
         _positive(self, "steps", "global_batch")
@@ -162,7 +198,8 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-_SECTIONS = {"model": ModelConfig, "checkpoint": CheckpointConfig, "failure": FailureConfig}
+_SECTIONS = {"model": ModelConfig, "checkpoint": CheckpointConfig, "failure": FailureConfig,
+             "detect": DetectConfig}
 
 
 def _allowed(cls: type, name: str) -> tuple[Any, ...] | None:
@@ -185,6 +222,9 @@ def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
         return float(value)
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    if hint is float and not math.isfinite(value):
+        # lr: .inf trains to NaN from step 1; nothing finite-only code does is meaningful then.
+        raise ConfigError(f"{where}: expected a finite number, got {value}")
     return value
 
 
@@ -248,7 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
             dest = f"{section}.{f.name}" if section else f.name
             help_text = docs.get(f.name, "")
             if hints[f.name] is bool:
-                group.add_argument(_flag(section, f.name), dest=dest, action="store_true", help=help_text)
+                # An option that is on by default needs a way to say off: --no-<flag>.
+                action = argparse.BooleanOptionalAction if default else "store_true"
+                group.add_argument(_flag(section, f.name), dest=dest, action=action,
+                                   default=bool(default), help=help_text)
                 continue
             choices = _allowed(cls, f.name)
             kind = str if choices else hints[f.name]
@@ -277,7 +320,7 @@ def _in_flag_terms(message: str) -> str:
     import re
 
     message = re.sub(r"^options(\.\w+)*: ", "", message)
-    message = re.sub(r"\b(model|checkpoint|failure)\.(\w+)", lambda m: _flag(m[1], m[2]), message)
+    message = re.sub(r"\b(model|checkpoint|failure|detect)\.(\w+)", lambda m: _flag(m[1], m[2]), message)
     top = {f.name for f in dataclasses.fields(HarnessConfig)} - set(_SECTIONS)
     first, _, rest = message.partition(" ")
     return f"{_flag(None, first)} {rest}" if first in top else message
@@ -293,8 +336,9 @@ def config_to_args(cfg: HarnessConfig) -> list[str]:
                 continue
             value = getattr(obj, f.name)
             if isinstance(value, bool):
-                if value:
-                    args.append(_flag(section, f.name))
+                if value != f.default:
+                    flag = _flag(section, f.name)
+                    args.append(flag if value else "--no-" + flag[2:])
                 continue
             args += [_flag(section, f.name), str(value)]
     return args

@@ -62,24 +62,42 @@ def init_process_group(env: DistEnv, timeout_s: float) -> dist.Store:
         base = dist.TCPStore(addr, port, env.world_size, is_master=False, timeout=store_timeout)
         store: dist.Store = dist.PrefixStore(f"trainchaos/attempt-{env.restart_count}/", base)
     else:
+        # Rank 0 hosts the round's store. TCPStore binds every interface when left to itself;
+        # a socket bound to the node's own address keeps it off the user's real networks.
+        listen_fd = bound_listen_fd(node_address(), port) if env.rank == 0 else None
         store = dist.TCPStore(
             addr, port, env.world_size, is_master=env.rank == 0, timeout=store_timeout,
-            wait_for_workers=False,
+            wait_for_workers=False, **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
         )
+    # gloo's own listener on the node's address too, not on whatever the hostname resolves to.
+    options = dist.ProcessGroupGloo._Options()
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=node_address())]
+    options._timeout = timeout
     dist.init_process_group(
-        "gloo", store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+        "gloo", store=store, rank=env.rank, world_size=env.world_size, timeout=timeout,
+        pg_options=options,
     )
     return store
 
 
-def _reachable_address() -> str:
+def bound_listen_fd(host: str, port: int) -> int:
+    """A listening TCP socket on ``host:port`` handed over as a file descriptor (TCPStore's
+    ``master_listen_fd`` takes ownership of it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    return sock.detach()
+
+
+def node_address() -> str:
     """The address peers reach this rank on: the node's own, where the backend set one."""
     return os.environ.get("TRAINCHAOS_NODE_ADDR") or "127.0.0.1"
 
 
 def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[PeerAddress]:
     """Publish this rank's liveness endpoint; return every other rank's."""
-    host = _reachable_address()
+    host = node_address()
     if host == "localhost":
         host = socket.gethostbyname(host)
     store.set(f"trainchaos/liveness/{env.rank}", f"{host}:{liveness_port}:{os.getpid()}:{env.node}")

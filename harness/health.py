@@ -46,7 +46,9 @@ class Diagnosis:
 class LivenessServer:
     """Answers ``ping`` with ``pong``; runs on daemon threads so it never blocks exit."""
 
-    def __init__(self, rank: int, bind_host: str = "0.0.0.0") -> None:
+    def __init__(self, rank: int, bind_host: str) -> None:
+        """``bind_host``: the node's own address, never 0.0.0.0: the socket answers anyone
+        who connects, and nothing beyond the job's own fabric has a reason to."""
         self.rank = rank
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

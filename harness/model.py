@@ -29,6 +29,7 @@ __all__ = [
     "TinyGPT",
     "TinyMLP",
     "build_model",
+    "build_optimizer",
     "count_parameters",
     "state_digest",
 ]
@@ -169,6 +170,12 @@ def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> nn.Module:
         if cfg.name == "mlp":
             return TinyMLP(vocab_size, cfg.d_model, cfg.seq_len)
     raise ValueError(f"unknown model {cfg.name!r}; known: tiny-gpt, mlp")
+
+
+def build_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """The optimizer the harness trains with (also what ``trainchaos validate`` builds to
+    name the optimizer state a bit flip may target)."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
 
 def count_parameters(model: nn.Module) -> int:

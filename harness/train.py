@@ -2,6 +2,8 @@
 
 On any failure a rank reports a ``detected`` event (who noticed, what failed, whom it blames)
 and exits non-zero at once, so that torchrun restarts the group from the last checkpoint.
+Silent data corruption is judged by every rank at once (``harness.sdc``): the group
+quarantines the checkpoints the corruption may have reached and restarts from an older one.
 Exiting beats retrying in place: a collective that failed leaves gloo's pairs in an unknown
 state, and a restart is what a production job does too.
 """
@@ -30,7 +32,13 @@ from chaos import probe
 from harness import checkpoint as ckpt
 from harness.config import HarnessConfig
 from harness.data import CharVocab, DeterministicSampler, load_text
-from harness.dist import DistEnv, deterministic_allreduce_hook, exchange_peers, init_process_group
+from harness.dist import (
+    DistEnv,
+    deterministic_allreduce_hook,
+    exchange_peers,
+    init_process_group,
+    node_address,
+)
 from harness.health import (
     Diagnosis,
     LivenessServer,
@@ -39,14 +47,16 @@ from harness.health import (
     Watchdog,
     diagnose_peers,
 )
-from harness.model import build_model, state_digest
+from harness.model import build_model, build_optimizer, state_digest
+from harness.sdc import Detection, GoldenSelfTest, SdcMonitor
 
-__all__ = ["EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
+__all__ = ["EXIT_CORRUPTION", "EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
 
 LAST_LOSS = "last_loss"
 
 EXIT_FAILURE = 1
 EXIT_WATCHDOG = 75
+EXIT_CORRUPTION = 76
 # Where torch would surface a real device fault; the probe's injected one looks the same.
 _DEVICE_MARKERS = ("CUDA error", "Xid", "NCCL error", "device-side assert", "ECC error")
 _PEER_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "connectFullMesh",
@@ -83,15 +93,17 @@ class Trainer:
 
     # -- failure reporting --------------------------------------------------------------
     def fail(self, reason: str, suspect: str | None, failure_class: str, code: int,
-             then: Callable[[], None] | None = None) -> None:
+             then: Callable[[], None] | None = None, **details: Any) -> None:
         """Report a detected failure once and leave at once (no teardown that could block).
 
         ``then`` runs after the report and before the exit: whatever it causes (a peer
         killed) must not be observed by others before this rank's diagnosis is on record.
+        ``details`` go into the ``detected`` event (which detector, at which step...).
         """
         if not self._failing.acquire(blocking=False):
             return
-        probe.emit("detected", by=probe.src(), reason=reason, suspect=suspect, failure_class=failure_class)
+        probe.emit("detected", by=probe.src(), reason=reason, suspect=suspect, failure_class=failure_class,
+                   **details)
         if then is not None:
             then()
         probe.emit("rank_exit", code=code, reason=reason)
@@ -174,7 +186,7 @@ class Trainer:
             # start here, paid again on every restart).
             torch.use_deterministic_algorithms(True)
         store = init_process_group(env, cfg.failure.collective_timeout_s)
-        liveness = LivenessServer(env.rank)
+        liveness = LivenessServer(env.rank, node_address())
         self.peers = exchange_peers(store, env, liveness.port)
         TerminationGuard(self._on_sigterm)
         if self.peers:
@@ -190,7 +202,7 @@ class Trainer:
         self.raw_model = model
         self.model = DistributedDataParallel(model)
         self.model.register_comm_hook(None, deterministic_allreduce_hook)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+        self.optimizer = build_optimizer(model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         directory = cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints")
         self.checkpoints = ckpt.CheckpointManager(
@@ -202,6 +214,7 @@ class Trainer:
             is_writer=env.rank == 0,
             emit=probe.emit,
             fault_point=probe.fault_point,
+            verify_checksum=cfg.detect.ckpt_checksum,
         )
         self.step = 0
         self.last_loss = float("nan")
@@ -210,6 +223,18 @@ class Trainer:
             state, _info = loaded
             self._restore(state)
         self._check_same_start()
+        self.sdc = self._corruption_monitor(tokens)
+        probe.watch(model=self.raw_model, optimizer=self.optimizer)
+
+    def _corruption_monitor(self, tokens: torch.Tensor) -> SdcMonitor:
+        detect = self.cfg.detect
+        golden = None
+        if detect.golden_every > 0:
+            initial = build_model(self.cfg.model, self.vocab.size, self.cfg.seed)
+            golden = GoldenSelfTest(self.raw_model, initial, tokens, self.cfg.model.seq_len)
+        replayed = [(r.get("detector"), r.get("step")) for r in self.checkpoints.rollback_records()]
+        return SdcMonitor(detect, self.env.rank, self.env.world_size, self.raw_model, self.step,
+                          golden, replayed)
 
     def _check_same_start(self) -> None:
         steps = [torch.zeros(1, dtype=torch.long) for _ in range(self.env.world_size)]
@@ -238,7 +263,10 @@ class Trainer:
         self.last_loss = float(state.get(LAST_LOSS, float("nan")))
 
     # -- the loop -----------------------------------------------------------------------
-    def train_step(self) -> float:
+    def train_step(self, verify: bool = False) -> float:
+        """One optimizer step; returns the global loss. ``verify``: the state is about to be
+        checkpointed, so the replicas' digests are compared at this step too."""
+        step = self.step + 1
         x, y = self.sampler.next_batch()
         x = self.sampler.shard(x, self.env.rank, self.env.world_size)
         y = self.sampler.shard(y, self.env.rank, self.env.world_size)
@@ -246,29 +274,65 @@ class Trainer:
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        probe.fault_point("after_backward", step=step)
+        norm = self.sdc.grad_norm(self.raw_model)
         self.optimizer.step()
         self.scheduler.step()
-        # The logged loss is the global mean, identical on every rank.
-        global_loss = loss.detach().clone()
-        dist.all_reduce(global_loss)
-        return float(global_loss) / self.env.world_size
+        # The logged loss is the global mean, identical on every rank; it travels with the
+        # corruption detectors' evidence in one collective (harness.sdc).
+        return self.sdc.end_step(step, loss.detach(), norm, verify)
+
+    def _on_corruption(self, detection: Detection) -> None:
+        """Every rank reached this verdict at the same step: report it, quarantine the
+        checkpoints the corruption may have reached (rank 0), and leave together, so that
+        torchrun restarts the group from the newest checkpoint written before it."""
+        if self.watchdog is not None:
+            self.watchdog.stop()  # the peers are about to leave on purpose, not crash
+        record = {"detector": detection.detector, "step": detection.step,
+                  "suspect": detection.suspect, "reason": detection.reason}
+
+        def roll_back() -> None:
+            if self.env.rank == 0:
+                quarantined = self.checkpoints.quarantine(detection.clean_before, record)
+                probe.emit("sdc_rollback", step=detection.step, detector=detection.detector,
+                           clean_before=detection.clean_before, quarantined=quarantined)
+            with contextlib.suppress(Exception):
+                dist.barrier()  # nobody restarts before rank 0 has quarantined
+
+        self.fail(f"silent data corruption ({detection.detector}): {detection.reason}",
+                  detection.suspect, "corruption", EXIT_CORRUPTION, then=roll_back,
+                  detector=detection.detector, step=detection.step, also=detection.also,
+                  clean_before=detection.clean_before)
 
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
+        started = time.perf_counter()
         while self.step < cfg.steps:
             next_step = self.step + 1
             probe.fault_point("step_begin", step=next_step, model=self.raw_model)
-            self.last_loss = self.train_step()
+            saving = self.checkpoints.should_save(next_step) or next_step == cfg.steps
+            self.last_loss = self.train_step(verify=saving)
+            if self.sdc.detection is not None:
+                self._on_corruption(self.sdc.detection)
+            for again in self.sdc.reproduced:
+                probe.emit("sdc_reproduced", detector=again.detector, step=again.step, reason=again.reason)
+            self.sdc.reproduced.clear()
             self.step = next_step
             probe.step_end(self.step, self.last_loss)
             if cfg.step_delay_s:
                 time.sleep(cfg.step_delay_s)
-            if self.checkpoints.should_save(self.step) or self.step == cfg.steps:
-                self.checkpoints.save(self.step, self._state())
+            if saving:
+                self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
         self.checkpoints.close()
+        train_s = time.perf_counter() - started
         # A restart that resumes from the final checkpoint trains nothing: the loss comes
         # from the checkpoint, so final.json is the same either way.
-        return {"step": self.step, "loss": self.last_loss, "digest": state_digest(self.raw_model)}
+        # Whether the weights are still numbers: a NaN-to-NaN digest match is no correctness.
+        finite = all(bool(torch.isfinite(t).all()) for t in self.raw_model.state_dict().values()
+                     if t.is_floating_point())
+        return {"step": self.step, "loss": self.last_loss, "digest": state_digest(self.raw_model),
+                "weights_finite": finite, "train_s": round(train_s, 6),
+                "detector_s": self.sdc.detector_seconds()}
 
 
 def _preimport_in_background() -> None:
@@ -282,6 +346,8 @@ def run(cfg: HarnessConfig) -> int:
     env = DistEnv.from_env()
     probe.emit("rank_start", rank=env.rank, local_rank=env.local_rank, world_size=env.world_size,
                node=env.node, pid=os.getpid(), restart_count=env.restart_count)
+    if cfg.failure.restart_delay_s and probe.incarnation() > 0:
+        time.sleep(cfg.failure.restart_delay_s)  # stands for a slow restart (see the option)
     trainer = Trainer(cfg, env)
     try:
         trainer.setup()

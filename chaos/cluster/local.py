@@ -1,10 +1,15 @@
-"""Local backend: each simulated node is one torchrun agent (with its ranks) on this machine.
+"""The ``local`` backend: each simulated node is one torchrun agent (with its ranks) on this
+machine, all on loopback.
 
 The controller hosts the rendezvous store itself (like an etcd outside the cluster), so that
-any node, the first one included, can die without taking the rendezvous down. Each agent
-runs in its own session: a node kill is one ``killpg``, and nothing of the node survives it.
-Every process carries ``TRAINCHAOS_RUN_ID`` in its environment, which is how
-``trainchaos cleanup`` finds what a crashed controller left, without touching anything else.
+any node, the first one included, can die without taking the rendezvous down. Spares are
+agents beyond the job's node count: torchrun's c10d rendezvous parks them in its redundancy
+list and lets them join the next round when a node is lost. Each agent runs in its own
+session; every process carries ``TRAINCHAOS_RUN_ID`` in its environment, which is how a node
+kill finds torchrun's workers (they run in sessions of their own) and how ``trainchaos
+cleanup`` finds what a crashed controller left, without touching anything else. Each node
+gets a node-local directory (its "local disk", a run-scoped resource) exported as
+``TRAINCHAOS_NODE_LOCAL_DIR`` and used as its ``TMPDIR``.
 """
 
 from __future__ import annotations
@@ -16,64 +21,77 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import ClassVar
 
 from chaos import probe
-from chaos.model import Topology
-from chaos.procs import find_run_processes, kill_pids, process_state
+from chaos.cluster import register_backend
+from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, LiveRank, NodeStatus
+from chaos.cluster.resources import scratch_base
+from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 
-__all__ = ["LocalCluster", "NodeProcess", "free_port"]
+__all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
 
-RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+NODE_LOCAL_ENV = "TRAINCHAOS_NODE_LOCAL_DIR"
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass
-class NodeProcess:
+class _Node:
     node: int
     proc: subprocess.Popen
     log_path: str
-    alive: bool = True
-    killed: bool = False
+    lost: bool = False
     returncode: int | None = None
 
 
-@dataclass
-class LocalCluster:
-    """Starts, watches and stops the agents of one run."""
+@register_backend
+class LocalCluster(ClusterBackend):
+    """Starts, watches and stops the agents of one run on this machine."""
 
-    run_id: str
-    run_dir: str
-    topology: Topology
-    worker_argv: list[str]
-    """What each agent runs per rank (after torchrun's own options), e.g. ``-m harness ...``."""
-    probe_faults_file: str | None = None
-    tee_worker_output: bool = False
-    """Prefix each worker line with ``[default<local_rank>]:`` in the node log (for
-    progress read from a user command's log lines)."""
-    extra_env: dict[str, str] = field(default_factory=dict)
-    nodes: dict[int, NodeProcess] = field(default_factory=dict)
-    rank_pids: dict[int, int] = field(default_factory=dict)
-    _store: object | None = None
-    rdzv_port: int = 0
+    name: ClassVar[str] = "local"
+    summary: ClassVar[str] = ("every node is a torchrun agent on this machine, on loopback; no "
+                              "privileges needed")
+
+    def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
+        super().__init__(spec, resources)
+        self.nodes: dict[int, _Node] = {}
+        self.rdzv_port = 0
+        self._store: object | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         from torch.distributed import TCPStore
 
-        self.rdzv_port = free_port()
+        os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
+        for node in range(self.topology.total_nodes):
+            self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
+        # The store listens on loopback only (TCPStore alone would bind every interface):
+        # a socket bound here is handed over, and its port is the rendezvous endpoint.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOOPBACK, 0))
+        sock.listen(512)
+        self.rdzv_port = sock.getsockname()[1]
         # multi_tenant: the agents' rendezvous and nothing else shares this server.
-        self._store = TCPStore("127.0.0.1", self.rdzv_port, is_master=True, wait_for_workers=False,
-                               multi_tenant=True, timeout=timedelta(seconds=30))
-        os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
+        self._store = TCPStore(LOOPBACK, self.rdzv_port, is_master=True, wait_for_workers=False,
+                               multi_tenant=True, timeout=timedelta(seconds=30),
+                               master_listen_fd=sock.detach())
         for node in range(self.topology.nodes):
             self.start_node(node)
+
+    def note_event(self, event: dict) -> None:
+        """Spares start once the job's first round has formed: the rendezvous takes whichever
+        agents come first, so a spare started with the others could take a node's place and
+        leave that node idle. Started after, they are the nodes ``nodes..nodes+spares-1``."""
+        super().note_event(event)
+        if len(self.nodes) < self.topology.total_nodes and len(self._live) >= self.topology.world_size:
+            for node in range(self.topology.nodes, self.topology.total_nodes):
+                self.start_node(node)
+
+    def node_local_dir(self, node: int) -> str:
+        return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
 
     def agent_command(self, node: int) -> list[str]:
         topo = self.topology
@@ -83,8 +101,8 @@ class LocalCluster:
             "--nnodes", nnodes,
             "--nproc-per-node", str(topo.ranks_per_node),
             "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{self.rdzv_port}",
-            "--rdzv-id", self.run_id,
+            "--rdzv-endpoint", f"{LOOPBACK}:{self.rdzv_port}",
+            "--rdzv-id", self.spec.run_id,
             # is_host=false: the controller hosts the store. last_call_timeout: how long a
             # shrunken group waits for stragglers before going on with fewer nodes.
             "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
@@ -93,89 +111,53 @@ class LocalCluster:
             "keep_alive_interval=1,keep_alive_max_attempt=3",
             "--max-restarts", str(topo.max_restarts),
             "--monitor-interval", "0.1",
-            "--local-addr", "127.0.0.1",
-            *(["--tee", "3"] if self.tee_worker_output else []),
-            *self.worker_argv,
+            "--local-addr", self.node_address(node),
+            *(["--tee", "3"] if self.spec.tee_worker_output else []),
+            *self.spec.worker_argv,
         ]
 
     def node_env(self, node: int) -> dict[str, str]:
         env = dict(os.environ)
-        tmp = os.path.join(self.run_dir, "tmp", f"node-{node}")
+        local_dir = self.node_local_dir(node)
+        tmp = os.path.join(local_dir, "tmp")
         os.makedirs(tmp, exist_ok=True)
         env.update({
-            RUN_ID_ENV: self.run_id,
-            probe.ENV_EVENTS_DIR: os.path.join(self.run_dir, "events"),
+            RUN_ID_ENV: self.spec.run_id,
+            CONTROLLER_ENV: controller_tag(),
+            probe.ENV_EVENTS_DIR: os.path.join(self.spec.run_dir, "events"),
             probe.ENV_NODE: str(node),
-            "TRAINCHAOS_NODE_ADDR": "127.0.0.1",
+            "TRAINCHAOS_NODE_ADDR": self.node_address(node),
+            NODE_LOCAL_ENV: local_dir,
             # A fresh store per rendezvous round: see harness/dist.py.
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            # torchrun's own scratch files live in the run dir, never in /tmp.
+            # torchrun's own scratch files live on the node's local disk, never in /tmp.
             "TMPDIR": tmp,
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
             "LOGLEVEL": "INFO",
         })
-        if self.probe_faults_file:
-            env[probe.ENV_FAULTS_FILE] = self.probe_faults_file
-        env.update(self.extra_env)
+        if self.spec.probe_faults_file:
+            env[probe.ENV_FAULTS_FILE] = self.spec.probe_faults_file
+        env.update(self.spec.extra_env)
         return env
 
     def start_node(self, node: int) -> None:
-        log_path = os.path.join(self.run_dir, "logs", f"node-{node}.log")
+        log_path = os.path.join(self.spec.run_dir, "logs", f"node-{node}.log")
         log = open(log_path, "ab")  # noqa: SIM115 (owned by the child from here on)
         proc = subprocess.Popen(
             self.agent_command(node), env=self.node_env(node), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.run_dir,
+            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir,
         )
         log.close()
-        self.nodes[node] = NodeProcess(node=node, proc=proc, log_path=log_path)
+        self.nodes[node] = _Node(node=node, proc=proc, log_path=log_path)
 
-    def poll(self) -> dict[int, int | None]:
-        """Return code per node (None while running)."""
+    def poll(self) -> dict[int, NodeStatus]:
         for node in self.nodes.values():
-            if node.alive:
-                rc = node.proc.poll()
-                if rc is not None:
-                    node.alive = False
-                    node.returncode = rc
-        return {n: node.returncode for n, node in self.nodes.items()}
+            if node.returncode is None:
+                node.returncode = node.proc.poll()
+        return {n: NodeStatus(node.returncode, node.lost) for n, node in self.nodes.items()}
 
-    def all_exited(self) -> bool:
-        return all(rc is not None for rc in self.poll().values())
-
-    # -- fault hooks ----------------------------------------------------------------------
-    def note_rank_start(self, rank: int, pid: int) -> None:
-        self.rank_pids[rank] = pid
-
-    def rank_pid(self, rank: int) -> int | None:
-        """The live worker of ``rank``: from its rank_start event, else (a user command
-        without the probe) found by the RANK in its environment."""
-        pid = self.rank_pids.get(rank)
-        if pid is not None and process_state(pid) not in (None, "Z"):
-            return pid
-        found = [p.pid for p in find_run_processes(self.run_id) if p.rank == rank]
-        return max(found) if found else None
-
-    def kill_node(self, node: int, sig: int) -> list[int]:
-        """Signal the node's agent and every rank it started, all at once.
-
-        torchrun starts its workers in sessions of their own, so a process-group kill of
-        the agent would leave them running; the node is found by its environment instead.
-        """
-        proc = self.nodes[node]
-        members = [p.pid for p in find_run_processes(self.run_id) if p.node == node]
-        agent_first = [proc.proc.pid] + [p for p in members if p != proc.proc.pid]
-        hit = []
-        for pid in agent_first:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-                hit.append(pid)
-        proc.killed = True
-        return hit
-
-    # -- teardown -----------------------------------------------------------------------
     def stop(self, grace_s: float = 3.0) -> list[int]:
-        """Stop every process of the run; returns the pids that needed SIGKILL."""
         for node in self.nodes.values():
             if node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -185,11 +167,51 @@ class LocalCluster:
         while time.monotonic() < deadline and any(n.proc.poll() is None for n in self.nodes.values()):
             time.sleep(0.05)
         # Whatever is left, agents, workers whose agent died, stopped ranks: by run id.
-        leftovers = find_run_processes(self.run_id)
-        killed = kill_pids([p.pid for p in leftovers])
+        killed = kill_pids([p.pid for p in find_run_processes(self.spec.run_id)])
         for node in self.nodes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(timeout=5)
         self.poll()
         self._store = None
         return killed
+
+    # -- nodes ----------------------------------------------------------------------------
+    def node_address(self, node: int) -> str:
+        return LOOPBACK
+
+    def node_logs(self) -> dict[int, str]:
+        return {n: node.log_path for n, node in self.nodes.items()}
+
+    # -- processes ------------------------------------------------------------------------
+    def process_alive(self, pid: int) -> bool:
+        return process_state(pid) not in (None, "Z")
+
+    def find_rank(self, rank: int) -> LiveRank | None:
+        """A worker that never announced itself (a user command without the probe), by the
+        RANK in its environment. Its children (DataLoader workers) inherit that environment:
+        the rank is the process whose parent is not of the same rank (torchrun's agent)."""
+        found = [p for p in find_run_processes(self.spec.run_id) if p.rank == rank]
+        pids = {p.pid for p in found}
+        ranks = [p for p in found if p.ppid not in pids]
+        if len(ranks) > 1:  # a restart overlapping the old one: the newest agent's worker
+            ranks = [max(ranks, key=lambda p: p.pid)]
+        if not ranks:
+            return None
+        return LiveRank(rank, ranks[0].node if ranks[0].node is not None else -1, ranks[0].pid)
+
+    def signal_pid(self, pid: int, sig: int) -> bool:
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def signal_node(self, node: int, sig: int) -> list[int]:
+        """torchrun starts its workers in sessions of their own, so a process-group kill of
+        the agent would leave them running: the node is found by its environment instead."""
+        agent = self.nodes[node].proc.pid
+        members = [p.pid for p in find_run_processes(self.spec.run_id) if p.node == node]
+        hit = [pid for pid in [agent] + [p for p in members if p != agent] if self.signal_pid(pid, sig)]
+        if sig in FATAL_SIGNALS:
+            self.nodes[node].lost = True
+        return hit

@@ -13,14 +13,18 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from chaos.cluster.base import ResolvedTarget
+from chaos.schema.types import StrictModel
+
 if TYPE_CHECKING:
-    from chaos.runtime import InjectionContext
+    from chaos.cluster.base import InjectionContext
 
 __all__ = [
     "FAILURE_CLASSES",
-    "REQUIRED",
+    "FaultParams",
     "FaultType",
-    "ParamSpec",
+    "NoParams",
+    "ParamsContext",
     "ResolvedTarget",
     "UnknownFaultType",
     "known_types",
@@ -33,53 +37,16 @@ FAILURE_CLASSES: tuple[str, ...] = ("crash", "hang", "device", "network", "stora
 TargetKind = Literal["rank", "node"]
 
 
-class _Required:
-    def __repr__(self) -> str:
-        return "REQUIRED"
+class FaultParams(StrictModel):
+    """Base of a fault type's parameter model (``FaultType.params_model``): one field per
+    parameter, its docstring the documentation, bounds as ``Field(ge=..., le=...)``, choices
+    as ``Literal``. A field without a default is required. Unknown keys and wrong types are
+    errors (``true`` is not a number, ``"3"`` not an int); scenarios are validated with it,
+    and the JSON Schema, docs/scenario.md and ``trainchaos faults`` are generated from it."""
 
 
-REQUIRED: Any = _Required()
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One type-specific parameter: its type, default (or REQUIRED), allowed range/choices."""
-
-    name: str
-    type: type | tuple[type, ...]
-    default: Any = REQUIRED
-    doc: str = ""
-    choices: tuple[Any, ...] | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-
-    @property
-    def required(self) -> bool:
-        return self.default is REQUIRED
-
-    def type_name(self) -> str:
-        types = self.type if isinstance(self.type, tuple) else (self.type,)
-        return " or ".join("null" if t is type(None) else t.__name__ for t in types)
-
-
-@dataclass(frozen=True)
-class ResolvedTarget:
-    """Concrete ranks and nodes a fault hits, resolved from the scenario's target at plan time."""
-
-    ranks: tuple[int, ...] = ()
-    nodes: tuple[int, ...] = ()
-
-    def srcs(self) -> list[str]:
-        """Event sources blamed by a correct attribution (``rank-3``, ``node-1``)."""
-        return [f"rank-{r}" for r in self.ranks] + [f"node-{n}" for n in self.nodes]
-
-    def describe(self) -> str:
-        parts = []
-        if self.ranks:
-            parts.append("rank " + ",".join(map(str, self.ranks)))
-        if self.nodes:
-            parts.append("node " + ",".join(map(str, self.nodes)))
-        return " ".join(parts) or "job"
+class NoParams(FaultParams):
+    """Takes no parameters."""
 
 
 @dataclass
@@ -98,14 +65,39 @@ class FaultType(ABC):
     failure_class: ClassVar[FailureClass]
     fidelity: ClassVar[str]
     summary: ClassVar[str]
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = ()
+    params_model: ClassVar[type[FaultParams]] = NoParams
+    """The type's parameters; the fault receives them as ``params``, a plain dict with the
+    defaults filled in (``params_model(...).model_dump()``)."""
     target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     # in-process faults are delivered by the probe and fire exactly at the step (at_step only)
     in_process: ClassVar[bool] = False
+    mechanism: ClassVar[str] = ""
+    """How the fault is put in effect, in a few words (``trainchaos faults``); empty: "the
+    probe, in-process" or "the injector", from ``in_process``."""
 
     fault_id: str
     target: ResolvedTarget
+    """Planned from the topology; replaced by the runner with the live resolution (which
+    processes hold the ranks, which ranks live on the nodes) right before ``inject``."""
     params: dict[str, Any] = field(default_factory=dict)
+    target_spec: dict[str, Any] = field(default_factory=dict)
+    """The target as planned (``{rank: 3}``, ``{rack: r1}``; random picks already drawn)."""
+    seed: int = 0
+    """Drawn from the plan's seed for this fault: what a fault picks at random (an element,
+    a byte offset) it picks from this, so a repeat of the plan picks the same."""
+
+    @classmethod
+    def describe_mechanism(cls) -> str:
+        if cls.mechanism:
+            return cls.mechanism
+        return "in-process, by the probe at the exact step" if cls.in_process else "by the injector"
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
+        """Checks of the params that need more than one field or the workload (a tensor
+        name against the harness's model); ``(location under params, message)`` each.
+        Run by ``trainchaos validate`` after ``params_model`` accepted them."""
+        return []
 
     def probe_actions(self) -> list[dict[str, Any]]:
         """In-process faults: the probe's instructions ({action, point, params}); else none."""
@@ -129,12 +121,33 @@ class FaultType(ABC):
 
     @classmethod
     def describe_params(cls) -> list[str]:
+        """One line per parameter, derived from ``params_model``:
+        ``signal (string, default 'SIGKILL', one of [...]): doc``."""
+        from chaos.schema.types import literal_values, type_text, unwrap
+
         lines = []
-        for p in cls.params_spec:
-            default = "required" if p.required else f"default {p.default!r}"
-            extra = f", one of {list(p.choices)}" if p.choices else ""
-            lines.append(f"{p.name} ({p.type_name()}, {default}{extra}): {p.doc}")
+        for name, info in cls.params_model.model_fields.items():
+            default = "required" if info.is_required() else f"default {_yaml(info.get_default())}"
+            choices = literal_values(unwrap(info.annotation)[0])
+            extra = f", one of {list(choices)}" if choices else ""
+            doc = " ".join((info.description or "").split())
+            lines.append(f"{name} ({type_text(info.annotation, list(info.metadata))}, "
+                         f"{default}{extra}): {doc}")
         return lines
+
+
+@dataclass(frozen=True)
+class ParamsContext:
+    """What ``FaultType.check_params`` may consult besides the params."""
+
+    harness: Any = None
+    """The harness's ``HarnessConfig`` when the workload is the harness; None for a command."""
+    world_size: int | None = None
+
+
+def _yaml(value: Any) -> str:
+    """A default as a scenario author writes it: null, true, 'SIGKILL', 2.0."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 class UnknownFaultType(KeyError):
@@ -154,9 +167,36 @@ def register(cls: type[FaultType]) -> type[FaultType]:
     return cls
 
 
+PLUGINS_ENV = "TRAINCHAOS_PLUGINS"
+"""Comma-separated modules imported before fault types are looked up: a team's own fault
+types register themselves on import (so do packages under the ``trainchaos.faults`` entry
+point group)."""
+
+
 def _load_builtin() -> None:
     # Importing the package registers every built-in fault family.
     import chaos.faults  # noqa: F401
+
+    _load_plugins()
+
+
+_plugins_loaded: set[str] = set()
+
+
+def _load_plugins() -> None:
+    import importlib
+    import os
+    from importlib.metadata import entry_points
+
+    names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
+    for name in names:
+        if name not in _plugins_loaded:
+            _plugins_loaded.add(name)
+            importlib.import_module(name)
+    for ep in entry_points(group="trainchaos.faults"):
+        if ep.value not in _plugins_loaded:
+            _plugins_loaded.add(ep.value)
+            ep.load()
 
 
 def lookup(name: str) -> type[FaultType]:

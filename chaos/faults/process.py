@@ -5,16 +5,45 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from chaos.faults.base import FaultType, ParamSpec, register
+from pydantic import Field
+
+from chaos.faults.base import FaultParams, FaultType, register
 
 if TYPE_CHECKING:
-    from chaos.runtime import InjectionContext
+    from chaos.cluster.base import InjectionContext
 
 __all__ = ["CrashDuringCheckpoint", "DeviceError", "HangRank", "KillNode", "KillRank", "Straggler"]
 
-_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGABRT", "SIGSEGV", "SIGBUS")
+_Signal = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGABRT", "SIGSEGV", "SIGBUS"]
+
+
+class KillRankParams(FaultParams):
+    signal: _Signal = "SIGKILL"
+    """Signal sent to the rank's process."""
+
+
+class KillNodeParams(FaultParams):
+    signal: _Signal = "SIGKILL"
+    """Signal sent to every process of the node."""
+
+
+class HangRankParams(FaultParams):
+    duration_s: float | None = Field(None, ge=0)
+    """Seconds frozen before SIGCONT; null freezes until the run ends."""
+
+
+class DeviceErrorParams(FaultParams):
+    xid: int = Field(79, ge=1)
+    """Xid code named in the error message."""
+
+
+class StragglerParams(FaultParams):
+    factor: float = Field(2.0, ge=1.0, le=100.0)
+    """Step time multiplier."""
+    steps: int | None = Field(None, ge=1)
+    """Steps it lasts; null until the end."""
 
 
 def _signal_pids(pids: list[int], sig: int) -> list[int]:
@@ -27,6 +56,12 @@ def _signal_pids(pids: list[int], sig: int) -> list[int]:
         except ProcessLookupError:
             continue
     return hit
+
+
+def _signal_target_ranks(ctx: InjectionContext, fault: FaultType, sig: int) -> list[int]:
+    """Signal the live worker of each target rank (resolved at injection time): the process
+    torchrun started for the rank, never one of its children."""
+    return [pid for pid in fault.target.pids.values() if ctx.cluster.signal_pid(pid, sig)]
 
 
 @register
@@ -42,15 +77,12 @@ class KillRank(FaultType):
         "elastic agent's restart and checkpoint resume. Does not prove anything about GPU "
         "physics or driver recovery: the process dies, the device does not."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("signal", str, "SIGKILL", "signal sent to the rank's process", choices=_SIGNALS),
-    )
+    params_model: ClassVar[type[FaultParams]] = KillRankParams
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         sig = getattr(signal, self.params.get("signal", "SIGKILL"))
-        pids = [p for r in self.target.ranks if (p := ctx.cluster.rank_pid(r)) is not None]
-        return {"pids": _signal_pids(pids, sig), "signal": self.params.get("signal", "SIGKILL")}
+        return {"pids": _signal_target_ranks(ctx, self, sig), "signal": self.params.get("signal", "SIGKILL")}
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         """A kill has nothing to undo: the training job's own restart is what is measured."""
@@ -69,16 +101,14 @@ class KillNode(FaultType):
         "nodes (or a wait for min nodes) and resume. The node's local disk survives here; "
         "use a power fault for node-local data loss."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("signal", str, "SIGKILL", "signal sent to every process of the node", choices=_SIGNALS),
-    )
+    params_model: ClassVar[type[FaultParams]] = KillNodeParams
     target_kinds: ClassVar[tuple[str, ...]] = ("node",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         sig = getattr(signal, self.params.get("signal", "SIGKILL"))
         killed = []
         for node in self.target.nodes:
-            killed.extend(ctx.cluster.kill_node(node, sig))
+            killed.extend(ctx.cluster.signal_node(node, sig))
         return {"pids": killed, "signal": self.params.get("signal", "SIGKILL")}
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
@@ -98,15 +128,11 @@ class HangRank(FaultType):
         "timeouts: without them the job blocks forever. Does not model a hang inside NCCL "
         "with a live host thread: the whole process is frozen."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("duration_s", (int, float, type(None)), None,
-                  "seconds frozen before SIGCONT; null freezes until the run ends", minimum=0),
-    )
+    params_model: ClassVar[type[FaultParams]] = HangRankParams
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        pids = [p for r in self.target.ranks if (p := ctx.cluster.rank_pid(r)) is not None]
-        stopped = _signal_pids(pids, signal.SIGSTOP)
+        stopped = _signal_target_ranks(ctx, self, signal.SIGSTOP)
         if self.params.get("duration_s") is not None:
             ctx.schedule_revert(self, float(self.params["duration_s"]))
         return {"stopped_pids": stopped}
@@ -151,9 +177,7 @@ class DeviceError(_ProbeFault):
         "classification, its report of the failing device, and restart. On CPU no device is "
         "harmed: the exception is raised by the probe at the exact step."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("xid", int, 79, "Xid code named in the error message", minimum=1),
-    )
+    params_model: ClassVar[type[FaultParams]] = DeviceErrorParams
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
     probe_action: ClassVar[str] = "device_error"
 
@@ -170,10 +194,7 @@ class Straggler(_ProbeFault):
         "Exercises straggler detection and shows the cost of synchronous training (every "
         "rank waits). The delay is added on the host after each step, not inside kernels."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = (
-        ParamSpec("factor", (int, float), 2.0, "step time multiplier", minimum=1.0, maximum=100.0),
-        ParamSpec("steps", (int, type(None)), None, "steps it lasts; null until the end", minimum=1),
-    )
+    params_model: ClassVar[type[FaultParams]] = StragglerParams
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
     probe_action: ClassVar[str] = "slowdown"
 
@@ -193,7 +214,6 @@ class CrashDuringCheckpoint(_ProbeFault):
         "writes and verified fallback on load: the partial file must never be loaded. The "
         "process exits at once (no handlers run), like a kill; the disk itself is healthy."
     )
-    params_spec: ClassVar[tuple[ParamSpec, ...]] = ()
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
     probe_action: ClassVar[str] = "exit"
     probe_point: ClassVar[str] = "ckpt_write"

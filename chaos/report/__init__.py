@@ -1,8 +1,10 @@
 """Everything a run writes and prints, built from plain JSON-able dicts.
 
 Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json``, ``summary.md``,
-``timeline.csv`` and ``timeline.parquet``. Per suite: ``suite.json``, ``suite.md`` and JUnit
-XML. On the console: the verdict table and the progress display.
+``timeline.csv``, ``timeline.parquet`` and ``report.html``. Per suite: ``suite.json``,
+``suite.md``, ``index.html`` and JUnit XML. On the console: the verdict table and the
+progress display. ``rebuild_reports`` writes the derived files again from the journals
+(``trainchaos report``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from chaos.report.aggregate import aggregate, render_suite_md, suite_name_of, write_suite_report
 from chaos.report.console import ProgressDisplay, print_verdict_table, verdict_table
+from chaos.report.html import RUN_HTML, SUITE_HTML, write_run_html, write_suite_html
 from chaos.report.journal import (
     JOURNAL_FORMAT,
     JOURNAL_NAME,
@@ -30,9 +33,12 @@ __all__ = [
     "Journal",
     "JournalError",
     "ProgressDisplay",
+    "RUN_HTML",
+    "SUITE_HTML",
     "aggregate",
     "print_verdict_table",
     "read_journal",
+    "rebuild_reports",
     "render_junit",
     "render_suite_md",
     "render_summary",
@@ -41,8 +47,11 @@ __all__ = [
     "verdict_table",
     "write_journal",
     "write_junit",
+    "write_run_html",
     "write_run_reports",
+    "write_suite_html",
     "write_suite_report",
+    "write_suite_reports",
     "write_summary",
     "write_timeline",
 ]
@@ -51,11 +60,12 @@ log = logging.getLogger(__name__)
 
 
 def write_run_reports(run_dir: str, journal: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
-    """Write one run's journal, summary and timeline into ``run_dir``; returns the paths.
+    """Write one run's journal, summary, timeline and HTML page into ``run_dir``; returns
+    the paths.
 
     The journal goes first and its failure propagates: it is the record of the run. A bug
-    in a derived report (summary, timeline) is logged with its traceback and skipped, so
-    that it costs a file, not the run's verdict and exit code; the journal holds the same
+    in a derived report (summary, timeline, HTML) is logged with its traceback and skipped,
+    so that it costs a file, not the run's verdict and exit code; the journal holds the same
     data.
     """
     paths = [write_journal(run_dir, journal)]
@@ -67,4 +77,29 @@ def write_run_reports(run_dir: str, journal: dict[str, Any], events: list[dict[s
         paths.extend(write_timeline(run_dir, events))
     except Exception:  # noqa: BLE001
         log.exception("timeline not written for %s", run_dir)
+    try:
+        paths.append(write_run_html(run_dir, journal, events))
+    except Exception:  # noqa: BLE001
+        log.exception("%s not written for %s", RUN_HTML, run_dir)
     return paths
+
+
+def write_suite_reports(out_dir: str, journals: list[dict[str, Any]], suite_name: str | None = None,
+                        run_dirs: list[str] | None = None, comparison: dict[str, Any] | None = None) -> list[str]:
+    """``suite.json`` and ``suite.md`` (failures propagate: they are the suite's record), then
+    ``index.html`` (a failure is logged and skipped, as for a run's derived reports)."""
+    suite = suite_name or suite_name_of(journals)
+    paths = write_suite_report(out_dir, journals, suite)
+    try:
+        paths.append(write_suite_html(out_dir, journals, suite, run_dirs, comparison))
+    except Exception:  # noqa: BLE001
+        log.exception("%s not written for %s", SUITE_HTML, out_dir)
+    return paths
+
+
+def rebuild_reports(path: str) -> list[str]:
+    """Write every derived report under ``path`` (a run or a suite directory) again from its
+    journals; returns the paths, the HTML page of ``path`` itself first."""
+    from chaos.report.rebuild import rebuild
+
+    return rebuild(path)

@@ -76,7 +76,7 @@ def had_faults(journal: dict[str, Any]) -> bool:
 def outcome(journal: dict[str, Any]) -> Outcome:
     """``pass``/``fail`` from the verdict; ``error`` when the tool failed or no verdict exists
     (an interrupted run is not a pass, and calling it a missed target would be a lie)."""
-    if journal.get("status") == "error":
+    if journal.get("status") in ("error", "tool_error"):
         return "error"
     verdict = journal.get("verdict")
     if not isinstance(verdict, dict) or verdict.get("passed") is None:
@@ -85,6 +85,8 @@ def outcome(journal: dict[str, Any]) -> Outcome:
 
 
 def outcome_label(journal: dict[str, Any]) -> str:
+    if journal.get("status") == "tool_error":
+        return "TOOL ERROR"
     return {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[outcome(journal)]
 
 
@@ -139,7 +141,8 @@ def attribution_text(journal: dict[str, Any]) -> str:
 
 
 def target_text(target: Any) -> str:
-    """``rank 3``, ``ranks 0,1 / node 1`` from a resolved target dict."""
+    """``rank 3``, ``ranks 0,1 / node 1`` from a resolved target dict (``{"ranks": [3]}``), or
+    the target as the scenario wrote it (``{"rank": 3}``, ``{"rack": "r1"}``)."""
     if not isinstance(target, dict):
         return DASH if target is None else str(target)
     parts = []
@@ -148,7 +151,56 @@ def target_text(target: Any) -> str:
         if values:
             word = singular if len(values) == 1 else key
             parts.append(f"{word} {','.join(map(str, values))}")
+    if not parts:
+        parts = [f"{key} {fmt_value(value)}" for key, value in target.items()
+                 if key not in ("ranks", "nodes", "pids") and value not in (None, [], {})]
     return " / ".join(parts) if parts else DASH
+
+
+def fidelity_of(fault: dict[str, Any]) -> str | None:
+    """A fault's fidelity statement: from its journal record, else from its fault type (a
+    journal written before records carried it); None when neither knows."""
+    text = fault.get("fidelity")
+    if isinstance(text, str) and text.strip():
+        return text.strip()
+    name = fault.get("type")
+    if not isinstance(name, str):
+        return None
+    try:
+        from chaos.faults.base import lookup
+
+        return str(lookup(name).fidelity).strip() or None
+    except Exception:  # noqa: BLE001 - an unknown or plugin type: the report goes on without it
+        return None
+
+
+def planned_target_text(planned: dict[str, Any]) -> str:
+    """A plan entry's target: resolved from the topology when the plan has it, else as written."""
+    for key in ("planned_target", "target"):
+        text = target_text(planned.get(key))
+        if text != DASH:
+            return text
+    return DASH
+
+
+def final_state_text(journal: dict[str, Any]) -> str:
+    """Correctness in a few words: ``bitwise match``, ``differs (loss dev 0.3%)``,
+    ``loss dev 0.12%`` (world size changed: no bitwise comparison), ``not finite``; a dash
+    without a baseline."""
+    metrics = metrics_of(journal)
+    if metrics is None:
+        return DASH
+    if metrics.get("healthy") is False:
+        return "not finite" if metrics.get("first_nonfinite_step") is not None else "unhealthy"
+    match, dev = metrics.get("digest_match"), _as_float(metrics.get("max_rel_loss_dev"))
+    dev_text = None if dev is None else f"loss dev {dev * 100:.2g}%"
+    if match is True:
+        return "bitwise match"
+    if match is False:
+        return "differs" + (f" ({dev_text})" if dev_text else "")
+    if dev_text and metrics.get("has_baseline"):
+        return dev_text
+    return DASH
 
 
 # -------------------------------------------------------------------------------- formatting
@@ -210,7 +262,7 @@ def fmt_metric(journal: dict[str, Any], key: str) -> str:
         return DASH
     value = metric(journal, key)
     missing = MISSING_LABELS.get(key, DASH) if had_faults(journal) else DASH
-    if key in ("lost_steps", "final_step", "restart_count"):
+    if key in ("lost_steps", "final_step", "restart_count", "false_detections"):
         return fmt_steps(value, missing)
     if key == "goodput":
         return fmt_fraction(value, missing)

@@ -19,6 +19,7 @@ from chaos.report._format import (
     MISSING_LABELS,
     atomic_write_text,
     attribution_text,
+    final_state_text,
     fmt_fraction,
     fmt_metric,
     fmt_seconds,
@@ -39,7 +40,7 @@ from chaos.report._format import (
 __all__ = ["AGGREGATE_METRICS", "aggregate", "render_suite_md", "suite_name_of", "write_suite_report"]
 
 AGGREGATE_METRICS: tuple[str, ...] = (
-    "detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "wall_s",
+    "detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "false_detections", "wall_s",
 )
 SUITE_JSON = "suite.json"
 SUITE_MD = "suite.md"
@@ -183,12 +184,13 @@ def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = Non
     verdict_rows = [
         [scenario_name(j), repeat_of(j), j.get("status") or "unknown",
          fmt_metric(j, "detection_s"), fmt_metric(j, "recovery_s"), fmt_metric(j, "lost_steps"),
-         fmt_metric(j, "goodput"), attribution_text(j), f"**{outcome_label(j)}**",
-         "\n".join(reasons(j)) or ""]
+         fmt_metric(j, "goodput"), attribution_text(j), final_state_text(j), fmt_metric(j, "false_detections"),
+         f"**{outcome_label(j)}**", "\n".join(reasons(j)) or ""]
         for j in ordered
     ]
     lines += md_table(["scenario", "repeat", "status", "detection", "recovery", "lost steps",
-                       "goodput", "attribution", "verdict", "reasons"], verdict_rows)
+                       "goodput", "attribution", "final state", "false alarms", "verdict", "reasons"],
+                      verdict_rows)
     lines.append("")
 
     lines += ["## Metrics across repeats", ""]
@@ -212,7 +214,7 @@ def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = Non
 
 
 def _formatter(key: str):
-    if key == "lost_steps":
+    if key in ("lost_steps", "false_detections"):
         return fmt_steps
     if key == "goodput":
         return fmt_fraction

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from chaos.report._format import (
     attribution_text,
+    final_state_text,
     fmt_metric,
     outcome,
     outcome_label,
@@ -35,11 +36,13 @@ from chaos.report._format import (
 
 __all__ = ["ProgressDisplay", "print_verdict_table", "verdict_table"]
 
+_WRONG_STATE = ("differs", "not finite", "unhealthy")
 _OUTCOME_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
 
 
 def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "trainchaos verdict") -> Table:
-    """One row per scenario × repeat: status, headline metrics, attribution, PASS/FAIL, reasons."""
+    """One row per scenario × repeat: status, headline metrics, attribution, correctness
+    (final state), false alarms, PASS/FAIL, reasons."""
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("scenario", style="bold", overflow="fold")
     table.add_column("repeat", justify="right")
@@ -49,11 +52,14 @@ def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "train
     table.add_column("lost steps", justify="right")
     table.add_column("goodput", justify="right")
     table.add_column("attribution")
+    table.add_column("final state")
+    table.add_column("false alarms", justify="right")
     table.add_column("verdict", justify="center")
     table.add_column("reasons", overflow="fold")
     for journal in journals:
         kind = outcome(journal)
         status = str(journal.get("status") or "unknown")
+        state = final_state_text(journal)
         table.add_row(
             Text(scenario_name(journal)),
             str(repeat_of(journal)),
@@ -63,6 +69,8 @@ def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "train
             fmt_metric(journal, "lost_steps"),
             fmt_metric(journal, "goodput"),
             Text(attribution_text(journal)),
+            Text(state, style="red" if state.startswith(_WRONG_STATE) else ""),
+            fmt_metric(journal, "false_detections"),
             Text(outcome_label(journal), style=_OUTCOME_STYLE[kind]),
             Text("\n".join(reasons(journal))),
         )

@@ -38,7 +38,8 @@ JOURNAL_FORMAT = 1
 """Bumped when a field changes meaning; readers refuse journals newer than they know."""
 JOURNAL_NAME = "journal.json"
 
-RunStatus = Literal["completed", "hung", "failed", "interrupted", "error"]
+RunStatus = Literal["completed", "hung", "failed", "interrupted", "tool_error", "aborted"]
+"""tool_error: trainchaos itself failed (see ``tool_errors``); such a run has no verdict."""
 Precision = Literal["exact", "next_step", "late"]
 
 
@@ -81,6 +82,8 @@ class FaultRecord(TypedDict):
     t_inject: float | None
     t_revert: float | None
     mechanism: str | None
+    fidelity: str | None
+    """The fault type's fidelity statement: what it stands for and what it does not prove."""
     precision: Precision | None
     """exact: landed on the planned step; next_step: one later (signals); late: later still."""
     details: dict[str, Any]
@@ -115,6 +118,9 @@ class Metrics(TypedDict):
     restart_count: int | None
     digest_match: bool | None
     max_rel_loss_dev: float | None
+    false_detections: int
+    """Detections that blamed a process no fault hit (``chaos.metrics``)."""
+    false_detection_events: list[dict[str, Any]]
     faults: list[FaultMetrics]
 
 
@@ -145,6 +151,11 @@ class Journal(TypedDict):
     """``reports/<suite>/<scenario>/<repeat>``."""
     status: RunStatus
     error: str | None
+    tool_errors: list[str]
+    """What of trainchaos failed (inject, target resolution, revert, teardown, the runner)."""
+    traceback: str | None
+    backend: dict[str, Any]
+    """``{"name": "local", "options": {}}``."""
     started_at: str
     ended_at: str
     wall_s: float

@@ -12,6 +12,8 @@ from chaos.report._format import (
     atomic_write_text,
     check_reason,
     fault_metrics,
+    fidelity_of,
+    final_state_text,
     fmt_metric,
     fmt_seconds,
     fmt_steps,
@@ -22,10 +24,10 @@ from chaos.report._format import (
     metrics_of,
     outcome,
     outcome_label,
+    planned_target_text,
     reasons,
     repeat_of,
     scenario_name,
-    target_text,
     wall_s_of,
 )
 
@@ -45,6 +47,8 @@ _METRIC_ROWS: tuple[tuple[str, str, str], ...] = (
     ("completed", "Completed", "reached the last step within the timeout"),
     ("final_step", "Final step", ""),
     ("restart_count", "Restarts", "group restarts of the job"),
+    ("false_detections", "False detections", "detections that blamed a process no fault hit"),
+    ("final_state", "Final state", "correctness against the fault-free baseline"),
     ("digest_match", "Final state matches baseline", "bitwise digest of the final weights"),
     ("max_rel_loss_dev", "Max relative loss deviation", "vs the baseline over the last steps"),
     ("final_digest", "Final digest", ""),
@@ -129,9 +133,11 @@ def _metrics(journal: dict[str, Any]) -> list[str]:
         return lines
     rows = []
     for key, label, meaning in _METRIC_ROWS:
-        if key not in metrics and key != "wall_s":
+        if key not in metrics and key not in ("wall_s", "final_state"):
             continue
-        if key == "lost_work_rank_s":
+        if key == "final_state":
+            text = final_state_text(journal)
+        elif key == "lost_work_rank_s":
             value = metrics.get(key)
             text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
         else:
@@ -155,8 +161,9 @@ def _faults(journal: dict[str, Any]) -> list[str]:
     for fid in fault_ids:
         record, planned, fm = records.get(fid), plan.get(fid, {}), per_fault.get(fid, {})
         ftype = (record or planned).get("type") or DASH
-        target = target_text(planned.get("target")) if planned.get("target") else (
-            ", ".join((record or {}).get("target_srcs") or []) or DASH)
+        target = planned_target_text(planned) if planned else DASH
+        if target == DASH:
+            target = ", ".join((record or {}).get("target_srcs") or []) or DASH
         if record is None:
             rows.append([fid, ftype, target, "not injected", DASH, DASH, DASH, DASH, DASH, DASH])
             continue
@@ -191,6 +198,19 @@ def _faults(journal: dict[str, Any]) -> list[str]:
                 for fid in fault_ids if fid in records]
         lines += md_table(["fault", "mechanism", "failure class"], mech)
         lines.append("")
+    lines += _fidelity(journal, fault_ids, records, plan)
+    return lines
+
+
+def _fidelity(journal: dict[str, Any], fault_ids: list[str], records: dict[str, dict[str, Any]],
+              plan: dict[str, dict[str, Any]]) -> list[str]:
+    """What each fault stands for and what it does not prove (the fault type's statement)."""
+    lines: list[str] = []
+    for fid in fault_ids:
+        entry = records.get(fid) or plan.get(fid) or {}
+        text = fidelity_of(entry)
+        if text:
+            lines += [f"**Fidelity of `{fid}` ({entry.get('type') or DASH}):** {' '.join(text.split())}", ""]
     return lines
 
 
@@ -198,7 +218,7 @@ def _plan(journal: dict[str, Any]) -> list[str]:
     plan = [p for p in journal.get("plan") or [] if isinstance(p, dict)]
     if not plan:
         return []
-    rows = [[p.get("fault_id") or DASH, p.get("type") or DASH, target_text(p.get("target")),
+    rows = [[p.get("fault_id") or DASH, p.get("type") or DASH, planned_target_text(p),
              fmt_value(p.get("trigger")), fmt_value(p.get("params"))] for p in plan]
     return ["## Plan", "", *md_table(["fault", "type", "target", "trigger", "params"], rows), ""]
 

@@ -1,7 +1,7 @@
 """The harness under real faults: real torchrun agents, real gloo ranks, real signals.
 
 Every test launches the job exactly as ``trainchaos run`` does (one torchrun agent per
-simulated node, through :class:`chaos.cluster.local.LocalCluster`) and checks what a user
+simulated node, through the ``local`` cluster backend) and checks what a user
 of the harness relies on: a fault-free run is reproducible and learns; a killed or frozen
 rank is noticed and blamed, the group restarts from the last checkpoint and ends bitwise
 identical to the fault-free run; corrupt checkpoints are never silently trained over.
@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.local import LocalCluster
+from chaos.cluster import lookup_backend
+from chaos.cluster.base import RunSpec
+from chaos.cluster.resources import RunResources
 from chaos.events import Event, read_events
 from chaos.model import Topology
 from chaos.procs import find_run_processes
@@ -106,20 +108,23 @@ def assert_run_left_nothing(run_id: str, run_dir: Path) -> None:
 
 def run_harness(run_dir: Path, topology: Topology, options: dict[str, Any],
                 timeout_s: float = 90) -> tuple[str, dict[int, int | None]]:
-    """Run the harness directly on a LocalCluster (no controller, no faults): (run id, rc per node)."""
+    """Run the harness directly on the local backend (no controller, no faults): (run id, rc per node)."""
     run_id = f"trainchaos-test-{uuid.uuid4().hex[:10]}"
     cfg = config_from_mapping({**options, "seed": SEED, "run_dir": str(run_dir)})
     (run_dir / "events").mkdir(parents=True)
-    cluster = LocalCluster(run_id, str(run_dir), topology, ["-m", "harness", *config_to_args(cfg)])
+    spec = RunSpec(run_id, str(run_dir), topology, ["-m", "harness", *config_to_args(cfg)])
+    resources = RunResources(run_id, str(run_dir))
+    cluster = lookup_backend("local")(spec, resources)
     try:
         cluster.start()
         deadline = time.monotonic() + timeout_s
-        while not cluster.all_exited():
+        while any(s.returncode is None for s in cluster.poll().values()):
             assert time.monotonic() < deadline, f"harness run did not end within {timeout_s} s"
             time.sleep(0.1)
-        return run_id, cluster.poll()
+        return run_id, {n: s.returncode for n, s in cluster.poll().items()}
     finally:
         cluster.stop()
+        assert not resources.release_all()
         assert_run_left_nothing(run_id, run_dir)
 
 

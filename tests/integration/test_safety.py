@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from chaos.cluster.resources import pending_resources
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from chaos.rollback import FaultJournal
 
@@ -175,6 +177,36 @@ def wait_for_fault(box: Sandbox, proc: subprocess.Popen[bytes], scenario: Path) 
     pytest.fail(f"no fault_injected within {INJECT_WAIT_S} s:\n{box.output(scenario)[-3000:]}")
 
 
+def listening_addresses(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket the processes listen on, from /proc/net/tcp{,6}."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as fh:
+            for line in list(fh)[1:]:
+                cols = line.split()
+                local, state, inode = cols[1], cols[3], cols[9]
+                if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                    continue
+                hex_addr, hex_port = local.split(":")
+                raw = bytes.fromhex(hex_addr)
+                if width == 8:
+                    addr = ".".join(str(b) for b in reversed(raw))
+                else:  # four little-endian 32-bit words
+                    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                    addr = socket.inet_ntop(socket.AF_INET6, words)
+                found.add((addr, int(hex_port, 16)))
+    return found
+
+
 def _journal(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "journal.json"
     assert path.exists(), f"no journal.json in {run_dir}: {sorted(p.name for p in run_dir.iterdir())}"
@@ -189,6 +221,13 @@ def assert_nothing_left(box: Sandbox, run_id: str, fault: dict[str, Any]) -> Non
     for pid in fault["details"]["stopped_pids"]:
         assert process_state(pid) in (None, "Z"), f"the frozen rank (pid {pid}) is still there: {process_state(pid)}"
     assert not box.registered(), f"the active-run registry still lists {box.registered()}"
+
+
+def assert_nothing_left_of(run_id: str, fault: dict[str, Any]) -> None:
+    """No process of the run, and its frozen rank gone (other runs of the sandbox may live)."""
+    assert not find_run_processes(run_id)
+    for pid in fault["details"]["stopped_pids"]:
+        assert process_state(pid) in (None, "Z"), f"the frozen rank (pid {pid}) is still there"
 
 
 def assert_fault_reverted(run_dir: Path, fault_id: str) -> None:
@@ -217,6 +256,12 @@ def test_signal_mid_fault_reverts_everything_and_exits_130(sandbox: Sandbox, sig
     run_id = _run_id(sandbox, run_dir)
     stopped = fault["details"]["stopped_pids"]
     assert all(process_state(p) == "T" for p in stopped), "the hang must be in effect when the signal lands"
+    # Nothing of the run listens beyond the node's own address (loopback on local): not the
+    # rank-0 store, not gloo, not the liveness sockets, not the controller's rendezvous.
+    listening = listening_addresses([p.pid for p in find_run_processes(run_id)] + [proc.pid])
+    assert len(listening) >= 5, f"expected the stores, gloo and liveness listeners: {listening}"
+    exposed = {(a, p) for a, p in listening if a not in ("127.0.0.1", "::ffff:127.0.0.1")}
+    assert not exposed, f"listening beyond loopback: {exposed}"
 
     proc.send_signal(sig)  # the controller only: the nodes run in their own sessions
     try:
@@ -255,18 +300,39 @@ def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbo
     assert {p.pid for p in frozen} <= set(fault["details"]["stopped_pids"])
     assert [r["run_id"] for r in sandbox.registered()] == [run_id]
     assert FaultJournal(str(run_dir / "fault_journal.jsonl")).pending(), "the fault journal must show it pending"
+    # Run-scoped resources outlive it too: the nodes' local directories.
+    scratch = sorted((sandbox.state / "scratch" / run_id).glob("node-*"))
+    assert [p.name for p in scratch] == ["node-0", "node-1"], scratch
+    pending = pending_resources(str(run_dir / "resources.jsonl"))
+    assert sorted(r["spec"]["path"] for r in pending) == [str(p) for p in scratch]
+
+    check = sandbox.cli("cleanup", "--check")
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert f"run {run_id}" in check.stdout and "1 fault(s) not reverted, 2 resource(s)" in check.stdout
+    assert all(p.exists() for p in scratch) and find_run_processes(run_id), "--check must change nothing"
 
     result = sandbox.cli("cleanup")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{run_id}: reverted {fault['fault_id']} (hang_rank)" in result.stdout, result.stdout
     assert f"{run_id}: killed " in result.stdout, result.stdout
+    assert f"{run_id}: released 2 resource(s)" in result.stdout, result.stdout
 
     assert_nothing_left(sandbox, run_id, fault)
     assert_fault_reverted(run_dir, fault["fault_id"])
+    assert not any(p.exists() for p in scratch), "node-local directories must be removed"
+    # The run can still be explained: cleanup wrote its journal from what is on disk.
+    journal = _journal(run_dir)
+    assert journal["status"] == "aborted" and journal["verdict"] is None and journal["run_id"] == run_id
+    assert journal["faults"][0]["fault_id"] == fault["fault_id"]
+    assert journal["metrics"]["final_step"] >= HANG_AT_STEP - 1, journal["metrics"]
+    assert f"{run_id}: wrote " in result.stdout and "(status aborted)" in result.stdout
+    assert not pending_resources(str(run_dir / "resources.jsonl"))
 
     again = sandbox.cli("cleanup")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "nothing to clean up"
+    clean = sandbox.cli("cleanup", "--check")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
 
 
 @pytest.mark.timeout(60 + 30 + INJECT_WAIT_S)
@@ -298,6 +364,10 @@ def test_hang_without_watchdog_ends_at_timeout_as_hung_and_fails(sandbox: Sandbo
     assert verdict["passed"] is False
     reasons = [c["reason"] for c in verdict["checks"] if not c["ok"]]
     assert any("hung" in r or "undetected" in r for r in reasons), reasons
+    # What the job reports while trainchaos stops it at the timeout is not a detection.
+    metrics = journal["metrics"]
+    assert metrics["undetected"] is True and metrics["detection_s"] is None, metrics["faults"]
+    assert metrics["false_detections"] == 0, metrics["false_detection_events"]
     assert_nothing_left(sandbox, run_id, fault)
     assert_fault_reverted(run_dir, fault["fault_id"])
 
@@ -375,3 +445,36 @@ def test_signal_while_reverting_does_not_cut_the_revert_short(sandbox: Sandbox) 
     assert_nothing_left(sandbox, run_id, fault)
     assert_fault_reverted(run_dir, fault["fault_id"])
     assert _journal(run_dir)["status"] in ("hung", "timeout", "interrupted")
+
+
+@pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 90)
+def test_cleanup_never_touches_live_runs_of_parallel_suites(sandbox: Sandbox) -> None:
+    """Two suites run at once on one machine (a CI runner with two jobs); a `cleanup` in the
+    middle must leave both alone: their controllers are alive. Each run keeps to its own
+    processes, ports and files."""
+    first = sandbox.scenario("parallel-a")
+    second = sandbox.scenario("parallel-b")
+    proc_a, proc_b = sandbox.start_run(first), sandbox.start_run(second)
+    fault_a = wait_for_fault(sandbox, proc_a, first)
+    fault_b = wait_for_fault(sandbox, proc_b, second)
+    run_a = _run_id(sandbox, sandbox.run_dir(first))
+    run_b = _run_id(sandbox, sandbox.run_dir(second))
+    before = {run: {p.pid for p in find_run_processes(run)} for run in (run_a, run_b)}
+    assert before[run_a] and before[run_b] and not before[run_a] & before[run_b]
+
+    result = sandbox.cli("cleanup")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for run in (run_a, run_b):
+        assert f"{run}: its controller is still running; skipped" in result.stdout, result.stdout
+        assert {p.pid for p in find_run_processes(run)} == before[run], "cleanup touched a live run"
+    assert proc_a.poll() is None and proc_b.poll() is None
+    check = sandbox.cli("cleanup", "--check")
+    assert check.returncode == 0, "a live run's processes and resources are not leftovers:\n" + check.stdout
+
+    for proc in (proc_a, proc_b):
+        proc.send_signal(signal.SIGINT)
+    for proc, fault, run, scenario in ((proc_a, fault_a, run_a, first), (proc_b, fault_b, run_b, second)):
+        assert proc.wait(timeout=EXIT_AFTER_SIGNAL_S) == 130, sandbox.output(scenario)[-2000:]
+        assert_nothing_left_of(run, fault)
+        assert _journal(sandbox.run_dir(scenario))["status"] == "interrupted"
+    assert not sandbox.registered()

@@ -23,7 +23,8 @@ CASES: dict[str, tuple[str, str]] = {
     "top_level_list.yaml": ("", "expected a mapping at the top level"),
     "unknown_fault_type.yaml": (
         "faults[0].type",
-        "unknown fault type 'kil_rank'; did you mean 'kill_rank'? known: crash_during_checkpoint",
+        "unknown fault type 'kil_rank'; did you mean 'kill_rank'? known: bitflip, "
+        "checkpoint_bitrot, crash_during_checkpoint",
     ),
     "rank_out_of_range.yaml": (
         "faults[0].target.rank", "rank 7 does not exist: the job has 4 ranks (0-3)"),
@@ -77,6 +78,36 @@ CASES: dict[str, tuple[str, str]] = {
     "regex_without_step.yaml": ("workload.progress_regex", "needs a named group 'step'"),
     "negative_timeout.yaml": ("timeout_s", "-5 is out of range: must be > 0"),
     "min_nodes_above_nodes.yaml": ("topology.min_nodes", "3 is out of range: must be between 1 and 2"),
+    "spares_out_of_range.yaml": ("topology.spares", "9 is out of range: must be between 0 and 8"),
+    "node_in_two_power_domains.yaml": (
+        "topology.power_domains.pd-b[0]",
+        "node 1 is already in power domain 'pd-a'; a node belongs to at most one power domain"),
+    "rack_index_out_of_range.yaml": (
+        "topology.racks.r2[1]", "node 3 does not exist: the job has 2 nodes and 1 spare (0-2)"),
+    "unknown_power_domain_target.yaml": (
+        "faults[0].target.power_domain",
+        "unknown power domain 'pd-c'; did you mean 'pd-b'? known: pd-a, pd-b"),
+    "rack_target_without_racks.yaml": (
+        "faults[0].target.rack",
+        "the topology declares no racks; declare them under topology, e.g. racks: {r1: [0, 1]"),
+    "rack_target_on_rank_fault.yaml": (
+        "faults[0].target.rack", "kill_rank targets a rank, not a rack; use {rank: R}"),
+    "unknown_backend.yaml": ("backend", "unknown backend 'locl'; did you mean 'local'? known: local"),
+    "backend_unknown_option.yaml": (
+        "backend.local.hosts", "unknown local option 'hosts': backend local takes no options"),
+    "bitflip_unknown_tensor.yaml": (
+        "faults[0].params.tensor",
+        "no parameter 'mlp.0.wieght' in the model; did you mean 'mlp.0.weight'? valid: parameters "
+        "(NAME, grad:NAME, optim:NAME:KEY): tok_emb.weight, mlp.{0,2}.weight, mlp.{0,2}.bias"),
+    "bitflip_bit_outside_dtype.yaml": (
+        "faults[0].params.bit", "bit 40 is outside float32: bits 0-31 (sign 31, exponent 23-30, "
+        "mantissa 0-22) (mlp.0.weight is float32)"),
+    "bitflip_bit_too_large.yaml": ("faults[0].params.bit", "64 is out of range: must be between 0 and 63"),
+    "bitflip_rank_outside_world.yaml": (
+        "faults[0].target.rank", "rank 2 does not exist: the job has 2 ranks (0-1)"),
+    "bitflip_stuck_at_without_duration.yaml": (
+        "faults[0].params.duration_steps", "mode stuck_at forces the bit at every step for "
+        "duration_steps steps: give duration_steps (an int >= 1)"),
 }
 
 

@@ -21,6 +21,7 @@ from chaos.cli import cli, main
 from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, ScenarioError
 from chaos.faults.base import known_types
 from chaos.scenario import load_scenario
+from chaos.schema.types import literal_values, unwrap
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "scenarios" / "bad"
@@ -249,10 +250,11 @@ def test_faults_lists_every_registered_type_with_params_and_fidelity() -> None:
         for kind in cls.target_kinds:
             assert kind in header
         assert f"    {cls.summary}" in block
-        for spec in cls.params_spec:
-            assert any(line.startswith(f"    param {spec.name} (") for line in block), f"{name}: param {spec.name} missing"
-            if spec.choices:
-                assert any(all(str(c) in line for c in spec.choices) for line in block if f"param {spec.name} " in line)
+        for param, info in cls.params_model.model_fields.items():
+            assert any(line.startswith(f"    param {param} (") for line in block), f"{name}: param {param} missing"
+            choices = literal_values(unwrap(info.annotation)[0])
+            if choices:
+                assert any(all(str(c) in line for c in choices) for line in block if f"param {param} " in line)
         fidelity = [line for line in block if line.startswith("    fidelity: ")]
         assert len(fidelity) == 1, f"{name}: one fidelity line expected"
         first_sentence = fidelity[0].removeprefix("    fidelity: ")

@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from harness.config import CheckpointConfig, FailureConfig, HarnessConfig, ModelConfig
+from harness.config import CheckpointConfig, DetectConfig, FailureConfig, HarnessConfig, ModelConfig
 
 SECTIONS = {"": HarnessConfig, "model-": ModelConfig, "checkpoint-": CheckpointConfig,
-            "failure-": FailureConfig}
+            "failure-": FailureConfig, "detect-": DetectConfig}
 
 
 def harness(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,12 +33,16 @@ def help_text() -> str:
 
 
 def every_flag() -> list[str]:
-    return [
-        "--" + prefix + f.name.replace("_", "-")
-        for prefix, cls in SECTIONS.items()
-        for f in dataclasses.fields(cls)
-        if f.name not in ("model", "checkpoint", "failure")
-    ]
+    """Every flag; an option that is on by default also has its --no- form."""
+    flags = []
+    for prefix, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            if f.name in ("model", "checkpoint", "failure", "detect"):
+                continue
+            flags.append("--" + prefix + f.name.replace("_", "-"))
+            if f.default is True:
+                flags.append("--no-" + prefix + f.name.replace("_", "-"))
+    return flags
 
 
 def test_help_lists_every_option_with_a_description(help_text: str) -> None:
@@ -49,7 +53,9 @@ def test_help_lists_every_option_with_a_description(help_text: str) -> None:
     for flag in flags:
         # "--flag METAVAR  Some description." in the options list (not only the usage line),
         # with a description before the "(default: ...)" that every option gets.
-        described = re.search(re.escape(flag) + r"(?>(?: [A-Z_.]+(?= )| \{[^}]*\})?) (?!\(default)\w", options)
+        # ("--flag, --no-flag  Description." for an option that is on by default)
+        described = re.search(re.escape(flag) + r"(?:, --no-[a-z-]+)?(?>(?: [A-Z_.]+(?= )| \{[^}]*\})?) "
+                              r"(?!\(default)\w", options)
         assert described, f"{flag} is not documented in --help"
 
 

@@ -378,3 +378,55 @@ def test_completed_needs_the_last_step():
     assert not compute_metrics(tl.sorted(), [], run_info(steps=40)).completed
     assert compute_metrics(tl.sorted(), [], run_info(steps=30)).completed
     assert not compute_metrics(tl.sorted(), [], run_info("interrupted", steps=30)).completed
+
+
+# -- false detections and teardown -------------------------------------------------------
+
+
+def test_consequences_of_a_restart_are_not_false_detections():
+    """After rank-3 is killed, peers also see ranks 0-2 go as their agents tear them down for
+    the restart: blaming those is the restart itself, not a new alarm."""
+    tl = kill_and_resume()
+    tl.detect(26.5, suspect="rank-2", by="rank-1")  # rank 2 torn down by its agent
+    tl.detect(27.0, suspect="rank-0", by="node-1")
+    m = compute_metrics(tl.sorted(), [kill()], run_info())
+    assert m.false_detections == 0 and m.false_detection_events == []
+    assert m.faults[0].attribution == "correct"
+
+
+def test_a_healthy_rank_blamed_without_any_fault_on_it_is_a_false_detection():
+    """A latency fault on rank 3's link; rank 1 (healthy) is called hung; the group restarts."""
+    tl = Timeline().start(0.0).steps(0.0, 1, 10)
+    tl.detect(10.5, suspect="rank-1", failure_class="hang", by="rank-0")
+    tl.detect(10.6, suspect="rank-2", by="rank-3")  # torn down by the restart: a consequence
+    tl.start(14.0, inc=1).steps(14.0, 11, 20, inc=1)
+    latency = kill("f0-latency", t=5.0, targets=("rank-3",), cls="network")
+    m = compute_metrics(tl.sorted(), [latency], run_info(steps=20, t_end=25.0))
+    assert m.false_detections == 1
+    assert m.false_detection_events[0]["suspect"] == "rank-1"
+    assert m.false_detection_events[0]["failure_class"] == "hang"
+
+
+def test_every_detection_in_a_fault_free_run_is_false_and_each_new_alarm_counts():
+    tl = Timeline().start(0.0).steps(0.0, 1, 5)
+    tl.detect(5.5, suspect="rank-2", failure_class="hang")
+    tl.start(8.0, inc=1).steps(8.0, 6, 10, inc=1)
+    tl.detect(13.5, suspect="rank-0", failure_class="hang", by="rank-1", inc=1)  # after recovery
+    m = compute_metrics(tl.sorted(), [], run_info(steps=10, t_end=20.0))
+    assert m.false_detections == 2
+
+
+def test_what_the_job_reports_while_trainchaos_stops_it_is_no_detection():
+    """hang-no-watchdog: nothing notices the frozen rank; at timeout_s trainchaos stops the
+    job and a peer reports rank 0 gone. That is teardown, not a detection (true or false)."""
+    tl = Timeline().start(0.0).steps(0.0, 1, 10)
+    tl.detect(62.0, suspect="rank-0", by="rank-1")
+    run = RunInfo(status="hung", t_start=0.0, t_end=63.0, steps_target=40, world_size=4,
+                  timeout_s=60.0, t_stop=61.0)
+    m = compute_metrics(tl.sorted(), [kill("f0-hang_rank", t=10.5, cls="hang")], run)
+    assert m.faults[0].detection_s is None and m.undetected
+    assert m.false_detections == 0
+    # The same event before the stop would have been a (wrong) detection.
+    run.t_stop = None
+    m = compute_metrics(tl.sorted(), [kill("f0-hang_rank", t=10.5, cls="hang")], run)
+    assert m.faults[0].attribution == "wrong" and m.false_detections == 1

@@ -65,3 +65,46 @@ def test_probe_instructions_cover_only_in_process_faults_that_fire():
     assert by_type["crash_during_checkpoint"]["at_or_after"] is True
     straggler = next(p for p in plan if p.spec.type == "straggler")
     assert ("straggler" in by_type) == straggler.fires
+
+
+def _domains(target: dict, seed: int = 3):
+    return parse_scenario(
+        {
+            "name": "domains",
+            "seed": seed,
+            "topology": {"nodes": 4, "ranks_per_node": 2, "spares": 1,
+                         "racks": {"r1": [0, 1], "r2": [2, 3, 4]},
+                         "power_domains": {"pd-a": [0, 2], "pd-b": [1, 3]}},
+            "faults": [{"type": "kill_node", "target": target, "trigger": {"at_step": 10}}],
+        },
+        "domains.yaml",
+    )
+
+
+def test_a_rack_or_power_domain_target_hits_every_node_in_it():
+    rack = make_plan(_domains({"rack": "r2"}), 3)[0]
+    assert rack.fault.target.nodes == (2, 3, 4)
+    # The topology's view names the ranks that start there (the spare, node 4, starts none);
+    # the live ones are resolved at injection time.
+    assert rack.fault.target.ranks == (4, 5, 6, 7)
+    assert rack.to_dict()["target"] == {"rack": "r2"}
+    domain = make_plan(_domains({"power_domain": "pd-b"}), 3)[0]
+    assert domain.fault.target.nodes == (1, 3)
+
+
+def test_a_random_domain_is_drawn_from_the_seed_and_recorded_in_the_plan():
+    drawn = {make_plan(_domains({"random": "power_domain"}), seed)[0].to_dict()["target"]["power_domain"]
+             for seed in range(20)}
+    assert drawn == {"pd-a", "pd-b"}
+    same = [make_plan(_domains({"random": "rack"}), 7)[0].to_dict() for _ in range(2)]
+    assert same[0] == same[1] and same[0]["target"]["rack"] in ("r1", "r2")
+
+
+def test_each_repeat_draws_its_own_plan_and_repeat_zero_is_the_scenario_seed():
+    from chaos.plan import plan_seed
+
+    assert plan_seed(3, 0) == 3
+    seeds = [plan_seed(3, i) for i in range(5)]
+    assert len(set(seeds)) == 5 and seeds == [plan_seed(3, i) for i in range(5)]
+    offsets = {make_plan(_scenario(), s)[0].offset_s for s in seeds}
+    assert len(offsets) == 5, "a random trigger must land at a different time in each repeat"

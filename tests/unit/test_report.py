@@ -135,7 +135,7 @@ def test_run_reports_written_for_a_passed_run(tmp_path, passed):
     run_dir = str(tmp_path / "run")
     paths = write_run_reports(run_dir, passed, _events())
     names = sorted(os.path.basename(p) for p in paths)
-    assert names == ["journal.json", "summary.md", "timeline.csv", "timeline.parquet"]
+    assert names == ["journal.json", "report.html", "summary.md", "timeline.csv", "timeline.parquet"]
     assert all(os.path.isfile(p) for p in paths)
     assert read_journal(run_dir) == passed
     # No temp files left behind by the atomic writes.

@@ -124,11 +124,12 @@ repeat: 0
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
     locations = [loc for loc, _ in issues_of(info)]
-    assert locations == [
-        "name", "seed", "repeat",
+    assert locations == [  # in the order of the file
+        "name", "seed",
         "faults[0].target.rank", "faults[0].trigger.at_step",
         "faults[1].trigger.poisson", "faults[1].params.xid",
         "targets.recovery_s.max", "targets.attribution",
+        "repeat",
     ]
     assert all(i.file == path for i in info.value.issues)
     assert "expected int, got str '79'" in str(info.value)
@@ -223,11 +224,11 @@ def test_bad_suite_entries(tmp_path: Path) -> None:
     suite = write(tmp_path / "s.yaml", "suite: [ok.yaml, gone.yaml, 3, s.yaml]\nsuit_name: x\n")
     with pytest.raises(ScenarioError) as info:
         load_suite([suite])
-    assert issues_of(info) == [
-        ("suit_name", "unknown suite key 'suit_name'; did you mean 'suite'? allowed: suite, name, description"),
+    assert issues_of(info) == [  # in the order of the file
         ("suite[1]", f"'gone.yaml' does not exist (looked for {tmp_path / 'gone.yaml'})"),
         ("suite[2]", "expected a path, got int 3"),
         ("suite[3]", "'s.yaml' is a suite that includes this one (a cycle)"),
+        ("suit_name", "unknown suite key 'suit_name'; did you mean 'suite'? allowed: suite, name, description"),
     ]
     empty_dir = tmp_path / "empty"
     empty_dir.mkdir()
@@ -254,3 +255,16 @@ def test_harness_cross_field_errors_point_at_the_field(harness: dict, location: 
     with pytest.raises(ScenarioError) as info:
         parse_scenario({"name": "x", "workload": {"harness": harness}}, "x.yaml")
     assert [loc for loc, _ in issues_of(info)] == [location]
+
+
+def test_a_command_states_its_steps_and_at_step_is_checked_against_them():
+    doc = {"name": "own", "workload": {"command": "python train.py", "steps": 300},
+           "faults": [{"type": "kill_rank", "target": {"rank": 1}, "trigger": {"at_step": 120}}]}
+    assert parse_scenario(doc, "own.yaml").workload.steps == 300
+    doc["faults"][0]["trigger"]["at_step"] = 300
+    with pytest.raises(ScenarioError, match=r"own.yaml: faults\[0\].trigger.at_step: step 300 is never "
+                                            r"reached: the command trains 300 steps \(workload.steps\)"):
+        parse_scenario(doc, "own.yaml")
+    harness = {"name": "h", "workload": {"harness": {"steps": 50}, "steps": 50}}
+    with pytest.raises(ScenarioError, match=r"h.yaml: workload.steps: only for 'command'"):
+        parse_scenario(harness, "h.yaml")

@@ -216,3 +216,45 @@ def test_end_to_end_from_a_timeline_and_serialisable():
     ]
     d = json.loads(json.dumps(v.to_dict(), allow_nan=False))
     assert d["passed"] is False and {c["name"] for c in d["checks"]} >= {"detection_s", "completes"}
+
+
+def test_false_detections_target_names_the_count_and_the_first_false_alarm():
+    events = [{"t": 12.0, "by": "rank-0", "suspect": "rank-1", "failure_class": "hang",
+               "reason": "no heartbeat for 10 s"}]
+    noisy = metrics(fault(), false_detections=1, false_detection_events=events)
+    v = judge(Targets(false_detections=Bound(max=0)), noisy)
+    c = check(v, "false_detections")
+    assert not v.passed and not c.ok and c.value == 1
+    assert c.reason.startswith("false detections 1 > target 0")
+    assert "rank-0 blamed rank-1 as hang: no heartbeat for 10 s" in c.reason
+    quiet = judge(Targets(false_detections=Bound(max=0)), metrics(fault()))
+    assert quiet.passed and check(quiet, "false_detections").reason == "false detections 0 <= 0"
+
+
+def test_a_run_that_trains_to_nan_fails_whatever_its_targets_say():
+    """lr: .inf gives NaN from step 1; both runs end in the same NaN weights, so a digest
+    comparison alone would pass."""
+    nan = float("nan")
+    events = [{"t": 1.0 + s, "src": "rank-0", "incarnation": 0, "kind": "step_end", "step": s,
+               "loss": nan if s >= 1 else 4.0} for s in range(0, 5)]
+    events.append({"t": 9.0, "src": "rank-0", "incarnation": 0, "kind": "run_end", "step": 4,
+                   "digest": "n" * 64, "loss": nan, "weights_finite": False})
+    run = RunInfo(status="completed", t_start=0.0, t_end=10.0, steps_target=4, world_size=1)
+    m = compute_metrics(events, [], run)
+    assert not m.healthy and m.first_nonfinite_step == 1
+    v = judge(Targets(), m)
+    assert not v.passed
+    assert check(v, "training_health").reason == "training is not healthy: loss is not finite from step 1 on"
+
+
+def test_matching_an_unhealthy_baseline_is_inconclusive_never_a_pass():
+    from chaos.metrics import BaselineInfo
+
+    events = [{"t": 1.0, "src": "rank-0", "incarnation": 0, "kind": "run_end", "step": 4,
+               "digest": "n" * 64, "loss": 1.0, "weights_finite": True}]
+    run = RunInfo(status="completed", t_start=0.0, t_end=10.0, steps_target=4, world_size=1)
+    base = BaselineInfo(digest="n" * 64, losses={}, world_size=1,
+                        health_problem="the final weights hold NaN or Inf")
+    v = judge(Targets(final_state="matches_baseline"), compute_metrics(events, [], run, base))
+    c = check(v, "final_state")
+    assert not c.ok and "inconclusive" in c.reason and "NaN or Inf" in c.reason

@@ -1,0 +1,287 @@
+"""The cluster backend interface: everything the runner, faults, metrics and cleanup may ask
+of the nodes of a run, whatever they are (local processes, namespaces, containers, Slurm).
+
+A backend starts one torchrun agent per node (spares included), reports per-node exits,
+maps live ranks to nodes and processes (a rank moves when a spare joins or the group
+shrinks, so this is asked at injection time, never fixed at plan time), signals a rank or a
+node, and stops everything. Infrastructure it needs for the run (directories, namespaces,
+helper processes...) is acquired through ``RunResources``: journaled before it exists, torn
+down in reverse order, removable by ``trainchaos cleanup`` from the journal alone.
+
+``InjectionContext`` is what a fault sees while it is injected: the backend, the run's
+resources, the injector's event stream and a timer for scheduled reverts.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
+
+from chaos.errors import ToolError
+from chaos.model import Topology
+from chaos.schema.types import StrictModel
+
+if TYPE_CHECKING:
+    from chaos.cluster.resources import RunResources
+    from chaos.faults.base import FaultType
+    from chaos.model import Scenario
+    from chaos.probe import Probe
+
+__all__ = [
+    "ClusterBackend",
+    "InjectionContext",
+    "LiveRank",
+    "NoOptions",
+    "NodeStatus",
+    "ResolvedTarget",
+    "RunSpec",
+    "TargetUnavailable",
+    "node_group",
+]
+
+RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
+
+
+class NoOptions(StrictModel):
+    """A backend that takes no options: ``backend: local`` or ``backend: {local: {}}``."""
+
+
+class TargetUnavailable(ToolError):
+    """A fault's target has no live process at injection time: trainchaos cannot inject it,
+    which says nothing about the training stack."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a backend needs to start one run."""
+
+    run_id: str
+    run_dir: str
+    topology: Topology
+    worker_argv: list[str]
+    """What each agent runs per rank (after torchrun's own options), e.g. ``-m harness ...``."""
+    probe_faults_file: str | None = None
+    tee_worker_output: bool = False
+    """Prefix each worker line with ``[default<local_rank>]:`` in the node log (for progress
+    read from a user command's log lines)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The backend's own options from the scenario (validated by its ``options_model``)."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    returncode: int | None
+    """The agent's exit code; None while it runs."""
+    lost: bool = False
+    """Taken down by a fault (killed, powered off): its exit is not the job's outcome."""
+
+
+@dataclass(frozen=True)
+class LiveRank:
+    rank: int
+    node: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """The ranks, nodes and processes a fault hits, resolved from live state.
+
+    A node target names the ranks living on it at that moment as well: blaming either is a
+    correct attribution.
+    """
+
+    ranks: tuple[int, ...] = ()
+    nodes: tuple[int, ...] = ()
+    pids: dict[int, int] = field(default_factory=dict)
+    """rank -> pid of its live worker (empty for a target resolved from the topology only)."""
+
+    def srcs(self) -> list[str]:
+        """Event sources blamed by a correct attribution (``rank-3``, ``node-1``)."""
+        return [f"rank-{r}" for r in self.ranks] + [f"node-{n}" for n in self.nodes]
+
+    def describe(self) -> str:
+        parts = []
+        if self.ranks:
+            parts.append("rank " + ",".join(map(str, self.ranks)))
+        if self.nodes:
+            parts.append("node " + ",".join(map(str, self.nodes)))
+        return " ".join(parts) or "job"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": list(self.ranks), "nodes": list(self.nodes),
+                "pids": {str(r): p for r, p in self.pids.items()}}
+
+
+def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | None:
+    """The node indices a node-level target names (node, nodes, rack, power_domain); None
+    for a rank target."""
+    if "node" in target:
+        return (int(target["node"]),)
+    if "nodes" in target:
+        return tuple(int(n) for n in target["nodes"])
+    if "rack" in target:
+        return tuple(topology.racks[target["rack"]])
+    if "power_domain" in target:
+        return tuple(topology.power_domains[target["power_domain"]])
+    return None
+
+
+def target_ranks(target: dict[str, Any]) -> tuple[int, ...] | None:
+    if "rank" in target:
+        return (int(target["rank"]),)
+    if "ranks" in target:
+        return tuple(int(r) for r in target["ranks"])
+    return None
+
+
+class ClusterBackend(ABC):
+    """One run's nodes. Subclasses register with ``chaos.cluster.register_backend``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    options_model: ClassVar[type[BaseModel]] = NoOptions
+
+    def __init__(self, spec: RunSpec, resources: RunResources) -> None:
+        self.spec = spec
+        self.resources = resources
+        self.topology = spec.topology
+        self._live: dict[int, LiveRank] = {}
+
+    # -- before anything starts -----------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> list[str]:
+        """What this machine lacks to run ``scenario`` on this backend (a capability, a
+        command, a daemon); each line says what is missing. Empty: good to go."""
+        return []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @abstractmethod
+    def start(self) -> None:
+        """Acquire the run's resources and start every node (``topology.total_nodes``)."""
+
+    @abstractmethod
+    def poll(self) -> dict[int, NodeStatus]:
+        """Per node: its agent's exit code (None while running) and whether a fault took it."""
+
+    @abstractmethod
+    def stop(self, grace_s: float = 3.0) -> list[int]:
+        """Stop every process of the run (stopped ones included); returns pids that needed
+        SIGKILL. Resources are released by the runner afterwards, in reverse order."""
+
+    # -- nodes ----------------------------------------------------------------------------
+    @abstractmethod
+    def node_address(self, node: int) -> str:
+        """The address the node's processes use (and listen on)."""
+
+    @abstractmethod
+    def node_logs(self) -> dict[int, str]:
+        """Node -> path of its agent's log (stdout and stderr) on the controller."""
+
+    # -- live ranks -----------------------------------------------------------------------
+    def note_event(self, event: dict[str, Any]) -> None:
+        """Learn where ranks live from their ``rank_start`` events (rank, node, pid)."""
+        if event.get("kind") != "rank_start":
+            return
+        try:
+            rank, node, pid = int(event["rank"]), int(event["node"]), int(event["pid"])
+        except (KeyError, TypeError, ValueError):
+            return
+        self._live[rank] = LiveRank(rank, node, pid)
+
+    def live_ranks(self) -> dict[int, LiveRank]:
+        """Rank -> its live worker now; ranks whose process is gone are left out."""
+        return {r: lr for r, lr in self._live.items() if self.process_alive(lr.pid)}
+
+    @abstractmethod
+    def process_alive(self, pid: int) -> bool:
+        """Whether the run's process ``pid`` exists and is not a zombie."""
+
+    @abstractmethod
+    def find_rank(self, rank: int) -> LiveRank | None:
+        """A rank not announced by the probe (a user command): found by the backend's own
+        means (the process environment, the container...)."""
+
+    def rank_process(self, rank: int) -> LiveRank | None:
+        return self.live_ranks().get(rank) or self.find_rank(rank)
+
+    def node_alive(self, node: int) -> bool:
+        status = self.poll().get(node)
+        return status is not None and status.returncode is None
+
+    # -- signals --------------------------------------------------------------------------
+    @abstractmethod
+    def signal_pid(self, pid: int, sig: int) -> bool:
+        """Signal one process of the run; False when it is gone."""
+
+    @abstractmethod
+    def signal_node(self, node: int, sig: int) -> list[int]:
+        """Signal the node's agent and every process of it at once; a fatal signal marks the
+        node lost. Returns the pids signalled."""
+
+    def signal_rank(self, rank: int, sig: int) -> list[int]:
+        live = self.rank_process(rank)
+        if live is None:
+            return []
+        return [live.pid] if self.signal_pid(live.pid, sig) else []
+
+    # -- targets --------------------------------------------------------------------------
+    def resolve(self, target: dict[str, Any]) -> ResolvedTarget:
+        """A planned target (``{rank: 3}``, ``{nodes: [0, 1]}``, ``{rack: r1}``...) resolved
+        against the live rank -> node map; raises TargetUnavailable when nothing of it lives."""
+        ranks = target_ranks(target)
+        if ranks is not None:
+            pids = {}
+            for rank in ranks:
+                live = self.rank_process(rank)
+                if live is None:
+                    raise TargetUnavailable(
+                        f"rank {rank} has no live process at injection time (the job now has "
+                        f"ranks {sorted(self.live_ranks()) or 'none'}); nothing was injected")
+                pids[rank] = live.pid
+            return ResolvedTarget(ranks=ranks, pids=pids)
+        nodes = node_group(target, self.topology)
+        if nodes is None:
+            raise ToolError(f"cannot resolve target {target!r}")
+        dead = [n for n in nodes if not self.node_alive(n)]
+        if dead:
+            raise TargetUnavailable(
+                f"node {', '.join(map(str, dead))} has no live process at injection time "
+                "(already down); nothing was injected")
+        on_nodes = {r: lr for r, lr in self.live_ranks().items() if lr.node in nodes}
+        return ResolvedTarget(ranks=tuple(sorted(on_nodes)), nodes=nodes,
+                              pids={r: lr.pid for r, lr in sorted(on_nodes.items())})
+
+
+FATAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _signal.SIGABRT,
+                           _signal.SIGSEGV, _signal.SIGBUS})
+
+
+@dataclass
+class InjectionContext:
+    """What a fault sees while it is injected."""
+
+    run_dir: str
+    cluster: ClusterBackend
+    injector: Probe
+    resources: RunResources | None = None
+    scheduled_reverts: list[tuple[float, FaultType]] = field(default_factory=list)
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.injector.emit(kind, **fields)
+
+    def schedule_revert(self, fault: FaultType, after_s: float) -> None:
+        """Revert ``fault`` after ``after_s`` seconds (the run loop does it on time)."""
+        self.scheduled_reverts.append((time.monotonic() + after_s, fault))
+
+    def due_reverts(self) -> list[FaultType]:
+        now = time.monotonic()
+        due = [f for t, f in self.scheduled_reverts if t <= now]
+        self.scheduled_reverts = [(t, f) for t, f in self.scheduled_reverts if t > now]
+        return due

@@ -1,0 +1,297 @@
+"""Silent data corruption: bit flips in live tensors (``bitflip``) and in checkpoint files at
+rest (``checkpoint_bitrot``).
+
+A bit flip raises no error: what it tests is whether the training stack's own detectors
+(replica digests, spike and NaN guards, golden self-tests, checkpoint checksums) notice, how
+many steps later, how many checkpoints were written of corrupted state in between, and
+whether recovery ends at a clean model. docs/sdc.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from chaos.bitflip import (
+    FLOAT_LAYOUTS,
+    BitFlipError,
+    bit_index,
+    check_name,
+    parse_spec,
+    tensor_catalog,
+)
+from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.schema.types import Expect
+
+if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
+
+__all__ = ["BitFlip", "BitFlipParams", "CheckpointBitRot", "CheckpointBitRotParams"]
+
+_MAX_BIT = max(bits for bits, _, _ in FLOAT_LAYOUTS.values()) - 1
+Location = tuple[str | int, ...]
+
+
+def _index_or_name(value: Any) -> str:
+    return "name" if isinstance(value, str) else "index"
+
+
+BitChoice = Annotated[
+    Annotated[int, Field(ge=0, le=_MAX_BIT), Tag("index")]
+    | Annotated[Literal["sign", "exponent", "mantissa_high", "mantissa_low"], Tag("name")],
+    Discriminator(_index_or_name),
+    Expect(f"a bit index (0-{_MAX_BIT}) or sign, exponent, mantissa_high, mantissa_low"),
+]
+ElementChoice = Annotated[
+    Annotated[int, Field(ge=0), Tag("index")] | Annotated[Literal["random"], Tag("name")],
+    Discriminator(_index_or_name),
+    Expect("an element index (>= 0) or random"),
+]
+
+
+class BitFlipParams(FaultParams):
+    tensor: str = Field(min_length=1)
+    """What to corrupt: a parameter NAME, grad:NAME (its gradient; see grad_phase),
+    optim:NAME:KEY (optimizer state, e.g. optim:head.weight:exp_avg) or act:MODULE (a
+    module's output, through a forward hook). With the harness, `trainchaos validate` checks
+    the name and lists the valid ones; a command's names are checked when the fault fires."""
+    element: ElementChoice = "random"
+    """Row-major index of the element in the tensor's logical shape (whatever its strides),
+    or random: a seeded pick (a new one at each flip of a mercurial fault)."""
+    bit: BitChoice = "exponent"
+    """Which bit: an index (0 = least significant; below the dtype's width: 32 for float32,
+    16 for bfloat16/float16) or sign, exponent (the exponent's top bit: x2^128 for a float32
+    below 2, loud), mantissa_high (x1.5 or x0.75) or mantissa_low (one unit in the last
+    place, quiet)."""
+    mode: Literal["once", "stuck_at", "mercurial"] = "once"
+    """once: one flip at the step; stuck_at: the bit is forced (to stuck_value) at every
+    step for duration_steps; mercurial: a faulty core, flipping with probability
+    flip_probability at each step for duration_steps (null: until the process ends)."""
+    duration_steps: int | None = Field(None, ge=1)
+    """stuck_at (required) and mercurial: how many steps the fault lasts."""
+    flip_probability: float = Field(0.1, gt=0, le=1)
+    """mercurial: the chance of a flip at each step (seeded per step)."""
+    stuck_value: int | None = Field(None, ge=0, le=1)
+    """stuck_at: the value the bit is stuck at; null: the opposite of its value when the
+    fault starts (so the first step changes it)."""
+    grad_phase: Literal["before_allreduce", "after_allreduce"] = "after_allreduce"
+    """grad:NAME only. before_allreduce: the rank's own gradient as backward computes it,
+    so the flip reaches every replica through the all-reduce; after_allreduce: this rank's
+    .grad after the all-reduce, so only this replica diverges."""
+
+
+@register
+@dataclass
+class BitFlip(FaultType):
+    type_name: ClassVar[str] = "bitflip"
+    family: ClassVar[str] = "sdc"
+    failure_class: ClassVar[str] = "corruption"
+    summary: ClassVar[str] = (
+        "Flip (or force) a bit of one element of a live tensor at step N: a parameter, a "
+        "gradient before or after the all-reduce, optimizer state, or an activation."
+    )
+    fidelity: ClassVar[str] = (
+        "Stands for silent data corruption: a flipped bit in memory, on a link or in a "
+        "faulty core (Meta reports about one device in a thousand; Llama 3 had 6 SDC "
+        "interruptions in 54 days). Exercises the job's corruption detectors, its rollback "
+        "to a clean checkpoint and the cost of checkpointing corrupted state. The flip is "
+        "made by torch bit operations on the tensor's storage, at a step boundary or in a "
+        "hook: it does not model a corrupted kernel mid-computation except through an "
+        "activation, and it ends with the process (a real faulty core stays faulty after a "
+        "restart)."
+    )
+    params_model: ClassVar[type[FaultParams]] = BitFlipParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    in_process: ClassVar[bool] = True
+    mechanism: ClassVar[str] = (
+        "in-process, by the probe: torch bit operations on a tensor the training script "
+        "handed to probe.watch(), at step_begin, after_backward or in a hook"
+    )
+
+    def probe_actions(self) -> list[dict[str, Any]]:
+        grad_after = (str(self.params.get("tensor", "")).startswith("grad:")
+                      and self.params.get("grad_phase") == "after_allreduce")
+        return [{"action": "bitflip", "point": "after_backward" if grad_after else "step_begin",
+                 "params": dict(self.params), "seed": self.seed}]
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        """The probe injects and reports ``fault_injected`` itself (at the first flip)."""
+        return {"mechanism": "probe"}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """A flipped bit stays flipped: recovery is the training stack's job, and what is measured."""
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        assert isinstance(params, BitFlipParams)
+        given = params.model_fields_set
+        problems: list[tuple[Location, str]] = []
+        if params.mode == "stuck_at" and params.duration_steps is None:
+            problems.append((("duration_steps",), "mode stuck_at forces the bit at every step for "
+                             "duration_steps steps: give duration_steps (an int >= 1)"))
+        if params.mode == "once" and "duration_steps" in given:
+            problems.append((("duration_steps",), "only for mode stuck_at or mercurial: a "
+                             "once flip has no duration"))
+        if params.mode != "mercurial" and "flip_probability" in given:
+            problems.append((("flip_probability",), "only for mode mercurial"))
+        if params.mode != "stuck_at" and "stuck_value" in given:
+            problems.append((("stuck_value",), "only for mode stuck_at"))
+        try:
+            spec = parse_spec(params.tensor)
+        except BitFlipError as exc:
+            return [*problems, (("tensor",), str(exc))]
+        if spec.kind != "grad" and "grad_phase" in given:
+            problems.append((("grad_phase",), f"only for a gradient (grad:NAME), not {spec.kind} "
+                             f"{params.tensor!r}"))
+        if context.harness is None:
+            return problems  # a command's tensors are known only inside it (checked at run time)
+        catalog = _harness_catalog(context.harness)
+        if catalog is None:
+            return problems
+        try:
+            entry = check_name(spec, catalog)
+        except BitFlipError as exc:
+            return [*problems, (("tensor",), str(exc))]
+        try:
+            bit_index(entry["dtype"], params.bit)
+        except BitFlipError as exc:
+            problems.append((("bit",), f"{exc} ({params.tensor} is {entry['dtype']})"))
+        numel = entry.get("numel")
+        if isinstance(params.element, int) and numel is not None and params.element >= numel:
+            problems.append((("element",), f"element {params.element} is outside {params.tensor} "
+                             f"({numel} elements: 0-{numel - 1})"))
+        return problems
+
+
+def _harness_catalog(cfg: Any) -> dict[str, dict[str, Any]] | None:
+    """The tensors of the harness's model and optimizer for ``cfg``, as a rank would have
+    them after its first step (optimizer state exists by then); None if it cannot be built
+    here (a data file only the nodes have)."""
+    try:
+        return _catalog_for(cfg.model.name, cfg.model.d_model, cfg.model.n_layers,
+                            cfg.model.n_heads, cfg.model.seq_len, cfg.data, cfg.lr)
+    except OSError:
+        return None
+
+
+@functools.cache
+def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, data: str,
+                 lr: float) -> dict[str, dict[str, Any]]:
+    import torch
+
+    from harness.config import ModelConfig
+    from harness.data import CharVocab, load_text
+    from harness.model import build_model, build_optimizer
+
+    cfg = ModelConfig(name=name, d_model=d_model, n_layers=n_layers, n_heads=n_heads,  # type: ignore[arg-type]
+                      seq_len=seq_len)
+    model = build_model(cfg, CharVocab(load_text(data)).size, seed=0)
+    optimizer = build_optimizer(model, lr)
+    for param in model.parameters():  # one zero step: the optimizer creates its state
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    return tensor_catalog(model, optimizer)
+
+
+class CheckpointBitRotParams(FaultParams):
+    path: str = Field("checkpoints", min_length=1)
+    """The file to corrupt, or a directory: then the state file of its newest complete
+    checkpoint (step-N/state.pt next to a MANIFEST.json), else its newest file. Relative to
+    the run's directory, where the harness keeps its checkpoints (checkpoints/) unless
+    workload.harness.checkpoint.dir says otherwise; absolute paths are taken as they are."""
+    offset: int | None = Field(None, ge=0)
+    """Byte offset in the file; null: a seeded uniform pick."""
+    bit: int | None = Field(None, ge=0, le=7)
+    """Bit of that byte, 0-7; null: a seeded pick."""
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@register
+@dataclass
+class CheckpointBitRot(FaultType):
+    type_name: ClassVar[str] = "checkpoint_bitrot"
+    family: ClassVar[str] = "sdc"
+    failure_class: ClassVar[str] = "corruption"
+    summary: ClassVar[str] = (
+        "Flip one bit of a checkpoint file at rest (the newest checkpoint's state file by "
+        "default; offset and bit given or seeded)."
+    )
+    fidelity: ClassVar[str] = (
+        "Stands for bit rot at rest: media decay, a firmware bug, a controller that returns "
+        "other bytes than were written. Exercises checkpoint checksums on load and the "
+        "fallback to an older checkpoint (and shows the steps that fallback costs). The "
+        "file is changed in place by the controller; nothing notices until the job reads "
+        "it again (a restart), as on real storage."
+    )
+    params_model: ClassVar[type[FaultParams]] = CheckpointBitRotParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    mechanism: ClassVar[str] = "by the injector: one bit of the file rewritten in place (pwrite + fsync)"
+
+    def _file(self, run_dir: str) -> str:
+        path = self.params.get("path", "checkpoints")
+        path = path if os.path.isabs(path) else os.path.join(run_dir, path)
+        if not os.path.isdir(path):
+            return path
+        complete = []
+        for entry in os.listdir(path):
+            match = _STEP_DIR.match(entry)
+            if match and os.path.exists(os.path.join(path, entry, "MANIFEST.json")):
+                complete.append((int(match.group(1)), os.path.join(path, entry, "state.pt")))
+        if complete:
+            return max(complete)[1]
+        files = [os.path.join(path, e) for e in os.listdir(path) if os.path.isfile(os.path.join(path, e))]
+        if not files:
+            raise FileNotFoundError(f"no checkpoint and no file in {path} to corrupt")
+        return max(files, key=os.path.getmtime)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        path = self._file(ctx.run_dir)
+        rng = random.Random(f"{self.seed}/{self.fault_id}")
+        size = os.path.getsize(path)
+        if size == 0:
+            raise ValueError(f"{path} is empty: no bit to flip")
+        offset = self.params.get("offset")
+        offset = rng.randrange(size) if offset is None else int(offset)
+        if offset >= size:
+            raise ValueError(f"offset {offset} is beyond the end of {path} ({size} bytes)")
+        bit = self.params.get("bit")
+        bit = rng.randrange(8) if bit is None else int(bit)
+        before = _flip_file_bit(path, offset, bit)
+        return {"path": path, "offset": offset, "bit": bit, "byte_before": before,
+                "byte_after": before ^ (1 << bit), "bytes": size}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        self.revert_record(record)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        """Flip the bit back if the file still holds the corrupted byte (idempotent; a file
+        the job already replaced or deleted is left alone)."""
+        path = record.get("path")
+        if not path or not os.path.exists(path) or "offset" not in record:
+            return
+        with open(path, "rb") as fh:
+            fh.seek(record["offset"])
+            current = fh.read(1)
+        if current and current[0] == record.get("byte_after"):
+            _flip_file_bit(path, record["offset"], record["bit"])
+
+
+def _flip_file_bit(path: str, offset: int, bit: int) -> int:
+    """Flip one bit of the file in place, durably; returns the byte as it was."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        (byte,) = os.pread(fd, 1, offset)
+        os.pwrite(fd, bytes([byte ^ (1 << bit)]), offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return byte

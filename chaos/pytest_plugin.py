@@ -1,0 +1,351 @@
+"""pytest plugin: resilience assertions inside the test runner a team already uses.
+
+Installed with trainchaos (entry point ``pytest11: trainchaos``), so it is active in every
+pytest session of the environment; it does nothing until asked:
+
+``trainchaos`` fixture
+    Runs a scenario and returns its typed result::
+
+        def test_recovers_fast(trainchaos):
+            result = trainchaos("scenarios/smoke/kill-rank.yaml", repeat=1)
+            assert result.passed, result.reasons
+            assert result.metrics.recovery_s < 12
+            assert result.metrics.digest_match
+
+    ``trainchaos.suite(path)`` runs every scenario of a directory or suite file. Runs write
+    under the test's ``tmp_path`` (``trainchaos_<name>/``), with their HTML reports.
+
+``pytest --trainchaos PATH``
+    Collects each scenario of PATH (a file, a directory or a suite file, as ``trainchaos
+    run`` reads them) as a test item, marked ``trainchaos``; a missed target fails the item
+    with the verdict's reasons as the message, a run trainchaos itself broke fails it as a
+    tool error. Runs write under ``--trainchaos-out`` (default ``reports/pytest`` under the
+    rootdir), with one suite page for the session (``index.html``). Each item records its
+    headline metrics as JUnit properties (``--junitxml``).
+
+Imports of the engine are deferred to first use: the plugin costs nothing in a session that
+does not use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import pytest
+
+if TYPE_CHECKING:
+    from chaos.metrics import RunMetrics
+    from chaos.model import Scenario
+    from chaos.verdict import Verdict
+
+__all__ = ["RunResult", "ScenarioFailed", "ScenarioResult", "TrainchaosRunner", "run_scenarios"]
+
+_PROPERTIES = ("detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "false_detections")
+
+
+# ----------------------------------------------------------------------------- typed results
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _metrics(data: Any) -> RunMetrics | None:
+    from chaos.metrics import FaultMetrics, RunMetrics
+
+    if not isinstance(data, dict):
+        return None
+    metrics = _from_dict(RunMetrics, data)
+    metrics.faults = [_from_dict(FaultMetrics, f) for f in data.get("faults") or [] if isinstance(f, dict)]
+    return metrics
+
+
+def _verdict(data: Any) -> Verdict | None:
+    from chaos.verdict import Check, Verdict
+
+    if not isinstance(data, dict):
+        return None
+    checks = [_from_dict(Check, c) for c in data.get("checks") or [] if isinstance(c, dict)]
+    return Verdict(bool(data.get("passed")), checks)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One repeat of a scenario."""
+
+    scenario: str
+    repeat: int
+    status: str
+    """completed, hung, failed, interrupted or tool_error."""
+    outcome: Literal["pass", "fail", "error"]
+    """error: no verdict (trainchaos failed, or the run was interrupted)."""
+    reasons: list[str]
+    """Why it is not a pass (each missed target's sentence); empty for a pass."""
+    metrics: RunMetrics | None
+    verdict: Verdict | None
+    journal_path: Path
+    report_path: Path | None
+    """The run's HTML page."""
+    journal: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+    @classmethod
+    def from_journal(cls, journal: dict[str, Any]) -> RunResult:
+        from chaos.report import RUN_HTML
+        from chaos.report._format import outcome, reasons, repeat_of, scenario_name
+
+        run_dir = Path(str(journal.get("run_dir") or "."))
+        page = run_dir / RUN_HTML
+        return cls(scenario=scenario_name(journal), repeat=repeat_of(journal),
+                   status=str(journal.get("status") or "unknown"), outcome=outcome(journal),
+                   reasons=reasons(journal), metrics=_metrics(journal.get("metrics")),
+                   verdict=_verdict(journal.get("verdict")), journal_path=run_dir / "journal.json",
+                   report_path=page if page.exists() else None, journal=journal)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Every repeat of one scenario. ``metrics``, ``verdict``, ``journal_path`` and
+    ``report_path`` are those of its only run (use ``runs`` when it repeats)."""
+
+    name: str
+    runs: list[RunResult]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.runs) and all(r.passed for r in self.runs)
+
+    @property
+    def outcome(self) -> Literal["pass", "fail", "error"]:
+        kinds = {r.outcome for r in self.runs}
+        return "error" if "error" in kinds or not kinds else "fail" if "fail" in kinds else "pass"
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{self.name}[{r.repeat}]: {reason}" for r in self.runs for reason in r.reasons]
+
+    def _only(self) -> RunResult:
+        if len(self.runs) != 1:
+            raise ValueError(f"{self.name} ran {len(self.runs)} times: pick one of .runs")
+        return self.runs[0]
+
+    @property
+    def metrics(self) -> RunMetrics | None:
+        return self._only().metrics
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self._only().verdict
+
+    @property
+    def journal_path(self) -> Path:
+        return self._only().journal_path
+
+    @property
+    def report_path(self) -> Path | None:
+        return self._only().report_path
+
+
+def run_scenarios(scenarios: list[Scenario], out_dir: str | os.PathLike[str], *, suite_name: str = "pytest",
+                  repeat: int | None = None, seed: int | None = None,
+                  suite_reports: bool = True) -> list[ScenarioResult]:
+    """Run scenarios as ``trainchaos run`` does (baselines, repeats, reports, faults reverted
+    on Ctrl-C) and return one typed result per scenario."""
+    from chaos.interrupts import installed
+    from chaos.report._format import scenario_name
+    from chaos.suite import preflight, run_suite
+
+    preflight(scenarios)
+    with installed():
+        outcome = run_suite(scenarios, os.fspath(out_dir), suite_name, repeat=repeat, seed=seed,
+                            suite_reports=suite_reports)
+    if outcome.interrupted:
+        raise KeyboardInterrupt("trainchaos run interrupted (every fault was reverted)")
+    results = []
+    for scenario in scenarios:
+        runs = [RunResult.from_journal(j) for j in outcome.journals if scenario_name(j) == scenario.name]
+        results.append(ScenarioResult(scenario.name, runs))
+    return results
+
+
+# ----------------------------------------------------------------------------------- fixture
+
+
+class TrainchaosRunner:
+    """What the ``trainchaos`` fixture returns: call it with a scenario file."""
+
+    def __init__(self, out_root: Path) -> None:
+        self.out_root = out_root
+        self._calls = 0
+
+    def __call__(self, path: str | os.PathLike[str], *, repeat: int | None = None,
+                 seed: int | None = None) -> ScenarioResult:
+        """Run the one scenario of ``path`` and return its result."""
+        results = self.suite(path, repeat=repeat, seed=seed)
+        if len(results) != 1:
+            raise ValueError(f"{path} holds {len(results)} scenarios; trainchaos(...) runs one "
+                             "(use trainchaos.suite(...) for several)")
+        return results[0]
+
+    def suite(self, path: str | os.PathLike[str], *, repeat: int | None = None,
+              seed: int | None = None) -> list[ScenarioResult]:
+        """Run every scenario of a file, directory or suite file."""
+        from chaos.scenario import load_suite
+
+        scenarios = load_suite([os.fspath(path)])
+        self._calls += 1
+        out = self.out_root / f"trainchaos_{self._calls}"
+        return run_scenarios(scenarios, out, suite_name=out.name, repeat=repeat, seed=seed)
+
+
+@pytest.fixture
+def trainchaos(tmp_path: Path) -> TrainchaosRunner:
+    """Run a trainchaos scenario: ``trainchaos("scenario.yaml")`` returns a ``ScenarioResult``
+    (``.passed``, ``.reasons``, ``.metrics``, ``.verdict``, ``.journal_path``, ``.report_path``)."""
+    return TrainchaosRunner(tmp_path)
+
+
+# ------------------------------------------------------------------------- --trainchaos PATH
+
+
+_PATHS = pytest.StashKey[list[Path]]()
+_JOURNALS = pytest.StashKey[list[dict[str, Any]]]()
+_PAGE = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("trainchaos", "trainchaos: chaos scenarios as tests")
+    group.addoption("--trainchaos", action="append", default=[], metavar="PATH",
+                    help="Collect each scenario of PATH (file, directory or suite file) as a test item.")
+    group.addoption("--trainchaos-out", default=None, metavar="DIR",
+                    help="Where --trainchaos runs write [default: reports/pytest under the rootdir].")
+    group.addoption("--trainchaos-repeat", type=int, default=None, metavar="N",
+                    help="Override every collected scenario's repeat.")
+    group.addoption("--trainchaos-seed", type=int, default=None, metavar="SEED",
+                    help="Override every collected scenario's seed.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "trainchaos: a trainchaos scenario collected by --trainchaos PATH")
+    paths = [Path(p) for p in config.getoption("trainchaos") or []]
+    config.stash[_PATHS] = [p.resolve() for p in paths]
+    config.stash[_JOURNALS] = []
+    if paths:
+        # Collected like any argument, so -k, -m, --collect-only and reports treat them alike.
+        present = {Path(a.split("::")[0]).resolve() for a in config.args}
+        config.args.extend(str(p) for p in paths if p.resolve() not in present)
+
+
+def _wanted(config: pytest.Config, path: Path) -> bool:
+    return path.resolve() in config.stash.get(_PATHS, [])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if _wanted(parent.config, path):
+        return ScenarioDirectory.from_parent(parent, path=path)
+    return None
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix in (".yaml", ".yml") and _wanted(parent.config, file_path):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class _ScenarioCollector:
+    """Both collectors: load the scenarios of ``self.path`` as ``trainchaos run`` would
+    (bad input is a collection error naming the file and the location)."""
+
+    path: Path
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from chaos.scenario import load_suite
+
+        for scenario in load_suite([str(self.path)]):
+            yield ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)  # type: ignore[arg-type]
+
+
+class ScenarioDirectory(_ScenarioCollector, pytest.Directory):
+    pass
+
+
+class ScenarioFile(_ScenarioCollector, pytest.File):
+    pass
+
+
+class ScenarioFailed(Exception):
+    """A scenario missed a target, or reached no verdict."""
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+        self.result: ScenarioResult | None = None
+        self.add_marker("trainchaos")
+
+    def runtest(self) -> None:
+        config = self.config
+        out = config.getoption("trainchaos_out") or os.path.join(str(config.rootpath), "reports", "pytest")
+        [result] = run_scenarios([self.scenario], out, repeat=config.getoption("trainchaos_repeat"),
+                                 seed=config.getoption("trainchaos_seed"), suite_reports=False)
+        self.result = result
+        config.stash[_JOURNALS].extend(r.journal for r in result.runs)
+        for run in result.runs:
+            suffix = f"[{run.repeat}]" if len(result.runs) > 1 else ""
+            for key in _PROPERTIES:
+                value = getattr(run.metrics, key, None) if run.metrics else None
+                if value is not None:
+                    self.user_properties.append((f"{key}{suffix}", value))
+            self.user_properties.append((f"report{suffix}", str(run.report_path or run.journal_path)))
+        if result.passed:
+            return
+        lines = []
+        for run in result.runs:
+            if run.passed:
+                continue
+            head = "TOOL ERROR" if run.status == "tool_error" else ("missed a target" if run.outcome == "fail"
+                                                                    else f"no verdict ({run.status})")
+            first, *more = run.reasons or ["(no reason recorded)"]
+            # The first line is what `pytest -rf` shows: it names the first reason.
+            lines.append(f"{self.name}[{run.repeat}] {head}: {first}")
+            lines += [f"  {reason}" for reason in more]
+            lines.append(f"  report: {run.report_path or run.journal_path}")
+        raise ScenarioFailed("\n".join(lines))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"trainchaos scenario {self.name}"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    journals = session.config.stash.get(_JOURNALS, [])
+    if not journals:
+        return
+    from chaos.report import write_suite_reports
+
+    config = session.config
+    out = config.getoption("trainchaos_out") or os.path.join(str(config.rootpath), "reports", "pytest")
+    paths = write_suite_reports(out, journals, "pytest")
+    page = next((p for p in paths if p.endswith(".html")), None)
+    if page:
+        config.stash[_PAGE] = page
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    page = config.stash.get(_PAGE, None)
+    if page:
+        terminalreporter.write_line(f"trainchaos HTML report: {page}")

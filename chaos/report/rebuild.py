@@ -1,0 +1,87 @@
+"""``trainchaos report DIR``: write a run's or a suite's derived reports again from the
+journal files (and each run's ``events/``), e.g. after an upgrade of trainchaos, or for a
+folder copied off a CI machine. The journals themselves are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from chaos.report.html import SUITE_HTML, write_run_html
+from chaos.report.journal import JOURNAL_NAME, JournalError, read_journal
+from chaos.report.summary import write_summary
+
+__all__ = ["find_run_dirs", "rebuild"]
+
+_NOT_RUNS = {"checkpoints", "events", "logs"}
+
+
+def find_run_dirs(root: str) -> list[str]:
+    """Every directory under ``root`` that holds a journal, in path order."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _NOT_RUNS and not d.startswith("."))
+        if JOURNAL_NAME in files:
+            found.append(here)
+            dirs[:] = []  # a run directory holds no other run
+    return found
+
+
+def _rebuild_run(run_dir: str) -> tuple[dict[str, Any], list[str]]:
+    journal = read_journal(run_dir)
+    paths = [write_run_html(run_dir, journal), write_summary(run_dir, journal)]
+    return journal, paths
+
+
+def rebuild(path: str) -> list[str]:
+    """Rebuild ``path``: a run directory (its ``report.html`` and ``summary.md``), or a suite
+    directory (every run's, then ``suite.json``, ``suite.md`` and ``index.html``)."""
+    from chaos.report import write_suite_reports
+
+    path = os.path.normpath(path)
+    if not os.path.isdir(path):
+        raise JournalError(f"{path}: not a directory (expected a run or a suite directory)")
+    if os.path.exists(os.path.join(path, JOURNAL_NAME)):
+        _, paths = _rebuild_run(path)
+        return paths
+    run_dirs = find_run_dirs(path)
+    if not run_dirs:
+        raise JournalError(f"{path}: no {JOURNAL_NAME} under it (is this a run or a suite directory?)")
+    journals, dirs, written = [], [], []
+    for run_dir in run_dirs:
+        journal, paths = _rebuild_run(run_dir)
+        written += paths
+        # The fault-free twin is a reference for its scenario, not one of the suite's runs.
+        if os.path.basename(run_dir) != "baseline":
+            journals.append(journal)
+            dirs.append(run_dir)
+    if not journals:
+        return written
+    suite = _suite_name(path)
+    suite_paths = write_suite_reports(path, journals, suite, run_dirs=dirs, comparison=_comparison(path))
+    index = [p for p in suite_paths if p.endswith(SUITE_HTML)]
+    return index + [p for p in suite_paths if p not in index] + written
+
+
+def _comparison(path: str) -> dict[str, Any] | None:
+    """The gate's last result for this suite (``compare.json``), shown again on its page."""
+    try:
+        with open(os.path.join(path, "compare.json"), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _suite_name(path: str) -> str:
+    try:
+        with open(os.path.join(path, "suite.json"), encoding="utf-8") as fh:
+            name = json.load(fh).get("suite")
+        if isinstance(name, str) and name:
+            return name
+    except (OSError, ValueError, AttributeError):
+        pass
+    return os.path.basename(os.path.abspath(path)) or "suite"
+

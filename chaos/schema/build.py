@@ -1,0 +1,124 @@
+"""A validated scenario document -> the ``chaos.model`` records the runner reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos import model as records
+from chaos.faults.base import lookup
+from chaos.schema.models import (
+    BoundDoc,
+    FaultDoc,
+    FractionBoundDoc,
+    LossWithinDoc,
+    ScenarioDoc,
+    TargetsDoc,
+    TopologyDoc,
+    TriggerDoc,
+    WorkloadDoc,
+)
+
+__all__ = ["build_scenario", "topology_record"]
+
+
+def build_scenario(doc: ScenarioDoc, path: str) -> records.Scenario:
+    """The records of a document that passed every check (``chaos.schema.checks`` too)."""
+    return records.Scenario(
+        name=doc.name, path=path, description=doc.description, seed=doc.seed,
+        workload=_workload(doc.workload), topology=topology_record(doc.topology),
+        faults=tuple(_fault(i, f) for i, f in enumerate(doc.faults or ())),
+        targets=_targets(doc.targets), baseline=doc.baseline, repeat=doc.repeat,
+        timeout_s=float(doc.timeout_s), backend=_backend(doc.backend),
+    )
+
+
+def topology_record(doc: TopologyDoc) -> records.Topology:
+    return records.Topology(
+        nodes=doc.nodes, ranks_per_node=doc.ranks_per_node, min_nodes=doc.min_nodes,
+        max_restarts=doc.max_restarts, spares=doc.spares,
+        racks={name: tuple(members) for name, members in doc.racks.items()},
+        power_domains={name: tuple(members) for name, members in doc.power_domains.items()},
+    )
+
+
+def _workload(doc: WorkloadDoc | None) -> records.Workload:
+    if doc is None or "harness" in doc.model_fields_set:
+        return records.Workload(harness=dict(doc.harness or {}) if doc else {})
+    return records.Workload(command=doc.command, progress_regex=doc.progress_regex, steps=doc.steps)
+
+
+def trigger_kind(doc: TriggerDoc) -> str:
+    (kind,) = (name for name in TriggerDoc.model_fields if name in doc.model_fields_set)
+    return kind
+
+
+def _trigger(doc: TriggerDoc) -> records.Trigger:
+    kind = trigger_kind(doc)
+    if kind == "at_step":
+        return records.Trigger(kind="at_step", at_step=doc.at_step)
+    if kind == "at_time":
+        return records.Trigger(kind="at_time", at_time_s=float(doc.at_time))
+    if kind == "after_event":
+        event = doc.after_event
+        return records.Trigger(kind="after_event", event=event.event, count=event.count,
+                               delay_s=float(event.delay_s))
+    if kind == "random":
+        lo, hi = doc.random.window_s
+        return records.Trigger(kind="random", window_s=(float(lo), float(hi)))
+    return records.Trigger(kind="poisson", mtbf_s=float(doc.poisson.mtbf_s),
+                           max_faults=doc.poisson.max_faults)
+
+
+def _fault(index: int, doc: FaultDoc) -> records.FaultSpec:
+    fault_type = lookup(doc.type)
+    params = fault_type.params_model.model_validate(doc.params or {}).model_dump()
+    return records.FaultSpec(
+        index=index, type=fault_type.type_name, target=doc.target.model_dump(exclude_unset=True),
+        trigger=_trigger(doc.trigger), params=params, probability=float(doc.probability),
+        name=doc.name,
+    )
+
+
+def _bound(doc: BoundDoc | FractionBoundDoc | None) -> records.Bound | None:
+    if doc is None:
+        return None
+    return records.Bound(max=None if doc.max is None else float(doc.max),
+                         min=None if doc.min is None else float(doc.min))
+
+
+def _targets(doc: TargetsDoc | None) -> records.Targets:
+    if doc is None:
+        return records.Targets()
+    extra: dict[str, Any] = {}
+    if isinstance(doc.final_state, LossWithinDoc):
+        extra = {"final_state": "loss_within", "loss_tolerance": float(doc.final_state.loss_within)}
+    elif doc.final_state is not None:
+        extra = {"final_state": doc.final_state}
+    return records.Targets(
+        detection_s=_bound(doc.detection_s), recovery_s=_bound(doc.recovery_s),
+        catchup_s=_bound(doc.catchup_s), lost_steps=_bound(doc.lost_steps),
+        goodput=_bound(doc.goodput), false_detections=_bound(doc.false_detections),
+        sdc_detection_steps=_bound(doc.sdc_detection_steps),
+        contaminated_checkpoints=_bound(doc.contaminated_checkpoints),
+        attribution=doc.attribution, completes=doc.completes, **extra,
+    )
+
+
+def backend_choice(choice: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``local`` or ``{docker: {...}}`` -> (name, options as written)."""
+    if isinstance(choice, str):
+        return choice, {}
+    ((name, options),) = choice.items()
+    return name, dict(options or {})
+
+
+def _backend(choice: str | dict[str, Any] | None) -> records.Backend:
+    if choice is None:
+        return records.Backend()
+    from chaos.cluster import lookup_backend
+
+    name, options = backend_choice(choice)
+    options_model = getattr(lookup_backend(name), "options_model", None)
+    if options_model is not None:
+        options = options_model.model_validate(options).model_dump()
+    return records.Backend(name=name, options=options)

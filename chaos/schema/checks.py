@@ -1,0 +1,332 @@
+"""Checks that need more than one field, run on every part of a document that passed the
+models (so that a bad name does not hide an out-of-range rank, and a rank is not checked
+against a topology that is itself wrong).
+
+- the topology: min_nodes <= nodes, nodes + spares, rack and power-domain membership;
+- each fault: its type is registered, its target kind suits the type and its ranks, nodes,
+  racks and power domains exist, in-process types take only at_step, at_step is reached,
+  the type's params (``FaultType.params_model``, then the type's own ``check_params``:
+  a bitflip's tensor name against the harness's model); fault names are unique;
+- the workload: the harness options (``harness.config``'s own checker and messages), the
+  global batch against the world size;
+- the backend is registered and its options pass its ``options_model``;
+- targets.final_state needs baseline: true.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from chaos import model as records
+from chaos.faults.base import FaultType, ParamsContext, UnknownFaultType, known_types, lookup
+from chaos.schema.build import backend_choice, topology_record, trigger_kind
+from chaos.schema.errors import Path, Problem, translate
+from chaos.schema.models import (
+    MAX_TOTAL_NODES,
+    FaultDoc,
+    ScenarioDoc,
+    TargetDoc,
+    TargetsDoc,
+    TopologyDoc,
+    TriggerDoc,
+    WorkloadDoc,
+)
+from chaos.schema.types import close_match
+from harness.config import ConfigError, HarnessConfig, config_from_mapping
+
+__all__ = ["cross_check"]
+
+_LEVEL = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "node",
+          "power_domain": "node"}
+_WORD = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "rack",
+         "power_domain": "power domain"}
+_FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
+          "node": "{node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME} or "
+                  "{random: node|rack|power_domain}"}
+_GROUPS = {"rack": ("racks", "racks: {r1: [0, 1], r2: [2, 3]}"),
+           "power_domain": ("power_domains", "power_domains: {pd-a: [0, 1], pd-b: [2, 3]}")}
+_HARNESS_WHERE = "workload.harness"
+
+
+# --------------------------------------------------------------------------- usable parts
+
+
+@functools.cache
+def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    info = model.model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, *info.metadata] if info.metadata
+                       else info.annotation)
+
+
+def clean_fields(model: type[BaseModel], data: Any, error_locs: Sequence[tuple[Any, ...]]
+                 ) -> dict[str, Any]:
+    """Field name -> validated value for each field of ``data`` that no error touches
+    (defaults for those left out); fields with errors, and required ones left out, are
+    absent."""
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if any(loc[:1] == (key,) for loc in error_locs):
+            continue
+        if key not in data:
+            if not info.is_required():
+                out[name] = info.get_default(call_default_factory=True)
+            continue
+        out[name] = _adapter(model, name).validate_python(data[key])
+    return out
+
+
+def _under(error_locs: Sequence[tuple[Any, ...]], *prefix: Any) -> list[tuple[Any, ...]]:
+    return [loc[len(prefix):] for loc in error_locs if loc[:len(prefix)] == prefix]
+
+
+def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> list[Problem]:
+    """The cross-field problems of a scenario document, given where the models found errors."""
+    top = clean_fields(ScenarioDoc, data, error_locs)
+    faults: list[tuple[int, dict[str, Any]]] = []
+    raw_faults = data.get("faults")
+    if isinstance(raw_faults, list):
+        faults = [(i, clean_fields(FaultDoc, entry, _under(error_locs, "faults", i)))
+                  for i, entry in enumerate(raw_faults)]
+    targets = clean_fields(TargetsDoc, data.get("targets"), _under(error_locs, "targets"))
+    checker = _Checker()
+    checker.run(top, faults, targets)
+    return checker.problems
+
+
+# --------------------------------------------------------------------------- checks
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.command_steps: int | None = None
+        """``workload.steps`` of a command workload (at_step is checked against it)."""
+
+    def add(self, path: Path, message: str) -> None:
+        self.problems.append(Problem(path, message))
+
+    def run(self, top: dict[str, Any], faults: list[tuple[int, dict[str, Any]]],
+            targets: dict[str, Any]) -> None:
+        topology = self.topology(top["topology"]) if "topology" in top else None
+        if top.get("backend") is not None:
+            self.backend(top["backend"])
+        harness = self.workload(top["workload"], topology) if "workload" in top else None
+        for index, fault in faults:
+            self.fault(("faults", index), fault, topology, harness)
+        self.fault_names(faults)
+        if targets.get("final_state") is not None and top.get("baseline") is False:
+            self.add(("targets", "final_state"), "compares against the fault-free baseline run: "
+                     "set baseline: true at the top level")
+
+    # ---------------------------------------------------------------- topology
+
+    def topology(self, doc: TopologyDoc) -> records.Topology | None:
+        before = len(self.problems)
+        total = doc.nodes + doc.spares
+        if doc.min_nodes is not None and doc.min_nodes > doc.nodes:
+            self.add(("topology", "min_nodes"),
+                     f"{doc.min_nodes} is out of range: must be between 1 and {doc.nodes}")
+        if total > MAX_TOTAL_NODES:
+            self.add(("topology", "spares"), f"{doc.nodes} nodes + {doc.spares} spares = {total} "
+                     f"nodes: at most {MAX_TOTAL_NODES} in all")
+        for key, word in (("racks", "rack"), ("power_domains", "power domain")):
+            owner: dict[int, str] = {}
+            for name, members in getattr(doc, key).items():
+                for i, node in enumerate(members):
+                    where = ("topology", key, name, i)
+                    if node >= total:
+                        self.add(where, f"node {node} does not exist: {_nodes_text(doc)}")
+                    elif node in owner:
+                        self.add(where, f"node {node} is already in {word} {owner[node]!r}; "
+                                 f"a node belongs to at most one {word}")
+                    else:
+                        owner[node] = name
+        return topology_record(doc) if len(self.problems) == before else None
+
+    # ---------------------------------------------------------------- backend
+
+    def backend(self, choice: str | dict[str, Any]) -> None:
+        from chaos.cluster import known_backends
+
+        name, options = backend_choice(choice)
+        where: Path = ("backend",) if isinstance(choice, str) else ("backend", name)
+        known = known_backends()
+        if name not in known:
+            self.add(where, f"unknown backend {name!r}{close_match(name, known)} known: "
+                     + ", ".join(known))
+            return
+        none_text = f"backend {name} takes no options"
+        model = getattr(known[name], "options_model", None)
+        if model is None:
+            for key in options:
+                self.add((*where, str(key)), f"unknown {name} option {key!r}: {none_text}")
+            return
+        try:
+            model.model_validate(options)
+        except ValidationError as exc:
+            self.problems += translate(exc.errors(), model, ("backend", name),
+                                       key_noun=f"{name} option", none_text=none_text)
+
+    # ---------------------------------------------------------------- workload
+
+    def workload(self, doc: WorkloadDoc | None, topology: records.Topology | None
+                 ) -> HarnessConfig | None:
+        if doc is not None and "command" in doc.model_fields_set:
+            self.command_steps = doc.steps
+            try:
+                argv = shlex.split(doc.command)
+            except ValueError as exc:  # an unclosed quote: torchrun could never be started
+                self.add(("workload", "command"), f"cannot be split into arguments: {exc} "
+                         "(it is split like a POSIX shell line, but no shell runs it)")
+            else:
+                if not argv:
+                    self.add(("workload", "command"), "holds no program to run")
+            return None
+        if doc is not None and doc.steps is not None:
+            self.add(("workload", "steps"), "only for 'command': the harness's steps are "
+                     "workload.harness.steps")
+        if doc is not None and doc.progress_regex is not None:
+            self.add(("workload", "progress_regex"),
+                     "only for 'command': the harness reports its progress through the probe")
+        harness = (doc.harness if doc is not None else None) or {}
+        try:
+            config = config_from_mapping(harness, where=_HARNESS_WHERE)
+        except ConfigError as exc:
+            self._harness_problem(str(exc))
+            return None
+        if topology is not None:
+            try:
+                config.check_world_size(topology.world_size)
+            except ConfigError as exc:
+                self.add(("workload", "harness", "global_batch"), str(exc))
+        return config
+
+    def _harness_problem(self, message: str) -> None:
+        """Locate a harness ConfigError ('workload.harness.x.y: msg') at the field it names.
+
+        Cross-field checks name their field at the start of the message instead
+        ('workload.harness.model: model.d_model (10) must be ...'); point at that field.
+        """
+        head, sep, rest = message.partition(": ")
+        if not (sep and (head == _HARNESS_WHERE or head.startswith(_HARNESS_WHERE + "."))
+                and " " not in head):
+            self.add(tuple(_HARNESS_WHERE.split(".")), message)
+            return
+        field_name = re.match(r"[a-z_.]+", rest)
+        # "a and b must be >= 0" names two fields: keep the section as the location
+        if field_name and not rest[field_name.end():].startswith(" and "):
+            parts = field_name.group(0).split(".")
+            section = head[len(_HARNESS_WHERE) + 1:] if head != _HARNESS_WHERE else ""
+            if section and parts[0] == section and len(parts) == 2:
+                head = f"{head}.{parts[1]}"
+            elif not section and len(parts) == 1 and parts[0] in HarnessConfig.__dataclass_fields__:
+                head = f"{head}.{parts[0]}"
+        self.add(tuple(head.split(".")), rest)
+
+    # ---------------------------------------------------------------- faults
+
+    def fault(self, loc: Path, fault: dict[str, Any], topology: records.Topology | None,
+              harness: HarnessConfig | None) -> None:
+        fault_type: type[FaultType] | None = None
+        if "type" in fault:
+            try:
+                fault_type = lookup(fault["type"])
+            except UnknownFaultType:
+                known = list(known_types())
+                self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
+                         f"{close_match(fault['type'], known)} known: {', '.join(known)}")
+        if "target" in fault:
+            self.target((*loc, "target"), fault["target"], fault_type, topology)
+        if "trigger" in fault:
+            self.trigger((*loc, "trigger"), fault["trigger"], fault_type, harness)
+        if fault_type is not None and "params" in fault:
+            model = fault_type.params_model
+            name = fault_type.type_name
+            try:
+                params = model.model_validate(fault["params"] or {})
+            except ValidationError as exc:
+                self.problems += translate(exc.errors(), model, (*loc, "params"),
+                                           key_noun=f"{name} parameter",
+                                           none_text=f"{name} takes no parameters")
+            else:
+                context = ParamsContext(harness=harness, world_size=topology.world_size
+                                        if topology is not None else None)
+                for where, message in fault_type.check_params(params, context):
+                    self.add((*loc, "params", *where), message)
+
+    def target(self, loc: Path, target: TargetDoc, fault_type: type[FaultType] | None,
+               topology: records.Topology | None) -> None:
+        (key,) = target.model_fields_set
+        value = getattr(target, key)
+        level, word = _LEVEL.get(key), _WORD.get(key)
+        if key == "random":
+            level, word = ("rank" if value == "rank" else "node"), _WORD[value]
+        if fault_type is not None and level not in fault_type.target_kinds:
+            self.add((*loc, key), f"{fault_type.type_name} targets a "
+                     f"{' or '.join(fault_type.target_kinds)}, not a {word}; use "
+                     + "; ".join(_FORMS[k] for k in fault_type.target_kinds if k in _FORMS))
+            return
+        if topology is None:
+            return
+        if key in ("rank", "ranks", "node", "nodes"):
+            numbers = [((*loc, key), value)] if isinstance(value, int) else [
+                ((*loc, key, i), n) for i, n in enumerate(value)]
+            for where, number in numbers:
+                if level == "rank" and number >= topology.world_size:
+                    self.add(where, f"rank {number} does not exist: the job has "
+                             f"{topology.world_size} ranks (0-{topology.world_size - 1})")
+                elif level == "node" and number >= topology.total_nodes:
+                    self.add(where, f"node {number} does not exist: {_nodes_text(topology)}")
+        elif key in _GROUPS or (key == "random" and value in _GROUPS):
+            kind = key if key in _GROUPS else value
+            field, example = _GROUPS[kind]
+            groups = getattr(topology, field)
+            if not groups:
+                self.add((*loc, key), f"the topology declares no {_WORD[kind]}s; declare them "
+                         f"under topology, e.g. {example} (node indices)")
+            elif key != "random" and value not in groups:
+                self.add((*loc, key), f"unknown {_WORD[kind]} {value!r}"
+                         f"{close_match(value, groups)} known: {', '.join(groups)}")
+
+    def trigger(self, loc: Path, trigger: TriggerDoc, fault_type: type[FaultType] | None,
+                harness: HarnessConfig | None) -> None:
+        kind = trigger_kind(trigger)
+        if fault_type is not None and fault_type.in_process and kind != "at_step":
+            self.add((*loc, kind), f"{fault_type.type_name} is delivered in-process by the probe "
+                     f"and fires only at an exact step: use trigger {{at_step: N}}, not {kind}")
+        elif kind == "at_step" and harness is not None and trigger.at_step >= harness.steps:
+            self.add((*loc, kind), f"step {trigger.at_step} is never reached: the harness trains "
+                     f"{harness.steps} steps (workload.harness.steps), so at_step must be between "
+                     f"1 and {harness.steps - 1}")
+        elif kind == "at_step" and self.command_steps is not None and trigger.at_step >= self.command_steps:
+            self.add((*loc, kind), f"step {trigger.at_step} is never reached: the command trains "
+                     f"{self.command_steps} steps (workload.steps), so at_step must be between "
+                     f"1 and {self.command_steps - 1}")
+
+    def fault_names(self, faults: list[tuple[int, dict[str, Any]]]) -> None:
+        first: dict[str, int] = {}
+        for index, fault in faults:
+            name = fault.get("name")
+            if name is None:
+                continue
+            if name in first:
+                self.add(("faults", index, "name"), f"{name!r} is already the name of "
+                         f"faults[{first[name]}]; fault names must be unique")
+            else:
+                first[name] = index
+
+
+def _nodes_text(topology: records.Topology | TopologyDoc) -> str:
+    total = topology.nodes + topology.spares
+    spares = (f" and {topology.spares} spare{'s' if topology.spares > 1 else ''}"
+              if topology.spares else "")
+    return f"the job has {topology.nodes} nodes{spares} (0-{total - 1})"

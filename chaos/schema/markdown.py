@@ -1,0 +1,201 @@
+"""The reference section of docs/scenario.md (``trainchaos schema --markdown``), generated
+from the same declarations as validation and the JSON Schema: the scenario models, each
+fault type's ``params_model``, each backend's ``options_model`` and the harness's dataclasses.
+
+The generated text sits between two markers in docs/scenario.md; ``replace_reference``
+swaps it in place, and a unit test fails when the file is out of date.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from chaos.faults.base import known_types
+from chaos.schema.models import (
+    AfterEventDoc,
+    BoundDoc,
+    FaultDoc,
+    FractionBoundDoc,
+    LossWithinDoc,
+    PoissonDoc,
+    RandomDoc,
+    ScenarioDoc,
+    TargetDoc,
+    TargetsDoc,
+    TopologyDoc,
+    TriggerDoc,
+    WorkloadDoc,
+)
+from chaos.schema.types import limits_text, literal_values, type_text, unwrap
+from harness.config import HarnessConfig, field_docs
+
+__all__ = ["BEGIN", "END", "reference_markdown", "replace_reference"]
+
+BEGIN = ("<!-- BEGIN REFERENCE: generated from chaos/schema by "
+         "`trainchaos schema --markdown --out docs/scenario.md`; do not edit by hand -->")
+END = "<!-- END REFERENCE -->"
+
+# (heading, model, what the section says beyond the model's own docstring)
+_SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+    ("Top level", ScenarioDoc, ""),
+    ("`workload`", WorkloadDoc, "Harness options are listed under "
+     "[`workload.harness`](#workloadharness-options)."),
+    ("`topology`", TopologyDoc, ""),
+    ("`faults[]`", FaultDoc, "The params of each type are listed under "
+     "[Fault types](#fault-types)."),
+    ("`faults[].target`", TargetDoc, ""),
+    ("`faults[].trigger`", TriggerDoc, ""),
+    ("`trigger.after_event`", AfterEventDoc, ""),
+    ("`trigger.random`", RandomDoc, ""),
+    ("`trigger.poisson`", PoissonDoc, ""),
+    ("`targets`", TargetsDoc, "Bounds (detection_s, recovery_s, catchup_s, lost_steps, "
+     "false_detections, sdc_detection_steps, contaminated_checkpoints) are `{max, min}` "
+     "mappings; goodput's are fractions."),
+    ("Bound: `{max, min}`", BoundDoc, ""),
+    ("Fraction bound: `{max, min}`", FractionBoundDoc, ""),
+    ("`targets.final_state: {loss_within}`", LossWithinDoc, ""),
+]
+
+
+def reference_markdown() -> str:
+    """The generated reference, markers included."""
+    out = [BEGIN, "", "## Reference", "",
+           "Every key, its type, default and allowed values, generated from the schema "
+           "(`trainchaos schema` prints the same as JSON Schema). A key marked *required* "
+           "must be given; *—* in the default column means the key is simply left out.", ""]
+    for heading, model, note in _SECTIONS:
+        out += [f"### {heading}", "", _doc(model.__doc__)]
+        if note:
+            out += ["", note]
+        out += ["", *_model_table(model), ""]
+    out += _harness_section()
+    out += _fault_types_section()
+    out += _backends_section()
+    out += [END]
+    return "\n".join(out) + "\n"
+
+
+def replace_reference(text: str) -> str:
+    """``text`` (docs/scenario.md) with its generated section replaced by the current one."""
+    if BEGIN not in text or END not in text:
+        raise ValueError("no reference markers in the file: add the two lines\n"
+                         f"{BEGIN}\n{END}\nwhere the reference belongs")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + reference_markdown().rstrip("\n") + tail
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _doc(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return "defaults"
+    if value is None or value == "" or isinstance(value, bool | dict | list):
+        return f"`{json.dumps(value)}`"
+    return f"`{value}`"
+
+
+def _row(key: str, type_name: str, default: str, allowed: str, doc: str) -> str:
+    return "| " + " | ".join(_cell(c) for c in (f"`{key}`", type_name, default, allowed, doc)) + " |"
+
+
+def _header(first: str = "key") -> list[str]:
+    return [f"| {first} | type | default | allowed | description |", "|---|---|---|---|---|"]
+
+
+def _allowed(annotation: Any, metadata: list[Any]) -> str:
+    value_type, metadata = unwrap(annotation, metadata)
+    values = literal_values(value_type)
+    if values is not None:
+        return ", ".join(f"`{v}`" for v in values)
+    return limits_text(metadata)
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "*required*"
+    default = info.get_default(call_default_factory=True)
+    if default is None and "null" not in type_text(info.annotation):
+        return "—"
+    return _value(default)
+
+
+def _model_table(model: type[BaseModel], first: str = "key") -> list[str]:
+    if not model.model_fields:
+        return [f"Takes no {first}s."]
+    rows = _header(first)
+    for name, info in model.model_fields.items():
+        rows.append(_row(info.alias or name, type_text(info.annotation, list(info.metadata)),
+                         _default(info), _allowed(info.annotation, list(info.metadata)),
+                         _doc(info.description)))
+    return rows
+
+
+# --------------------------------------------------------------------------- derived parts
+
+
+def _harness_section() -> list[str]:
+    out = ["### `workload.harness` options", "",
+           "From the harness's own configuration (`python -m harness --help` lists the same "
+           "as flags); nested by section. Checks across options (d_model divisible by "
+           "n_heads, global_batch divisible by the world size...) are the harness's.", ""]
+    sections: list[tuple[str, type]] = [("", HarnessConfig)]
+    hints = typing.get_type_hints(HarnessConfig)
+    sections += [(f.name, hints[f.name]) for f in dataclasses.fields(HarnessConfig)
+                 if dataclasses.is_dataclass(hints[f.name])]
+    for prefix, cls in sections:
+        if prefix:
+            out += [f"Section `{prefix}`:", ""]
+        docs = field_docs(cls)
+        section_hints = typing.get_type_hints(cls)
+        out += _header("option")
+        for f in dataclasses.fields(cls):
+            hint = section_hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else None
+            out.append(_row(f.name, type_text(hint), _value(default), _allowed(hint, []),
+                            docs.get(f.name, "")))
+        out.append("")
+    return out
+
+
+def _fault_types_section() -> list[str]:
+    out = ["### Fault types", "",
+           "`trainchaos faults -v` prints the same with each type's fidelity statement.", ""]
+    for name, cls in known_types().items():
+        triggers = "at_step only (in-process)" if cls.in_process else "any"
+        out += [f"#### `{name}`", "", _doc(cls.summary), "",
+                f"Targets: {', '.join(cls.target_kinds)}. Triggers: {triggers}.", "",
+                *_model_table(cls.params_model, "param"), ""]
+    return out
+
+
+def _backends_section() -> list[str]:
+    from chaos.cluster import known_backends
+
+    out = ["### Backends", "",
+           "`backend: NAME`, or `backend: {NAME: {options}}` with the backend's options.", ""]
+    for name, cls in known_backends().items():
+        summary = getattr(cls, "summary", None) or _doc(cls.__doc__).split(". ")[0]
+        summary = _doc(summary).rstrip(".")
+        out += [f"#### `{name}`", "", summary[:1].upper() + summary[1:] + ".", ""]
+        model = getattr(cls, "options_model", None)
+        out += [*(_model_table(model, "option") if model is not None else ["Takes no options."]),
+                ""]
+    return out

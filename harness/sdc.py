@@ -1,0 +1,393 @@
+"""Silent-data-corruption detectors: how the harness notices a flipped bit, and whom it blames.
+
+Each detector is switched by a ``detect`` option and timed (``run_end.detector_s``):
+
+``nonfinite``
+    Every step: a non-finite local loss or gradient norm on any rank.
+``spike``
+    Every step: the global loss or the gradient norm far above the recent steps, as a
+    robust z-score ``(x - median) / (1.4826 * MAD)`` over the last ``spike_window`` finite
+    values (judged once 20 are there; only upward; a spike is not added to the window).
+``digest``
+    Every ``digest_every`` steps and before every checkpoint save: a sha256 of each rank's
+    parameters. Data-parallel replicas must be bitwise equal (the harness's all-reduce is
+    deterministic). Every step, for free: the gradient norms of all ranks, which are equal
+    after the all-reduce unless a rank's gradients were changed after it.
+``golden``
+    Every ``golden_every`` steps, on each rank: a fixed batch through forward and backward
+    with the *initial* weights, compared bitwise with what the rank computed at start. It
+    tests the rank's hardware, not the weights: only a rank whose arithmetic went wrong
+    fails it, so it names the rank.
+``ckpt_checksum``
+    In ``harness.checkpoint``: checkpoint files read back and hashed after writing, and
+    verified on load (a failed verification is reported as a detection).
+
+One collective a step carries all the evidence: each rank contributes a row ``[local loss,
+gradient norm, golden status, digest]`` and every rank judges the same gathered table, so
+all ranks reach the same verdict at the same step without another round. That all-gather
+replaces the all-reduce of the loss the step needs anyway; the global loss is the sum of
+the local ones in rank order.
+
+Attribution: a verdict names the faulty rank when the evidence does -- the only rank whose
+local loss (or gradient norm) is not finite, the only rank whose local loss spiked, the odd
+one out of a replica vote with a strict majority (three replicas or more; two that differ
+cannot say which is wrong), the rank whose golden self-test failed. Otherwise it names
+nobody: a spike seen by every rank after the all-reduce says the job is corrupted, not where.
+
+Rollback: a verdict carries ``clean_before``, the first step the corruption may have
+touched -- the detection step for the every-step detectors, one after the last step a
+periodic detector passed for the others. Checkpoints of that step or later are quarantined
+(``CheckpointManager.quarantine``) and the group restarts from the newest one left.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import math
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from harness.config import DetectConfig
+
+__all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "grad_norm", "param_digest"]
+
+ROW = 8
+"""[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest present,
+digest words x4] per rank, float64."""
+_DIGEST_WORDS = 4
+_WORD_BYTES = 6  # 48-bit words: exact in a float64
+GOLDEN_BATCH = 2
+"""Sequences in the golden self-test's fixed batch."""
+SPIKE_MIN_HISTORY = 20
+
+
+@dataclass
+class Detection:
+    detector: str
+    """nonfinite | spike | digest | golden"""
+    step: int
+    reason: str
+    suspect_rank: int | None
+    clean_before: int
+    """First step the corruption may have touched: checkpoints of it or later are suspect."""
+    also: list[str] = field(default_factory=list)
+    """Other detectors that fired at the same step."""
+
+    @property
+    def suspect(self) -> str | None:
+        return None if self.suspect_rank is None else f"rank-{self.suspect_rank}"
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def grad_norm(parameters: Iterable[nn.Parameter]) -> float:
+    """The global 2-norm of the gradients (inf or nan when any gradient is not finite)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.nn.utils.get_total_norm(grads))
+
+
+def param_digest(model: nn.Module) -> bytes:
+    """sha256 over every parameter's bytes, in name order."""
+    digest = hashlib.sha256()
+    for _, param in sorted(model.named_parameters()):
+        data = param.detach()
+        if not data.is_contiguous():
+            data = data.contiguous()
+        digest.update(data.reshape(-1).view(torch.uint8).numpy())
+    return digest.digest()
+
+
+def _digest_words(digest: bytes) -> list[float]:
+    return [float(int.from_bytes(digest[i * _WORD_BYTES:(i + 1) * _WORD_BYTES], "big"))
+            for i in range(_DIGEST_WORDS)]
+
+
+class RobustSpike:
+    """Upward outliers against a sliding window: robust z-score over median and MAD."""
+
+    def __init__(self, window: int, threshold: float) -> None:
+        self.values: collections.deque[float] = collections.deque(maxlen=window)
+        self.threshold = threshold
+
+    def score(self, value: float) -> float | None:
+        """The robust z-score of ``value``; None while the window is too short."""
+        if len(self.values) < SPIKE_MIN_HISTORY or not math.isfinite(value):
+            return None
+        ordered = sorted(self.values)
+        median = ordered[len(ordered) // 2]
+        mad = sorted(abs(v - median) for v in ordered)[len(ordered) // 2]
+        # A floor on the scale: a window of near-identical values would make any wiggle a
+        # "spike" (a MAD of 0 says nothing about what a real spike is).
+        scale = max(1.4826 * mad, 1e-3 * abs(median), 1e-12)
+        return (value - median) / scale
+
+    def is_spike(self, value: float) -> bool:
+        z = self.score(value)
+        return z is not None and z > self.threshold
+
+    def add(self, value: float) -> None:
+        if math.isfinite(value):
+            self.values.append(value)
+
+
+class GoldenSelfTest:
+    """A fixed batch through forward and backward with frozen initial weights, compared
+    bitwise with the result this rank computed at start.
+
+    Runs through the live model's modules (``torch.func.functional_call`` swaps the golden
+    weights in), so whatever corrupts this rank's arithmetic -- a faulty core, or an
+    injected fault hooked on a module -- corrupts the self-test too; the training weights
+    are not involved, so a corrupted weight does not fail it.
+    """
+
+    def __init__(self, model: nn.Module, initial: nn.Module, tokens: torch.Tensor, seq_len: int,
+                 batch: int = GOLDEN_BATCH) -> None:
+        self.model = model
+        self.params = {name: p.detach().clone().requires_grad_(True)
+                       for name, p in initial.named_parameters()}
+        n = batch * seq_len
+        self.x = tokens[:n].reshape(batch, seq_len)
+        self.y = tokens[1:n + 1].reshape(batch, seq_len)
+        self.reference = self._run()
+
+    def _run(self) -> bytes:
+        from torch.func import functional_call
+
+        logits = functional_call(self.model, self.params, (self.x,))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
+        grads = torch.autograd.grad(loss, list(self.params.values()))
+        digest = hashlib.sha256(struct.pack("<d", float(loss.detach())))
+        for grad in grads:
+            digest.update(grad.contiguous().reshape(-1).view(torch.uint8).numpy())
+        return digest.digest()
+
+    def passes(self) -> bool:
+        return self._run() == self.reference
+
+
+# --------------------------------------------------------------------------- the monitor
+
+
+class SdcMonitor:
+    """Runs the enabled detectors at the end of every step and judges them collectively."""
+
+    def __init__(self, cfg: DetectConfig, rank: int, world_size: int, model: nn.Module,
+                 start_step: int, golden: GoldenSelfTest | None = None,
+                 replayed: Iterable[tuple[str, int]] = ()) -> None:
+        self.cfg = cfg
+        self.rank = rank
+        self.world_size = world_size
+        self.model = model
+        self.golden = golden
+        self.loss_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
+        self.norm_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
+        # Periodic detectors vouch for the state they last passed; the loaded checkpoint was
+        # vouched for when it was written.
+        self.last_pass = {"digest": start_step, "golden": start_step}
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.detection: Detection | None = None
+        self.last_digest: bytes | None = None
+        self.last_digest_step: int | None = None
+        # (detector, step) of detections that already caused a rollback: the same verdict
+        # again on the replay is reproducible, so not silent corruption (see ``end_step``).
+        self.replayed = set(replayed)
+        self.reproduced: list[Detection] = []
+
+    @property
+    def active(self) -> bool:
+        c = self.cfg
+        return c.nonfinite or c.spike or c.digest_every > 0 or self.golden is not None
+
+    @property
+    def needs_grad_norm(self) -> bool:
+        return self.cfg.nonfinite or self.cfg.spike or self.cfg.digest_every > 0
+
+    def grad_norm(self, model: nn.Module) -> float | None:
+        if not self.needs_grad_norm:
+            return None
+        t0 = time.perf_counter()
+        value = grad_norm(model.parameters())
+        self.seconds["grad_norm"] += time.perf_counter() - t0
+        return value
+
+    def end_step(self, step: int, local_loss: torch.Tensor, norm: float | None, verify: bool) -> float:
+        """The global loss of the step, after the detectors had their say (``detection``)."""
+        self.detection = None
+        if not self.active:
+            total = local_loss.detach().clone()
+            dist.all_reduce(total)
+            return float(total) / self.world_size
+        row = torch.zeros(ROW, dtype=torch.float64)
+        row[0] = float(local_loss)
+        row[1] = norm if norm is not None else 0.0
+        golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
+        if golden_ran:
+            t0 = time.perf_counter()
+            row[2] = 1.0 if self.golden.passes() else -1.0
+            self.seconds["golden"] += time.perf_counter() - t0
+        digest_ran = self.cfg.digest_every > 0 and (verify or step % self.cfg.digest_every == 0)
+        if digest_ran:
+            t0 = time.perf_counter()
+            self.last_digest = param_digest(self.model)
+            self.last_digest_step = step
+            row[3] = 1.0
+            row[4:4 + _DIGEST_WORDS] = torch.tensor(_digest_words(self.last_digest), dtype=torch.float64)
+            self.seconds["digest"] += time.perf_counter() - t0
+        rows = [torch.empty(ROW, dtype=torch.float64) for _ in range(self.world_size)]
+        dist.all_gather(rows, row)
+        table = [r.tolist() for r in rows]
+        global_loss = math.fsum(r[0] for r in table) / self.world_size
+        t0 = time.perf_counter()
+        found = self._judge(step, table, global_loss, norm is not None)
+        self.seconds["judge"] += time.perf_counter() - t0
+        if found:
+            first = found[0]
+            first.also = [d.detector for d in found[1:]]
+            if (first.detector, step) in self.replayed:
+                # The replay after a rollback hit the same verdict at the same step: a
+                # deterministic computation went there twice, which a flipped bit does not.
+                self.reproduced.append(first)
+            else:
+                self.detection = first
+        return global_loss
+
+    def checkpoint_record(self, step: int) -> dict[str, Any]:
+        """What a checkpoint of ``step`` records about its verification (its manifest)."""
+        record: dict[str, Any] = {"step": step, "checks": dict(self.last_pass)}
+        if self.last_digest is not None and self.last_digest_step == step:
+            record["param_sha256"] = self.last_digest.hex()
+        return record
+
+    def detector_seconds(self) -> dict[str, float]:
+        return {name: round(value, 6) for name, value in sorted(self.seconds.items())}
+
+    # -- the verdict -------------------------------------------------------------------
+    def _judge(self, step: int, table: list[list[float]], global_loss: float, has_norm: bool
+               ) -> list[Detection]:
+        cfg, world = self.cfg, self.world_size
+        losses = [r[0] for r in table]
+        norms = [r[1] for r in table]
+        found: list[Detection] = []
+        nonfinite = [r for r in range(world)
+                     if not math.isfinite(losses[r]) or (has_norm and not math.isfinite(norms[r]))]
+        if cfg.nonfinite and nonfinite:
+            found.append(self._nonfinite(step, nonfinite, losses, norms, has_norm))
+        golden = [r for r in range(world) if table[r][2] != 0]
+        if golden:
+            failed = [r for r in golden if table[r][2] < 0]
+            if failed:
+                suspect = failed[0] if len(failed) == 1 else None
+                found.append(Detection(
+                    "golden", step, f"golden self-test failed on rank{'s' if len(failed) > 1 else ''} "
+                    f"{', '.join(map(str, failed))}: the fixed batch no longer gives the result "
+                    "recorded at start", suspect, self.last_pass["golden"] + 1))
+            else:
+                self.last_pass["golden"] = step
+        if cfg.digest_every > 0:
+            found += self._replicas(step, table, has_norm and not nonfinite)
+        if cfg.spike and not nonfinite:
+            found += self._spikes(step, losses, global_loss, norms[0] if has_norm else None)
+        if not found:
+            self.loss_spikes.add(global_loss)
+            if has_norm:
+                self.norm_spikes.add(norms[0])
+        return found
+
+    def _nonfinite(self, step: int, bad: list[int], losses: list[float], norms: list[float],
+                   has_norm: bool) -> Detection:
+        world = self.world_size
+        suspect = bad[0] if len(bad) == 1 and world > 1 else None
+        if suspect is None and world > 1:
+            # Non-finite everywhere after the all-reduce; the local losses, computed before
+            # it, may still say where it came from: the only one that is off the chart.
+            odd = [r for r in range(world)
+                   if not math.isfinite(losses[r]) or self.loss_spikes.is_spike(losses[r])]
+            suspect = odd[0] if len(odd) == 1 else None
+        what = []
+        for r in bad:
+            parts = [f"local loss {losses[r]}"] if not math.isfinite(losses[r]) else []
+            if has_norm and not math.isfinite(norms[r]):
+                parts.append(f"gradient norm {norms[r]}")
+            what.append(f"rank {r}: {' and '.join(parts)}")
+        where = "on every rank" if len(bad) == world else "only on one rank"
+        if len(bad) == world and world > 1:
+            where += (f" (after the all-reduce); rank {suspect}'s local loss is the odd one out"
+                      if suspect is not None else " (after the all-reduce: the evidence names no rank)")
+        local = ", ".join(f"{loss:.6g}" for loss in losses)
+        return Detection("nonfinite", step, f"non-finite values {where}: {'; '.join(what)} "
+                         f"(local losses {local})", suspect, step)
+
+    def _replicas(self, step: int, table: list[list[float]], norms_valid: bool) -> list[Detection]:
+        world = self.world_size
+        if world < 2:
+            return []
+        out = []
+        if norms_valid:
+            groups = _groups([(r[1],) for r in table])
+            if len(groups) > 1:
+                suspect = _odd_one_out(groups, world)
+                out.append(Detection(
+                    "digest", step, "replicas hold different gradients after the all-reduce "
+                    f"(gradient norms {', '.join(f'{r[1]:.6g}' for r in table)})",
+                    suspect, step))
+        if table[0][3]:
+            groups = _groups([tuple(r[4:4 + _DIGEST_WORDS]) for r in table])
+            if len(groups) > 1:
+                suspect = _odd_one_out(groups, world)
+                sets = " vs ".join("{" + ", ".join(f"rank {r}" for r in ranks) + "}" for ranks in groups.values())
+                who = (f"rank {suspect} differs from the majority" if suspect is not None
+                       else "no majority names the odd one")
+                out.append(Detection(
+                    "digest", step, f"parameter digests of the replicas differ: {sets}; {who}",
+                    suspect, self.last_pass["digest"] + 1))
+            elif not out:
+                self.last_pass["digest"] = step
+        return out
+
+    def _spikes(self, step: int, losses: list[float], global_loss: float, norm: float | None
+                ) -> list[Detection]:
+        out = []
+        z = self.loss_spikes.score(global_loss)
+        if z is not None and z > self.cfg.spike_z:
+            # The rank whose own loss is the spike, if exactly one is: its batch or its
+            # weights went wrong; the others' losses are ordinary.
+            spiking = [r for r, loss in enumerate(losses) if self.loss_spikes.is_spike(loss)]
+            suspect = spiking[0] if len(spiking) == 1 and self.world_size > 1 else None
+            out.append(Detection("spike", step, f"loss spike: {global_loss:.6g} is {z:.1f} robust "
+                                 f"standard deviations above the last {len(self.loss_spikes.values)} "
+                                 f"steps' median" + (f" (rank {suspect}'s local loss {losses[suspect]:.6g})"
+                                                     if suspect is not None else ""), suspect, step))
+        if norm is not None:
+            z = self.norm_spikes.score(norm)
+            if z is not None and z > self.cfg.spike_z:
+                out.append(Detection("spike", step, f"gradient-norm spike: {norm:.6g} is {z:.1f} robust "
+                                     "standard deviations above the recent steps' median (after the "
+                                     "all-reduce: the evidence names no rank)", None, step))
+        return out
+
+
+def _groups(keys: list[tuple[float, ...]]) -> dict[tuple[float, ...], list[int]]:
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for rank, key in enumerate(keys):
+        groups.setdefault(key, []).append(rank)
+    return groups
+
+
+def _odd_one_out(groups: dict[tuple[float, ...], list[int]], world: int) -> int | None:
+    """The single rank that disagrees with a strict majority of the others, if there is one."""
+    sizes = sorted(groups.values(), key=len, reverse=True)
+    if len(sizes[0]) * 2 > world and len(sizes) == 2 and len(sizes[1]) == 1:
+        return sizes[1][0]
+    return None

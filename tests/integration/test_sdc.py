@@ -1,0 +1,144 @@
+"""Silent data corruption, run for real: each scenario of scenarios/sdc/ against one shared
+fault-free baseline (they share the workload and seed; detector settings do not change the
+weights, so one baseline serves all). Each test asserts when the corruption was detected,
+by which detector, how many checkpoints held it, and whether the final model equals the
+baseline's -- or, with the detector off, that it does not."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from chaos.events import read_events
+from chaos.procs import find_run_processes
+from chaos.run import run_baseline, run_scenario_once
+from chaos.scenario import load_scenario
+
+SDC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "sdc")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def _scenario(name: str):
+    return load_scenario(os.path.join(SDC, f"{name}.yaml"))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sdc")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRAINCHAOS_STATE_DIR", str(root / "state"))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def baseline(workdir):
+    scenario = _scenario("exponent-flip-weight")
+    info, run = run_baseline(scenario, str(workdir / "baseline"), scenario.seed)
+    assert info.digest, "the fault-free baseline did not finish"
+    return info, run
+
+
+def _run(name: str, workdir, baseline) -> tuple[dict, dict, list[dict]]:
+    scenario = _scenario(name)
+    info, run = baseline
+    journal = run_scenario_once(scenario, str(workdir / name), scenario.seed, info, baseline_run=run)
+    assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
+    assert journal["status"] == "completed", journal["error"]
+    sdc = next(f for f in journal["metrics"]["faults"] if f["failure_class"] == "corruption")
+    return journal, sdc, read_events(os.path.join(journal["run_dir"], "events"))
+
+
+def _first_detection(events: list[dict]) -> dict:
+    return next(e for e in events if e["kind"] == "detected" and e.get("failure_class") == "corruption")
+
+
+def _flips(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["kind"] == "sdc_flip"]
+
+
+def test_exponent_flip_in_a_weight_is_caught_at_once_and_blamed_on_its_rank(workdir, baseline):
+    journal, sdc, events = _run("exponent-flip-weight", workdir, baseline)
+    (flip,) = _flips(events)
+    assert (flip["src"], flip["step"], flip["bit"]) == ("rank-1", 33, 30)
+    assert abs(flip["after"]) > 1e30  # x2^128
+    first = _first_detection(events)
+    assert (first["detector"], first["step"], first["suspect"]) == ("nonfinite", 33, "rank-1")
+    assert sdc["sdc_detection_steps"] == 0 and sdc["contaminated_checkpoints"] == 0
+    assert sdc["attribution"] == "correct", sdc["attribution_detail"]
+    assert (sdc["resumed_from"], sdc["lost_steps"]) == (30, 2)
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_quiet_mantissa_flip_is_seen_only_by_the_replica_digest(workdir, baseline):
+    journal, sdc, events = _run("mantissa-flip-one-replica", workdir, baseline)
+    (flip,) = _flips(events)
+    assert flip["bit"] == 0 and flip["src"] == "rank-1"
+    first = _first_detection(events)
+    # the digest runs before the step-30 checkpoint: corrupted state is never written
+    assert (first["detector"], first["step"], first["suspect"]) == ("digest", 30, None)
+    assert sdc["sdc_detection_steps"] == 7 and sdc["contaminated_checkpoints"] == 0
+    rollback = next(e for e in events if e["kind"] == "sdc_rollback")
+    assert rollback["clean_before"] == 21
+    # measured from the detection: steps 21-29 were trained on corrupted state and are lost
+    assert (sdc["resumed_from"], sdc["last_step_before"], sdc["lost_steps"]) == (20, 29, 9)
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_without_the_digest_the_same_flip_goes_unnoticed_into_every_checkpoint(workdir, baseline):
+    journal, sdc, events = _run("mantissa-flip-no-digest", workdir, baseline)
+    assert len(_flips(events)) == 1
+    assert not [e for e in events if e["kind"] == "detected"]
+    assert sdc["detector"] is None and sdc["sdc_detection_steps"] is None
+    assert sdc["contaminated_checkpoints"] == 4  # steps 30, 40, 50, 60
+    assert journal["metrics"]["digest_match"] is False
+    reasons = " | ".join(c["reason"] for c in journal["verdict"]["checks"] if not c["ok"])
+    assert "undetected" in reasons and "!= baseline" in reasons
+
+
+def test_gradient_flip_before_the_allreduce_is_invisible_to_the_digest(workdir, baseline):
+    journal, sdc, events = _run("grad-flip-before-allreduce", workdir, baseline)
+    (flip,) = _flips(events)
+    assert flip["tensor"] == "grad:mlp.0.weight" and flip["step"] == 27
+    first = _first_detection(events)
+    # every replica applied the same corrupted average: the gradient norm catches it, the
+    # replica digest has nothing to compare, and no rank can be named
+    assert (first["detector"], first["step"], first["suspect"]) == ("nonfinite", 27, None)
+    assert sdc["attribution"] == "none"
+    assert sdc["sdc_detection_steps"] == 0 and sdc["contaminated_checkpoints"] == 0
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_mercurial_core_is_found_and_named_by_the_golden_self_test(workdir, baseline):
+    journal, sdc, events = _run("mercurial-core", workdir, baseline)
+    flips = _flips(events)
+    assert flips and {e["src"] for e in flips} == {"rank-1"} and min(e["step"] for e in flips) >= 21
+    first = _first_detection(events)
+    assert first["detector"] == "golden" and first["suspect"] == "rank-1"
+    assert first["step"] % 2 == 0 and first["step"] in {e["step"] for e in flips}
+    assert sdc["sdc_detection_steps"] == first["step"] - min(e["step"] for e in flips)
+    assert sdc["attribution"] == "correct", sdc["attribution_detail"]
+    assert sdc["contaminated_checkpoints"] == 0
+    # the defect ends with the process: the replay after the rollback is clean
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_checkpoint_bit_rot_is_caught_on_load_and_costs_a_checkpoint_interval(workdir, baseline):
+    journal, sdc, events = _run("checkpoint-bitrot", workdir, baseline)
+    rot = next(f for f in journal["faults"] if f["type"] == "checkpoint_bitrot")
+    assert rot["details"]["path"].endswith("step-00000040/state.pt")
+    first = _first_detection(events)
+    assert first["detector"] == "ckpt_checksum" and "sha256 mismatch" in first["reason"]
+    loads = [e for e in events if e["kind"] == "ckpt_load" and e["t"] > first["t"] - 1]
+    assert loads and {e["step"] for e in loads} == {30}
+    assert all(e["skipped"] and e["skipped"][0][0].endswith("step-00000040") for e in loads)
+    kill = next(f for f in journal["metrics"]["faults"] if f["type"] == "kill_rank")
+    assert kill["resumed_from"] == 30 and kill["lost_steps"] == kill["last_step_before"] - 30
+    assert sdc["contaminated_checkpoints"] == 0  # rot at rest: later checkpoints are clean
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]

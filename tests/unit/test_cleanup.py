@@ -1,0 +1,74 @@
+"""``cleanup`` and ``cleanup --check`` on runs left behind by a dead controller, and never on
+a live one. Registry entries and resources are real files; the "dead controller" is a
+controller tag naming no live process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos.cleanup import cleanup_runs, find_leftovers
+from chaos.cli import cli
+from chaos.cluster.resources import RunResources, scratch_base
+from chaos.procs import controller_tag
+from chaos.rollback import active_runs, state_dir
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _left_run(tmp_path: Path, run_id: str, live: bool) -> Path:
+    """A run with one node-local directory, registered by a controller that is (not) alive."""
+    run_dir = tmp_path / run_id
+    RunResources(run_id, str(run_dir)).acquire(
+        "scratch_dir", {"path": os.path.join(scratch_base(), run_id, "node-0")})
+    tag = controller_tag() if live else "999999999:1"
+    (Path(state_dir()) / f"{run_id}.json").write_text(json.dumps(
+        {"run_id": run_id, "run_dir": str(run_dir), "pid": os.getpid(), "controller": tag}))
+    return Path(scratch_base()) / run_id / "node-0"
+
+
+def test_check_lists_a_dead_runs_resources_and_changes_nothing(tmp_path: Path) -> None:
+    left = _left_run(tmp_path, "trainchaos-dead", live=False)
+    found = find_leftovers()
+    assert found[0].startswith("run trainchaos-dead") and "1 resource(s) not released" in found[0]
+    assert any(str(left) in line for line in found)
+    assert len([x for x in found if str(left) in x]) == 1, "listed once, under its run"
+    result = CliRunner().invoke(cli, ["cleanup", "--check"])
+    assert result.exit_code == 1 and "trainchaos-dead" in result.output
+    assert left.is_dir()
+
+
+def test_cleanup_removes_a_dead_runs_resources_and_then_check_is_clean(tmp_path: Path) -> None:
+    left = _left_run(tmp_path, "trainchaos-dead", live=False)
+    report = cleanup_runs([])
+    assert report.failures == []
+    assert "trainchaos-dead: released 1 resource(s)" in report.lines
+    assert not left.exists() and active_runs() == []
+    assert find_leftovers() == []
+    assert CliRunner().invoke(cli, ["cleanup", "--check"]).exit_code == 0
+
+
+def test_a_live_run_is_never_touched(tmp_path: Path) -> None:
+    left = _left_run(tmp_path, "trainchaos-live", live=True)
+    report = cleanup_runs([])
+    assert any("controller is still running; skipped" in line for line in report.lines)
+    assert left.is_dir() and [r["run_id"] for r in active_runs()] == ["trainchaos-live"]
+    assert find_leftovers() == [], "a live run's resources are not leftovers"
+
+
+def test_an_unregistered_leftover_is_found_by_its_name_and_removed(tmp_path: Path) -> None:
+    stray = Path(scratch_base()) / "trainchaos-forgotten" / "node-3"
+    stray.mkdir(parents=True)
+    assert any("trainchaos-forgotten" in line for line in find_leftovers())
+    report = cleanup_runs([])
+    assert any("removed leftover scratch_dir" in line for line in report.lines), report.lines
+    assert not stray.parent.exists()
+    assert find_leftovers() == []

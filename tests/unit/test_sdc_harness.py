@@ -1,0 +1,240 @@
+"""The harness's silent-corruption detectors: each verdict from the evidence every rank
+gathers (who is blamed, and from which step checkpoints are suspect), the golden self-test,
+checkpoint checksums and quarantine, and the switches."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
+from harness.config import DetectConfig, HarnessConfig, config_from_args, config_to_args
+from harness.sdc import GoldenSelfTest, RobustSpike, SdcMonitor, param_digest
+
+
+def _monitor(world: int = 2, start_step: int = 0, **detect) -> SdcMonitor:
+    return SdcMonitor(DetectConfig(**detect), 0, world, nn.Linear(2, 2), start_step)
+
+
+def _row(loss: float = 2.0, norm: float = 1.0, golden: float = 0.0, digest: tuple | None = None) -> list[float]:
+    return [loss, norm, golden, 1.0 if digest else 0.0, *(digest or (0.0,) * 4)]
+
+
+def _warm(monitor: SdcMonitor, values: int = 30) -> None:
+    for i in range(values):
+        monitor.loss_spikes.add(2.0 + 0.01 * (i % 5))
+        monitor.norm_spikes.add(1.0 + 0.01 * (i % 3))
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_a_non_finite_local_loss_on_one_rank_names_that_rank():
+    (det,) = _monitor()._judge(7, [_row(), _row(loss=math.nan)], math.nan, True)
+    assert (det.detector, det.suspect, det.clean_before) == ("nonfinite", "rank-1", 7)
+
+
+def test_overflow_everywhere_after_the_allreduce_is_blamed_on_the_odd_local_loss():
+    monitor = _monitor()
+    _warm(monitor)
+    (det,) = monitor._judge(9, [_row(norm=math.inf), _row(loss=1e30, norm=math.inf)], 5e29, True)
+    assert det.suspect == "rank-1" and "odd one out" in det.reason
+    (det,) = monitor._judge(9, [_row(norm=math.inf), _row(norm=math.inf)], 2.0, True)
+    assert det.suspect is None and "names no rank" in det.reason
+
+
+def test_two_replicas_that_differ_cannot_say_which_is_wrong_three_can():
+    a, b = (1.0, 2.0, 3.0, 4.0), (1.0, 2.0, 3.0, 5.0)
+    monitor = _monitor(world=2, start_step=20)
+    (det,) = monitor._judge(30, [_row(digest=a), _row(digest=b)], 2.0, True)
+    assert (det.detector, det.suspect, det.clean_before) == ("digest", None, 21)
+    (det,) = _monitor(world=3)._judge(30, [_row(digest=a), _row(digest=b), _row(digest=a)], 2.0, True)
+    assert det.suspect == "rank-1" and "rank 1 differs from the majority" in det.reason
+
+
+def test_an_agreeing_digest_moves_the_step_the_next_rollback_may_keep():
+    monitor = _monitor(world=2)
+    assert monitor._judge(10, [_row(digest=(1.0,) * 4)] * 2, 2.0, True) == []
+    (det,) = monitor._judge(20, [_row(digest=(1.0,) * 4), _row(digest=(2.0,) * 4)], 2.0, True)
+    assert det.clean_before == 11
+
+
+def test_gradients_that_differ_after_the_allreduce_are_a_replica_mismatch_every_step():
+    (det,) = _monitor(world=3)._judge(5, [_row(norm=1.0), _row(norm=1.5), _row(norm=1.0)], 2.0, True)
+    assert (det.detector, det.suspect, det.clean_before) == ("digest", "rank-1", 5)
+
+
+def test_a_failed_golden_self_test_names_its_rank_and_rolls_back_to_the_last_pass():
+    monitor = _monitor(world=2, start_step=0)
+    assert monitor._judge(50, [_row(golden=1.0), _row(golden=1.0)], 2.0, True) == []
+    (det,) = monitor._judge(100, [_row(golden=1.0), _row(golden=-1.0)], 2.0, True)
+    assert (det.detector, det.suspect, det.clean_before) == ("golden", "rank-1", 51)
+
+
+def test_spikes_need_history_and_a_loss_spike_of_one_rank_names_it():
+    monitor = _monitor()
+    assert monitor._judge(3, [_row(loss=500.0), _row()], 251.0, True) == []  # no history yet
+    _warm(monitor)
+    (det,) = monitor._judge(40, [_row(), _row(loss=500.0)], 251.0, True)
+    assert (det.detector, det.suspect) == ("spike", "rank-1")
+    (det,) = monitor._judge(41, [_row(norm=1e6), _row(norm=1e6)], 2.0, True)
+    assert (det.detector, det.suspect) == ("spike", None) and "gradient-norm" in det.reason
+
+
+def test_switched_off_detectors_stay_silent():
+    monitor = _monitor(nonfinite=False, spike=False, digest_every=0)
+    _warm(monitor)
+    table = [_row(loss=math.nan, norm=1e9, digest=(1.0,) * 4), _row(norm=2.0, digest=(2.0,) * 4)]
+    assert monitor._judge(10, table, math.nan, True) == []
+
+
+def test_robust_spike_floors_the_scale_of_a_flat_window():
+    spike = RobustSpike(window=50, threshold=25)
+    for _ in range(30):
+        spike.add(2.0)
+    assert not spike.is_spike(2.01)  # within 0.1 % of a flat window: noise, not a spike
+    assert spike.is_spike(2.5)
+    spike.add(math.inf)
+    assert len(spike.values) == 30
+
+
+# --------------------------------------------------------------------------- golden
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5, 4)
+        self.out = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(x))
+
+
+def test_golden_self_test_tests_the_arithmetic_not_the_training_weights():
+    torch.manual_seed(0)
+    model, initial = _Tiny(), _Tiny()
+    golden = GoldenSelfTest(model, initial, torch.arange(20) % 5, seq_len=4)
+    with torch.no_grad():
+        model.out.weight.mul_(3.0)  # training moved the weights: irrelevant to the self-test
+    assert golden.passes()
+    handle = model.emb.register_forward_hook(lambda m, i, out: out * (1 + 2 ** -20))
+    assert not golden.passes()  # arithmetic that went wrong on this rank
+    handle.remove()
+    assert golden.passes()
+
+
+# --------------------------------------------------------------------------- one rank, for real
+
+
+@pytest.fixture
+def one_rank_group():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_end_step_returns_the_loss_and_records_what_a_checkpoint_was_verified_with(one_rank_group):
+    model = nn.Linear(2, 2)
+    monitor = SdcMonitor(DetectConfig(digest_every=10), 0, 1, model, 0)
+    assert monitor.end_step(5, torch.tensor(2.5), 1.0, verify=True) == 2.5
+    record = monitor.checkpoint_record(5)
+    assert record["param_sha256"] == param_digest(model).hex() and record["checks"]["digest"] == 0
+    assert monitor.checkpoint_record(6).get("param_sha256") is None
+    assert math.isnan(monitor.end_step(6, torch.tensor(math.nan), 1.0, verify=False))
+    assert monitor.detection is not None and monitor.detection.detector == "nonfinite"
+    assert set(monitor.detector_seconds()) >= {"digest", "judge"}
+
+
+def test_a_verdict_the_replay_reaches_again_is_reported_not_rolled_back(one_rank_group):
+    monitor = SdcMonitor(DetectConfig(), 0, 1, nn.Linear(2, 2), 0, replayed=[("nonfinite", 6)])
+    monitor.end_step(6, torch.tensor(math.inf), 1.0, verify=False)
+    assert monitor.detection is None and [d.detector for d in monitor.reproduced] == ["nonfinite"]
+    monitor.end_step(7, torch.tensor(math.inf), 1.0, verify=False)
+    assert monitor.detection is not None and monitor.detection.step == 7
+
+
+def test_all_detectors_off_falls_back_to_a_plain_loss_allreduce(one_rank_group):
+    cfg = DetectConfig(nonfinite=False, spike=False, digest_every=0, golden_every=0)
+    monitor = SdcMonitor(cfg, 0, 1, nn.Linear(2, 2), 0)
+    assert not monitor.active and not monitor.needs_grad_norm
+    assert monitor.end_step(1, torch.tensor(3.0), None, verify=True) == 3.0
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _manager(directory, emitted: list | None = None, **kwargs) -> CheckpointManager:
+    def emit(kind, **fields):
+        if emitted is not None:
+            emitted.append((kind, fields))
+
+    return CheckpointManager(str(directory), keep=5, mode="sync", every_steps=10, every_seconds=0,
+                             is_writer=True, emit=emit, **kwargs)
+
+
+def _state(step: int) -> dict:
+    return {"step": step, "w": torch.arange(256, dtype=torch.float32) + step}
+
+
+def _rot(directory, step: int, value: float) -> None:
+    path = os.path.join(directory, f"step-{step:08d}", "state.pt")
+    data = bytearray(open(path, "rb").read())
+    needle = torch.tensor([value], dtype=torch.float32).numpy().tobytes()
+    offset = bytes(data).index(needle)
+    data[offset] ^= 1
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def test_a_rotten_checkpoint_is_reported_as_corruption_and_skipped(tmp_path):
+    emitted: list = []
+    manager = _manager(tmp_path, emitted)
+    manager.save(10, _state(10), verified={"step": 10, "param_sha256": "ab"})
+    manager.save(20, _state(20))
+    _rot(tmp_path, 20, 150.0)
+    state, info = manager.load()
+    assert info.step == 10 and "sha256 mismatch" in info.skipped[0][1]
+    detected = [f for kind, f in emitted if kind == "detected"]
+    assert detected and detected[0]["detector"] == "ckpt_checksum" and detected[0]["failure_class"] == "corruption"
+    manifest = open(os.path.join(tmp_path, "step-00000010", "MANIFEST.json")).read()
+    assert '"param_sha256": "ab"' in manifest
+
+
+def test_without_checksums_the_rotten_bytes_are_loaded_silently(tmp_path):
+    manager = _manager(tmp_path, verify_checksum=False)
+    manager.save(20, _state(20))
+    _rot(tmp_path, 20, 150.0)
+    state, info = manager.load()
+    assert info.step == 20 and state["w"][130].item() != 150.0
+
+
+def test_quarantine_takes_suspect_checkpoints_out_of_reach_and_logs_why(tmp_path):
+    manager = _manager(tmp_path)
+    for step in (10, 20, 30):
+        manager.save(step, _state(step))
+    assert manager.quarantine(21, {"detector": "digest", "step": 33}) == [30]
+    assert manager.load()[1].step == 20
+    assert len(os.listdir(tmp_path / QUARANTINE_DIR)) == 2  # the checkpoint and the log
+    (record,) = manager.rollback_records()
+    assert (record["detector"], record["from_step"], record["quarantined"]) == ("digest", 21, [30])
+
+
+# --------------------------------------------------------------------------- switches
+
+
+def test_detectors_that_are_on_by_default_can_be_switched_off_from_the_command_line():
+    cfg = config_from_args(["--no-detect-spike", "--detect-digest-every", "0"])
+    assert cfg.detect.spike is False and cfg.detect.nonfinite is True and cfg.detect.digest_every == 0
+    assert config_from_args(config_to_args(cfg)) == cfg
+    assert config_from_args(config_to_args(HarnessConfig())) == HarnessConfig()
