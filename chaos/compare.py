@@ -39,7 +39,7 @@ from typing import Any, Literal
 import yaml
 
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ValidationIssue
-from chaos.report._format import atomic_write_text, md_table
+from chaos.report._format import atomic_write_text, finite_number, md_table
 
 __all__ = [
     "BASELINE_FILES",
@@ -275,16 +275,6 @@ def _parse_metrics(data: Any, where: str, base: dict[str, Tolerance], path: str,
 # ------------------------------------------------------------------------------- comparison
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def compare_suites(baseline: dict[str, Any], current: dict[str, Any],
                    tolerances: dict[str | None, dict[str, Tolerance]] | None = None,
                    baseline_label: str = "baseline", current_label: str = "current") -> Comparison:
@@ -310,8 +300,8 @@ def compare_suites(baseline: dict[str, Any], current: dict[str, Any],
 
 def _pass_rate(name: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricComparison:
     def rate(row: dict[str, Any]) -> float | None:
-        repeats = _number(row.get("repeats"))
-        return None if not repeats else (_number(row.get("passed")) or 0.0) / repeats
+        repeats = finite_number(row.get("repeats"))
+        return None if not repeats else (finite_number(row.get("passed")) or 0.0) / repeats
 
     b, c = rate(base), rate(cur)
     note = f"{cur.get('passed')}/{cur.get('repeats')} passed, baseline {base.get('passed')}/{base.get('repeats')}"
@@ -325,7 +315,7 @@ def _pass_rate(name: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricCo
 
 def _metric(name: str, metric: str, direction: Direction, tol: Tolerance, base: dict[str, Any],
             cur: dict[str, Any]) -> MetricComparison:
-    b, c = _number(base.get("median")), _number(cur.get("median"))
+    b, c = finite_number(base.get("median")), finite_number(cur.get("median"))
     row = MetricComparison(name, metric, b, c, "n/a")
     missing_words = _MISSING_IS_WORSE.get(metric)
     b_missing, c_missing = _missing_rate(base), _missing_rate(cur)
@@ -359,13 +349,13 @@ def _metric(name: str, metric: str, direction: Direction, tol: Tolerance, base: 
 
 
 def _missing_rate(stats: dict[str, Any]) -> float:
-    n, missing = _number(stats.get("n")) or 0.0, _number(stats.get("missing")) or 0.0
+    n, missing = finite_number(stats.get("n")) or 0.0, finite_number(stats.get("missing")) or 0.0
     return missing / (n + missing) if n + missing else 0.0
 
 
 def format_value(metric: str, value: Any) -> str:
     """A compared value in its unit (seconds, steps, a percentage): the tables' format."""
-    return _fmt(metric, _number(value))
+    return _fmt(metric, finite_number(value))
 
 
 def _fmt(metric: str, value: float | None) -> str:

@@ -65,7 +65,7 @@ def wall_s_of(journal: dict[str, Any]) -> float | None:
     value = metric(journal, "wall_s")
     if value is None:
         value = journal.get("wall_s")
-    return _as_float(value)
+    return as_number(value)
 
 
 def had_faults(journal: dict[str, Any]) -> bool:
@@ -192,7 +192,7 @@ def final_state_text(journal: dict[str, Any]) -> str:
         return DASH
     if metrics.get("healthy") is False:
         return "not finite" if metrics.get("first_nonfinite_step") is not None else "unhealthy"
-    match, dev = metrics.get("digest_match"), _as_float(metrics.get("max_rel_loss_dev"))
+    match, dev = metrics.get("digest_match"), as_number(metrics.get("max_rel_loss_dev"))
     dev_text = None if dev is None else f"loss dev {dev * 100:.2g}%"
     if match is True:
         return "bitwise match"
@@ -206,18 +206,26 @@ def final_state_text(journal: dict[str, Any]) -> str:
 # -------------------------------------------------------------------------------- formatting
 
 
-def _as_float(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    return as_number(value, finite=True)
+
+
+def as_number(value: Any, *, finite: bool = False) -> float | None:
+    """A journal value as a float: None for null, bools, text and NaN (and, with ``finite``,
+    for infinities too)."""
     if value is None or isinstance(value, bool):
         return None
     try:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return None if math.isnan(number) else number
+    if math.isnan(number) or (finite and math.isinf(number)):
+        return None
+    return number
 
 
 def fmt_seconds(value: Any, missing: str = DASH) -> str:
-    number = _as_float(value)
+    number = as_number(value)
     if number is None:
         return missing
     if abs(number) < 10:
@@ -228,7 +236,7 @@ def fmt_seconds(value: Any, missing: str = DASH) -> str:
 
 
 def fmt_steps(value: Any, missing: str = DASH) -> str:
-    number = _as_float(value)
+    number = as_number(value)
     if number is None:
         return missing
     return str(int(number)) if number == int(number) else f"{number:.1f}"
@@ -236,7 +244,7 @@ def fmt_steps(value: Any, missing: str = DASH) -> str:
 
 def fmt_fraction(value: Any, missing: str = DASH) -> str:
     """Goodput is a fraction of wall time; shown as a percentage."""
-    number = _as_float(value)
+    number = as_number(value)
     return missing if number is None else f"{number * 100:.1f}%"
 
 

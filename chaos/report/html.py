@@ -323,25 +323,15 @@ def _marks_table(view: RunView) -> list[str]:
 
 
 def _run_metrics(journal: dict[str, Any]) -> list[str]:
-    from chaos.report.summary import _METRIC_ROWS
+    from chaos.report.summary import metric_rows
 
     out = ['<h2 id="metrics">Metrics</h2>']
     metrics = metrics_of(journal)
     if metrics is None:
         return out + [f'<p class="muted">No metrics: the run ended {escape(str(journal.get("status")))} '
                       "before they could be computed.</p>"]
-    rows = []
-    for key, label, meaning in _METRIC_ROWS:
-        if key not in metrics and key not in ("wall_s", "final_state"):
-            continue
-        if key == "final_state":
-            text = final_state_text(journal)
-        elif key == "lost_work_rank_s":
-            value = metrics.get(key)
-            text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
-        else:
-            text = fmt_metric(journal, key)
-        rows.append([escape(label), f'<span class="num">{escape(text)}</span>', escape(meaning.replace("`", ""))])
+    rows = [[escape(label), f'<span class="num">{escape(text)}</span>', escape(meaning.replace("`", ""))]
+            for label, text, meaning in metric_rows(journal)]
     out.append(_table(["metric", "value", "meaning"], rows))
     if metrics.get("health_problem"):
         out.append(f'<p class="missed">Training unhealthy: {escape(str(metrics["health_problem"]))}</p>')

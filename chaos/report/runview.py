@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos.events import read_events
+from chaos.report._format import finite_number
 
 __all__ = ["Lane", "Mark", "MarkKind", "RunView", "Segment", "build_run_view", "baseline_events"]
 
@@ -81,18 +82,8 @@ class RunView:
         return [lane.name for lane in self.lanes]
 
 
-def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _int(value: Any) -> int | None:
-    number = _num(value)
+    number = finite_number(value)
     return None if number is None else int(number)
 
 
@@ -136,7 +127,7 @@ def _loss_curve(events: list[dict[str, Any]], src: str | None) -> dict[int, list
     for e in events:
         if e.get("kind") != "step_end" or e.get("src") != src:
             continue
-        step, loss = _int(e.get("step")), _num(e.get("loss"))
+        step, loss = _int(e.get("step")), finite_number(e.get("loss"))
         if step is None or loss is None:
             continue
         curves.setdefault(_int(e.get("incarnation")) or 0, []).append((step, loss))
@@ -146,15 +137,15 @@ def _loss_curve(events: list[dict[str, Any]], src: str | None) -> dict[int, list
 def build_run_view(journal: dict[str, Any], events: list[dict[str, Any]],
                    base_events: list[dict[str, Any]] | None = None) -> RunView:
     """Lanes, segments, marks and curves of one run (see the module docstring)."""
-    events = sorted((e for e in events if isinstance(e, dict) and _num(e.get("t")) is not None),
+    events = sorted((e for e in events if isinstance(e, dict) and finite_number(e.get("t")) is not None),
                     key=lambda e: float(e["t"]))
     metrics = journal.get("metrics") if isinstance(journal.get("metrics"), dict) else {}
-    t_start = _num(metrics.get("t_start"))
+    t_start = finite_number(metrics.get("t_start"))
     if t_start is None:
         t_start = float(events[0]["t"]) if events else 0.0
-    t_end = _num(metrics.get("t_end"))
+    t_end = finite_number(metrics.get("t_end"))
     if t_end is None:
-        t_end = float(events[-1]["t"]) if events else t_start + (_num(journal.get("wall_s")) or 0.0)
+        t_end = float(events[-1]["t"]) if events else t_start + (finite_number(journal.get("wall_s")) or 0.0)
     view = RunView(t0=t_start, duration=max(0.0, t_end - t_start),
                    steps_target=_int(metrics.get("steps_target")))
 
@@ -217,7 +208,7 @@ def _segments(lanes: list[Lane], events: list[dict[str, Any]], faults: list[dict
         if _rank_index(src) is not None:
             by_proc.setdefault((src, _int(e.get("incarnation")) or 0), []).append(e)
     kills = [(float(f["t_inject"]), str(f.get("fault_id")), set(f.get("target_srcs") or []))
-             for f in faults if _num(f.get("t_inject")) is not None]
+             for f in faults if finite_number(f.get("t_inject")) is not None]
     segments: list[Segment] = []
     for (src, inc), evs in sorted(by_proc.items(), key=lambda kv: (_rank_index(kv[0][0]), kv[0][1])):
         start = next((e for e in evs if e.get("kind") == "rank_start"), evs[0])
@@ -265,7 +256,7 @@ def _step_series(view: RunView, events: list[dict[str, Any]], rel) -> None:
 def _false_keys(metrics: dict[str, Any]) -> set[tuple[float, str]]:
     keys = set()
     for fe in metrics.get("false_detection_events") or []:
-        if isinstance(fe, dict) and _num(fe.get("t")) is not None:
+        if isinstance(fe, dict) and finite_number(fe.get("t")) is not None:
             keys.add((round(float(fe["t"]), 6), str(fe.get("by") or fe.get("src") or "")))
     return keys
 
@@ -274,7 +265,7 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
            metrics: dict[str, Any], rel, t_stop_abs: float) -> list[Mark]:
     marks: list[Mark] = []
     for f in faults:
-        t = _num(f.get("t_inject"))
+        t = finite_number(f.get("t_inject"))
         if t is None:
             continue
         fid = str(f.get("fault_id") or "fault")
@@ -284,7 +275,7 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
         for src in targets:
             marks.append(Mark(rel(t), "fault_injected", src,
                               f"{fid} injected ({f.get('type')}){where}", fault_id=fid))
-        t_revert = _num(f.get("t_revert"))
+        t_revert = finite_number(f.get("t_revert"))
         if t_revert is not None and t_revert < t_stop_abs:
             marks.append(Mark(rel(t_revert), "fault_reverted", targets[0], f"{fid} reverted", fault_id=fid))
     false_keys = _false_keys(metrics)
@@ -311,9 +302,9 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
             extra = f", resumes from step {resumed}" if resumed is not None else ""
             marks.append(Mark(t, "restart", src, f"{src} restarted (incarnation {e.get('incarnation')}){extra}"))
         elif kind == "ckpt_save_end":
-            size = _num(e.get("bytes"))
+            size = finite_number(e.get("bytes"))
             size_text = f", {size / 1e6:.1f} MB" if size is not None else ""
-            secs = _num(e.get("seconds"))
+            secs = finite_number(e.get("seconds"))
             secs_text = f" in {secs:.2f} s" if secs is not None else ""
             marks.append(Mark(t, "ckpt_save", src, f"{src} saved checkpoint step {e.get('step')}{size_text}{secs_text}"))
         elif kind == "ckpt_load":
@@ -326,11 +317,11 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
     for fm in metrics.get("faults") or []:
         if not isinstance(fm, dict):
             continue
-        t_inject = _num(fm.get("t_inject"))
+        t_inject = finite_number(fm.get("t_inject"))
         if t_inject is None:
             continue
         fid = str(fm.get("fault_id") or "fault")
-        recovery, catchup = _num(fm.get("recovery_s")), _num(fm.get("catchup_s"))
+        recovery, catchup = finite_number(fm.get("recovery_s")), finite_number(fm.get("catchup_s"))
         if recovery is not None:
             how = "restart" if fm.get("restarted") else "no restart"
             marks.append(Mark(rel(t_inject + recovery), "recovery", None,

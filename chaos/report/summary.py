@@ -55,6 +55,25 @@ _METRIC_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def metric_rows(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value as text, meaning) of each run-level metric the journal has; the summary
+    and the HTML page show the same rows."""
+    metrics = metrics_of(journal) or {}
+    rows = []
+    for key, label, meaning in _METRIC_ROWS:
+        if key not in metrics and key not in ("wall_s", "final_state"):
+            continue
+        if key == "final_state":
+            text = final_state_text(journal)
+        elif key == "lost_work_rank_s":
+            value = metrics.get(key)
+            text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
+        else:
+            text = fmt_metric(journal, key)
+        rows.append((label, text, meaning))
+    return rows
+
+
 def write_summary(run_dir: str, journal: dict[str, Any]) -> str:
     """Write ``<run_dir>/summary.md``; returns its path."""
     return atomic_write_text(os.path.join(run_dir, SUMMARY_NAME), render_summary(journal))
@@ -131,19 +150,7 @@ def _metrics(journal: dict[str, Any]) -> list[str]:
         lines += [f"No metrics: the run ended `{journal.get('status') or 'unknown'}` "
                   "before they could be computed.", ""]
         return lines
-    rows = []
-    for key, label, meaning in _METRIC_ROWS:
-        if key not in metrics and key not in ("wall_s", "final_state"):
-            continue
-        if key == "final_state":
-            text = final_state_text(journal)
-        elif key == "lost_work_rank_s":
-            value = metrics.get(key)
-            text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
-        else:
-            text = fmt_metric(journal, key)
-        rows.append([label, text, meaning])
-    lines += md_table(["metric", "value", "meaning"], rows)
+    lines += md_table(["metric", "value", "meaning"], [list(row) for row in metric_rows(journal)])
     lines.append("")
     return lines
 

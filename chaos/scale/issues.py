@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from chaos.errors import ScenarioError, ValidationIssue
+from chaos.schema.types import describe_value
 
-__all__ = ["LOCATED", "ScaleInputError", "describe", "format_loc", "issues_from", "located"]
+__all__ = ["LOCATED", "ScaleInputError", "format_loc", "issues_from", "located"]
 
 LOCATED = "located"
 """Error type of a model validator's message about one of the model's fields (see ``located``)."""
@@ -36,19 +37,6 @@ def located(field: str | None, message: str) -> PydanticCustomError:
     ``fault_types[1]``) is appended to that location when the issue is reported.
     """
     return PydanticCustomError(LOCATED, "{message}", {"field": field or "", "message": message})
-
-
-def describe(value: Any) -> str:
-    """A value as a YAML user would name it: ``str 'abc'``, ``a mapping``, ``null``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"bool {str(value).lower()}"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    return f"{type(value).__name__} {value!r}"
 
 
 def format_loc(loc: tuple[Any, ...]) -> str:
@@ -93,26 +81,26 @@ def _message(err: dict[str, Any], root: type[BaseModel], loc: tuple[Any, ...]) -
     if kind == "finite_number":
         return f"expected a finite number, got {value}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"expected int, got {describe(value)}"
+        return f"expected int, got {describe_value(value)}"
     if kind in ("float_type", "float_parsing"):
-        return f"expected int or float, got {describe(value)}"
+        return f"expected int or float, got {describe_value(value)}"
     if kind in ("bool_type", "bool_parsing"):
-        return f"expected true or false, got {describe(value)}"
+        return f"expected true or false, got {describe_value(value)}"
     if kind in ("string_type",):
-        return f"expected a string, got {describe(value)}"
+        return f"expected a string, got {describe_value(value)}"
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "string_pattern_mismatch":
         return (f"{value!r} is not a valid name: use lowercase letters, digits, '.', '_' and '-', "
                 "starting with a letter or digit")
     if kind == "list_type":
-        return f"expected a list, got {describe(value)}"
+        return f"expected a list, got {describe_value(value)}"
     if kind == "too_short":
         return "expected a non-empty list"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         model = _model_at(root, loc)
         keys = ", ".join(model.model_fields) if model else ""
-        return f"expected a mapping{' with keys ' + keys if keys else ''}; got {describe(value)}"
+        return f"expected a mapping{' with keys ' + keys if keys else ''}; got {describe_value(value)}"
     if kind == "missing":
         model = _model_at(root, loc[:-1])
         field = model.model_fields.get(str(loc[-1])) if model else None
@@ -130,7 +118,7 @@ def _message(err: dict[str, Any], root: type[BaseModel], loc: tuple[Any, ...]) -
         close = (difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
                  if isinstance(value, str) else [])
         hint = f"; did you mean {close[0]!r}?" if close else ";"
-        shown = repr(value) if isinstance(value, str) else describe(value)
+        shown = repr(value) if isinstance(value, str) else describe_value(value)
         return f"unknown value {shown}{hint} allowed: {', '.join(allowed)}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
