@@ -124,8 +124,20 @@ Run level (``RunMetrics``)
         world_size.
     completed
         ``status == "completed"`` and a ``step_end`` or ``run_end`` with ``step >= steps_target``.
-    restart_count
-        Highest incarnation seen in any event.
+    restart_count / restarts / lost_steps_total
+        ``restart_count``: highest incarnation seen in any event. ``restarts``: one entry per
+        group restart, read from the reference rank (``rank-0``, present in every generation):
+        the first event of each of its incarnations k >= 1 starts restart k; its
+        ``last_step_before`` is the furthest step of the generation before it, its
+        ``resumed_from`` as for a fault (above), its ``lost_steps`` the difference (>= 0),
+        and its ``cause`` the latest fault injected before it (None: a restart no fault
+        explains, e.g. after a false alarm). ``lost_steps_total`` sums every restart's lost
+        steps, so work lost in a second, third... restart is counted too.
+        Per fault, ``restarts_caused`` counts the restarts whose cause it is; when it caused
+        any, its ``lost_steps`` is their sum (a fault that restarts the job twice lost both
+        times), and ``restarted`` is true. Invariants (tested): ``len(restarts) ==
+        restart_count``, ``sum(restarts_caused) + unexplained == restart_count``,
+        ``sum(fault lost_steps) <= lost_steps_total``.
     correctness (with a baseline)
         ``digest_match``: ``final_digest == baseline.digest``; None when not comparable (the
         final world size, from the latest ``rank_start``, differs from the baseline's, or the
@@ -253,6 +265,8 @@ class FaultMetrics:
     recovery_s: float | None = None
     restarted: bool = False
     restarts_after: int = 0
+    restarts_caused: int = 0
+    """Group restarts whose cause is this fault (see ``RunMetrics.restarts``)."""
     catchup_s: float | None = None
     last_step_before: int | None = None
     resumed_from: int | None = None
@@ -281,6 +295,10 @@ class RunMetrics:
     final_digest: str | None = None
     final_loss: float | None = None
     restart_count: int = 0
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    """Each group restart: t, incarnation, last_step_before, resumed_from, lost_steps, cause."""
+    lost_steps_total: int = 0
+    unexplained_restarts: int = 0
     productive_s: float = 0.0
     goodput: float | None = None
     lost_work_rank_s: float | None = None
@@ -674,6 +692,9 @@ def compute_metrics(
         undetected=any(fm.detection_s is None for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
+    _account_restarts(m, tl, faults, t_injects)
+    if fired:
+        m.lost_steps = _worst([fm.lost_steps for fm in fired])
     sdc = [fm for fm in fired if fm.failure_class == "corruption"]
     if sdc:
         m.sdc_detection_steps = _worst([fm.sdc_detection_steps for fm in sdc])
@@ -685,6 +706,40 @@ def compute_metrics(
     if baseline is not None:
         _compare_to_baseline(m, baseline, lineage)
     return m
+
+
+def _account_restarts(m: RunMetrics, tl: _Timeline, faults: list[FaultRecord],
+                      t_injects: list[float | None]) -> None:
+    """Every group restart, its lost steps and the fault that caused it (module docstring)."""
+    ref = [e for e in tl.rank_events if e["src"] == "rank-0"]
+    first_of: dict[int, Event] = {}
+    for e in ref:
+        first_of.setdefault(_inc(e), e)
+    by_fault = {fm.fault_id: fm for fm in m.faults}
+    fired = sorted((t, rec.fault_id) for rec, t in zip(faults, t_injects, strict=True) if t is not None)
+    prev_resumed: int | None = None
+    for inc in sorted(k for k in first_of if k > 0):
+        t = first_of[inc]["t"]
+        first_step = next((e for e in tl.step_ends if e["src"] == "rank-0" and _inc(e) == inc), None)
+        # What the generation before reached: its own steps, else where it had resumed from
+        # (a restart that fails again before a step loses nothing a second time).
+        reached = [int(e["step"]) for e in tl.step_ends if _inc(e) == inc - 1 and e["t"] < t]
+        last = max(reached) if reached else prev_resumed if inc > 1 else tl.last_step(t)
+        resumed = _resumed_from(tl, inc, t, first_step)
+        prev_resumed = resumed if resumed is not None else last
+        lost = 0 if last is None else (max(last - resumed, 0) if resumed is not None else None)
+        cause = next((fid for t_fault, fid in reversed(fired) if t_fault <= t), None)
+        m.restarts.append({"t": t, "incarnation": inc, "last_step_before": last,
+                           "resumed_from": resumed, "lost_steps": lost, "cause": cause})
+        if cause is None:
+            m.unexplained_restarts += 1
+            continue
+        fm = by_fault[cause]
+        fm.restarted = True
+        fm.restarts_caused += 1
+        if lost is not None:
+            fm.lost_steps = lost if fm.restarts_caused == 1 else (fm.lost_steps or 0) + lost
+    m.lost_steps_total = sum(r["lost_steps"] or 0 for r in m.restarts)
 
 
 def _detector_overhead(m: RunMetrics, run_end: Event | None) -> None:

@@ -430,3 +430,57 @@ def test_what_the_job_reports_while_trainchaos_stops_it_is_no_detection():
     run.t_stop = None
     m = compute_metrics(tl.sorted(), [kill("f0-hang_rank", t=10.5, cls="hang")], run)
     assert m.faults[0].attribution == "wrong" and m.false_detections == 1
+
+
+# -- restart accounting: metrics that agree with each other ---------------------------------
+
+
+def assert_restart_invariants(m) -> None:
+    assert len(m.restarts) == m.restart_count
+    assert sum(f.restarts_caused for f in m.faults) + m.unexplained_restarts == m.restart_count
+    assert m.lost_steps_total == sum(r["lost_steps"] or 0 for r in m.restarts)
+    assert sum(f.lost_steps or 0 for f in m.faults) <= m.lost_steps_total
+    for f in m.faults:
+        assert f.restarted == (f.restarts_caused > 0), f
+        if not f.restarted:
+            assert f.lost_steps in (0, None), f
+
+
+def test_a_slowdown_that_later_restarts_the_group_owns_that_restart_and_its_lost_steps():
+    """A straggler (no revert) slows the job; 15 s later a collective times out and the group
+    restarts from step 20. The journal once said restarted: false, lost_steps: 0 next to
+    restart_count: 1."""
+    tl = Timeline().start(0.0).steps(0.0, 1, 25).ckpt(20.5, 20)
+    tl.detect(26.0, suspect="rank-1", failure_class="hang")
+    tl.start(30.0, inc=1).load(31.0, 20, inc=1).steps(31.0, 21, 40, inc=1).end(51.0, 40, 1)
+    straggler = kill("f0-straggler", t=10.5, targets=("rank-1",), cls="slow")
+    m = compute_metrics(tl.sorted(), [straggler], run_info(t_end=52.0))
+    (f,) = m.faults
+    assert m.restart_count == 1 and f.restarts_caused == 1 and f.restarted
+    assert f.lost_steps == 5 and m.lost_steps == 5 and m.lost_steps_total == 5
+    assert m.restarts[0]["cause"] == "f0-straggler"
+    assert_restart_invariants(m)
+
+
+def test_a_restart_no_fault_explains_is_counted_as_unexplained():
+    tl = Timeline().start(0.0).steps(0.0, 1, 10).ckpt(8.5, 8)
+    tl.detect(11.0, suspect="rank-2", failure_class="hang")
+    tl.start(14.0, inc=1).load(15.0, 8, inc=1).steps(15.0, 9, 20, inc=1)
+    m = compute_metrics(tl.sorted(), [], run_info(steps=20, t_end=30.0))
+    assert m.restart_count == 1 and m.unexplained_restarts == 1
+    assert m.restarts[0]["cause"] is None and m.lost_steps_total == 2
+    assert_restart_invariants(m)
+
+
+@pytest.mark.parametrize("build", ["kill_and_resume", "fails_again"])
+def test_restart_invariants_hold(build: str):
+    if build == "kill_and_resume":
+        tl = kill_and_resume()
+    else:
+        tl = Timeline().start(0.0).steps(0.0, 1, 25).ckpt(20.5, 20)
+        tl.detect(26.3)
+        tl.start(30.0, inc=1).load(31.0, 20, inc=1)
+        tl.start(35.0, inc=2).load(36.0, 20, inc=2).steps(36.0, 21, 40, inc=2).end(56.5, 40, 2)
+    m = compute_metrics(tl.sorted(), [kill()], run_info(t_end=57.0))
+    assert m.faults[0].lost_steps == 5, "a restart that fails again loses nothing a second time"
+    assert_restart_invariants(m)
