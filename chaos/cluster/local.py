@@ -27,7 +27,14 @@ from typing import ClassVar
 
 from chaos import probe
 from chaos.cluster import register_backend
-from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, LiveRank, NodeStatus
+from chaos.cluster.base import (
+    FATAL_SIGNALS,
+    RUN_ID_ENV,
+    ClusterBackend,
+    LiveRank,
+    NodeStatus,
+    TargetUnavailable,
+)
 from chaos.cluster.resources import scratch_base
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 
@@ -193,8 +200,12 @@ class LocalCluster(ClusterBackend):
         found = [p for p in find_run_processes(self.spec.run_id) if p.rank == rank]
         pids = {p.pid for p in found}
         ranks = [p for p in found if p.ppid not in pids]
-        if len(ranks) > 1:  # a restart overlapping the old one: the newest agent's worker
-            ranks = [max(ranks, key=lambda p: p.pid)]
+        if len(ranks) > 1:
+            # Two processes both look like the rank (a restart overlapping the old group):
+            # hitting the wrong one would be measured as the right one. Say so instead.
+            raise TargetUnavailable(
+                f"cannot tell which process is rank {rank}: pids {sorted(p.pid for p in ranks)} "
+                "all carry RANK={rank} with no rank_start from the probe to tell them apart")
         if not ranks:
             return None
         return LiveRank(rank, ranks[0].node if ranks[0].node is not None else -1, ranks[0].pid)

@@ -1,0 +1,133 @@
+"""Verdicts that cannot lie, on real runs (one suite, three scenarios, one controller):
+
+- a run that trains to non-finite numbers fails with the health reason, whatever else it met;
+- a straggler on two ranks slows the job by a steady factor (no compounding delay), and the
+  journal's restart metrics agree with each other;
+- the repeats of a random trigger are three experiments: each injects at its own time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+
+SCENARIOS = {
+    "exploding": """\
+name: exploding
+workload:
+  harness: {steps: 20, lr: 1.0e+30, model: {name: mlp}, checkpoint: {every_steps: 0}}
+topology: {nodes: 1, ranks_per_node: 2}
+targets: {completes: false}   # nothing else asked: health alone must fail the run
+timeout_s: 120
+""",
+    "two-stragglers": """\
+name: two-stragglers
+workload:
+  harness: {steps: 40, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
+topology: {nodes: 1, ranks_per_node: 2}
+faults:
+  - type: straggler
+    target: {ranks: [0, 1]}
+    trigger: {at_step: 10}
+    params: {factor: 3}
+targets:
+  false_detections: {max: 0}
+timeout_s: 150
+""",
+    "random-repeats": """\
+name: random-repeats
+seed: 4
+repeat: 3
+workload:
+  harness: {steps: 60, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
+topology: {nodes: 1, ranks_per_node: 2}
+faults:
+  - type: hang_rank
+    target: {rank: 1}
+    trigger: {random: {window_s: [0.5, 2.5]}}
+    params: {duration_s: 0.3}
+timeout_s: 150
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("hardening")
+    for name, text in SCENARIOS.items():
+        (tmp / f"{name}.yaml").write_text(text)
+    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp / "state"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([*TRAINCHAOS, "run", str(tmp), "--out", str(tmp / "out")], env=env, cwd=tmp,
+                            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # exploding fails
+    journals: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((tmp / "out").glob("*/[0-9]*/journal.json")):
+        journal = json.loads(path.read_text())
+        journals.setdefault(journal["scenario"]["name"], []).append(journal)
+    return journals
+
+
+def test_a_run_that_trains_to_nan_fails_with_the_health_reason(suite) -> None:
+    (journal,) = suite["exploding"]
+    metrics = journal["metrics"]
+    assert metrics["healthy"] is False and metrics["first_nonfinite_step"] is not None
+    verdict = journal["verdict"]
+    assert verdict["passed"] is False
+    failed = [c for c in verdict["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["training_health"], failed
+    assert failed[0]["reason"].startswith("training is not healthy: loss is not finite from step")
+
+
+def test_two_stragglers_slow_the_job_steadily_and_the_metrics_agree(suite) -> None:
+    (journal,) = suite["two-stragglers"]
+    assert journal["status"] == "completed", journal["error"]
+    assert journal["verdict"]["passed"], journal["verdict"]
+    metrics = journal["metrics"]
+    # A compounding delay doubled the step time every step until a collective timed out.
+    assert metrics["restart_count"] == 0 and metrics["restarts"] == []
+    (fault,) = metrics["faults"]
+    assert fault["restarted"] is False and fault["restarts_caused"] == 0 and fault["lost_steps"] == 0
+    assert metrics["lost_steps_total"] == 0 and metrics["false_detections"] == 0
+    steps = [e for e in _events(journal) if e["kind"] == "step_end" and e["src"] == "rank-0"]
+    gaps = [b["t"] - a["t"] for a, b in zip(steps, steps[1:], strict=False)]
+    before, after = sorted(gaps[2:8]), sorted(gaps[15:])
+    slow, fast = after[len(after) // 2], before[len(before) // 2]
+    assert slow > 1.5 * fast, f"the straggler must slow the job: {fast:.3f} s -> {slow:.3f} s"
+    assert max(after) < 10 * fast, f"the slowdown must not compound: {after}"
+
+
+def test_each_repeat_of_a_random_trigger_is_its_own_experiment(suite) -> None:
+    journals = sorted(suite["random-repeats"], key=lambda j: j["repeat_index"])
+    assert [j["repeat_index"] for j in journals] == [0, 1, 2]
+    assert len({j["plan_seed"] for j in journals}) == 3
+    offsets = [j["plan"][0]["offset_s"] for j in journals]
+    assert len(set(offsets)) == 3 and all(0.5 <= o <= 2.5 for o in offsets), offsets
+    injected = [j["faults"][0]["t_inject"] - _first_step(j) for j in journals]
+    assert all(abs(i - o) < 1.0 for i, o in zip(injected, offsets, strict=True)), (injected, offsets)
+    for j in journals:
+        assert j["seed"] == 4, "the training seed stays the scenario's: one baseline fits all"
+
+
+def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:
+    events = []
+    for path in sorted((Path(journal["run_dir"]) / "events").glob("*.jsonl")):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(events, key=lambda e: e["t"])
+
+
+def _first_step(journal: dict[str, Any]) -> float:
+    return min(e["t"] for e in _events(journal) if e["kind"] == "step_end")
