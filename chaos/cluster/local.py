@@ -205,7 +205,7 @@ class LocalCluster(ClusterBackend):
             # hitting the wrong one would be measured as the right one. Say so instead.
             raise TargetUnavailable(
                 f"cannot tell which process is rank {rank}: pids {sorted(p.pid for p in ranks)} "
-                "all carry RANK={rank} with no rank_start from the probe to tell them apart")
+                f"all carry RANK={rank} with no rank_start from the probe to tell them apart")
         if not ranks:
             return None
         return LiveRank(rank, ranks[0].node if ranks[0].node is not None else -1, ranks[0].pid)
