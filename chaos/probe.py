@@ -45,13 +45,16 @@ __all__ = [
     "attached",
     "emit",
     "fault_point",
+    "final_state",
     "get",
     "incarnation",
     "known_actions",
+    "model_digest",
     "register_action",
     "src",
     "step_end",
     "watch",
+    "weights_finite",
 ]
 
 ENV_EVENTS_DIR = "TRAINCHAOS_EVENTS_DIR"
@@ -375,6 +378,61 @@ def step_end(step: int, loss: float | None = None, **fields: Any) -> None:
 
 def fault_point(point: str, step: int | None = None, **context: Any) -> None:
     get().fault_point(point, step, **context)
+
+
+def final_state(step: int, *, model: Any = None, digest: str | None = None,
+                loss: float | None = None, **fields: Any) -> str | None:
+    """Publish the end of training (``run_end``): the last step, and the final model state
+    as a digest, so that ``final_state: matches_baseline`` can judge any script's run.
+
+    Call it once, from one rank (rank 0), after the last step. Give ``model`` (any
+    ``torch.nn.Module``, DDP-wrapped or not) and the probe computes the digest and whether
+    every weight is finite; or give ``digest`` (a string of your own that is equal exactly
+    when the states are equal). Returns the digest.
+    """
+    if model is not None:
+        if digest is None:
+            digest = model_digest(model)
+        fields.setdefault("weights_finite", weights_finite(model))
+    get().emit("run_end", step=step, loss=loss, digest=digest, **fields)
+    return digest
+
+
+def _unwrapped(model: Any) -> Any:
+    return model.module if hasattr(model, "module") and hasattr(model.module, "named_parameters") else model
+
+
+def model_digest(model: Any) -> str:
+    """SHA-256 over every parameter and buffer: equal digests mean bitwise-equal models.
+
+    Covers, in name order, each tensor's name, dtype, shape and raw bytes. A DDP (or any
+    ``.module``) wrapper is unwrapped first so that a distributed run and a single-process
+    run of the same model compare equal (DDP prefixes every name with ``module.``). torch is
+    imported here, on use: the probe itself loads with the standard library only.
+    """
+    import hashlib
+
+    import torch
+
+    model = _unwrapped(model)
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        # Reinterpret as bytes (works for every dtype, bfloat16 included, unlike .numpy()).
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def weights_finite(model: Any) -> bool:
+    """Whether every floating-point parameter and buffer holds only finite numbers: two runs
+    that both end in NaN share a digest, and that is no correctness."""
+    import torch
+
+    state = _unwrapped(model).state_dict()
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
 
 
 def watch(model: Any = None, optimizer: Any = None, **tensors: Any) -> None:

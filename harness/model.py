@@ -16,13 +16,13 @@ when a fault hits mid-backward.
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from chaos import probe
 from harness.config import ModelConfig
 
 __all__ = [
@@ -184,20 +184,6 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def state_digest(model: nn.Module) -> str:
-    """SHA-256 over every parameter and buffer: equal digests mean bitwise-equal models.
-
-    Covers, in name order, each tensor's name, dtype, shape and raw bytes. A DDP (or any
-    ``.module``) wrapper is unwrapped first so that a distributed run and a single-process
-    run of the same model compare equal (DDP prefixes every name with ``module.``).
-    """
-    if isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
-        model = model.module
-    tensors = dict(model.named_parameters())
-    tensors.update(model.named_buffers())
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().to("cpu").contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        # Reinterpret as bytes (works for every dtype, bfloat16 included, unlike .numpy()).
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    """SHA-256 over every parameter and buffer (``chaos.probe.model_digest``: one definition
+    for the harness and any user script that publishes its final state through the probe)."""
+    return probe.model_digest(model)

@@ -326,12 +326,10 @@ class Trainer:
         self.checkpoints.close()
         train_s = time.perf_counter() - started
         # A restart that resumes from the final checkpoint trains nothing: the loss comes
-        # from the checkpoint, so final.json is the same either way.
-        # Whether the weights are still numbers: a NaN-to-NaN digest match is no correctness.
-        finite = all(bool(torch.isfinite(t).all()) for t in self.raw_model.state_dict().values()
-                     if t.is_floating_point())
+        # from the checkpoint, so final.json is the same either way. Whether the weights are
+        # still numbers goes with the digest: a NaN-to-NaN digest match is no correctness.
         return {"step": self.step, "loss": self.last_loss, "digest": state_digest(self.raw_model),
-                "weights_finite": finite, "train_s": round(train_s, 6),
+                "weights_finite": probe.weights_finite(self.raw_model), "train_s": round(train_s, 6),
                 "detector_s": self.sdc.detector_seconds()}
 
 
@@ -367,7 +365,8 @@ def run(cfg: HarnessConfig) -> int:
     # Every rank must finish its last collective before anyone tears the group down.
     dist.barrier()
     if env.rank == 0:
-        probe.emit("run_end", **result)
+        # The same call any user script makes to publish its final state (chaos.probe).
+        probe.final_state(**result)
         os.makedirs(cfg.run_dir, exist_ok=True)
         with open(os.path.join(cfg.run_dir, "final.json"), "w", encoding="utf-8") as fh:
             json.dump({**result, "world_size": env.world_size}, fh)

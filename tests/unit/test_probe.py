@@ -44,3 +44,30 @@ def test_two_slowed_ranks_do_not_compound_each_others_delay(tmp_path: Path, monk
         ours = clock.sleeps[before:]
         peer_delay = ours[0] if ours else 0.0  # the peer is slowed the same way
     assert clock.sleeps == [0.4] * 10, clock.sleeps
+
+
+def test_a_user_script_publishes_its_final_state_through_the_probe(tmp_path: Path) -> None:
+    """What `final_state: matches_baseline` needs from any training script: run_end with a
+    digest that is equal exactly when the weights are, and whether they are finite."""
+    import torch
+
+    events = tmp_path / "events"
+    pr = probe.Probe(str(events), "rank-0", 0)
+    monkey = probe._probe
+    probe._probe = pr
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        digest = probe.final_state(7, model=model, loss=0.5)
+        twin = torch.nn.Linear(3, 2)
+        twin.load_state_dict(model.state_dict())
+        assert probe.model_digest(twin) == digest
+        with torch.no_grad():
+            twin.weight[0, 0] = float("nan")
+        assert probe.model_digest(twin) != digest and probe.weights_finite(twin) is False
+    finally:
+        probe._probe = monkey
+        pr.close()
+    (line,) = [json.loads(x) for f in events.iterdir() for x in f.read_text().splitlines()]
+    assert line["kind"] == "run_end" and line["step"] == 7 and line["digest"] == digest
+    assert line["weights_finite"] is True and line["loss"] == 0.5
