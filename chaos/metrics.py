@@ -133,9 +133,12 @@ Run level (``RunMetrics``)
         and its ``cause`` the latest fault injected before it (None: a restart no fault
         explains, e.g. after a false alarm). ``lost_steps_total`` sums every restart's lost
         steps, so work lost in a second, third... restart is counted too.
-        Per fault, ``restarts_caused`` counts the restarts whose cause it is; when it caused
-        any, its ``lost_steps`` is their sum (a fault that restarts the job twice lost both
-        times), and ``restarted`` is true. Invariants (tested): ``len(restarts) ==
+        Per fault, ``restarts_caused`` counts the restarts whose cause it is, and
+        ``restarted`` is true when it caused any. Its ``lost_steps`` keeps the definition
+        above for its own recovery restart and adds the lost steps of every further restart
+        it caused (a fault that restarts the job twice loses twice); a fault whose restart
+        came only after training went on (a straggler that ends in a collective timeout)
+        takes that restart's lost steps. Invariants (tested): ``len(restarts) ==
         restart_count``, ``sum(restarts_caused) + unexplained == restart_count``,
         ``sum(fault lost_steps) <= lost_steps_total``.
     correctness (with a baseline)
@@ -735,10 +738,12 @@ def _account_restarts(m: RunMetrics, tl: _Timeline, faults: list[FaultRecord],
             m.unexplained_restarts += 1
             continue
         fm = by_fault[cause]
-        fm.restarted = True
         fm.restarts_caused += 1
-        if lost is not None:
+        # The fault's own recovery restart keeps its lost steps as defined per fault, above.
+        own_recovery = fm.restarts_caused == 1 and fm.restarted
+        if not own_recovery and lost is not None:
             fm.lost_steps = lost if fm.restarts_caused == 1 else (fm.lost_steps or 0) + lost
+        fm.restarted = True
     m.lost_steps_total = sum(r["lost_steps"] or 0 for r in m.restarts)
 
 

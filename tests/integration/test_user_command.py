@@ -1,12 +1,15 @@
 """A user's own training script as the system under test: no probe, progress from log lines.
 
-The script knows nothing of trainchaos: it prints ``step N loss L`` and keeps its own
-resume file. trainchaos must still find the rank to kill (by its environment), see the
-torchrun agent report the death, and measure recovery and lost steps from the log lines.
+The script knows nothing of trainchaos: it prints ``step N loss L``, keeps its own resume
+file, and reads its data through a torch DataLoader with two worker processes (children of
+the rank that carry the same RANK in their environment). trainchaos must still find the rank
+to kill by its environment -- the rank, never a loader worker --, see the torchrun agent
+report the death, and measure recovery and lost steps from the log lines.
 """
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -18,10 +21,22 @@ from chaos.scenario import parse_scenario
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
+    from torch.utils.data import DataLoader, Dataset
+
+    class Batches(Dataset):
+        def __len__(self):
+            return 10**6
+        def __getitem__(self, index):
+            return index
+
     rank = int(os.environ["RANK"])
+    loader = iter(DataLoader(Batches(), batch_size=None, num_workers=2))
+    workers = ",".join(str(w.pid) for w in loader._workers)
+    print(f"rank {rank} pid {os.getpid()} loader-workers {workers}", flush=True)
     state = os.path.join(sys.argv[1], f"resume-{rank}.txt")
     step = int(open(state).read()) if os.path.exists(state) else 0
     while step < 60:
+        next(loader)
         step += 1
         time.sleep(0.05)
         print(f"step {step} loss {3.0 / step:.4f}", flush=True)
@@ -45,6 +60,7 @@ def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, monkeyp
             "workload": {
                 "command": f"python {script} {tmp_path}",
                 "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[\d.]+)",
+                "steps": 60,
             },
             "topology": {"nodes": 1, "ranks_per_node": 2},
             "faults": [{"type": "kill_rank", "target": {"rank": 1}, "trigger": {"at_step": 25}}],
@@ -56,8 +72,14 @@ def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, monkeyp
     journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=0)
 
     assert journal["status"] == "completed", journal["error"]
+    assert journal["metrics"]["steps_target"] == 60 and journal["metrics"]["completed"]
     fault = journal["faults"][0]
     assert fault["details"]["pids"], "the rank's process was not found by its environment"
+    log = (tmp_path / "run" / "logs" / "node-0.log").read_text()
+    first = re.search(r"rank 1 pid (\d+) loader-workers (\d+),(\d+)", log)
+    assert first, log[-2000:]
+    rank_pid, workers = int(first.group(1)), {int(first.group(2)), int(first.group(3))}
+    assert fault["details"]["pids"] == [rank_pid], f"killed {fault['details']['pids']}, the rank is {rank_pid}, its loader workers {workers}"
     assert fault["step_at_inject"] in (25, 26, 27)
     metrics = journal["metrics"]["faults"][0]
     # The script reports nothing itself: the torchrun agent is the detector, and it names
