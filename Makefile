@@ -6,10 +6,10 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 # Debian packages later fault families need (network namespaces, nftables, FUSE), and
 # chromium: the integration test renders a real run's HTML report in it, headless.
-DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps chromium
+DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps chromium slurm-wlm munge
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint bench clean
+.PHONY: install demo slurm-demo test test-unit test-integration lint bench clean
 
 install: $(STAMP)
 
@@ -30,6 +30,12 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	$(BIN)/trainchaos run scenarios/smoke --out reports/smoke --junit reports/smoke/junit.xml
 
+# A throwaway local Slurm (munge, slurmctld, 4 emulated slurmd under a temp directory),
+# the Slurm scenarios against it, then every daemon stopped, also on failure or Ctrl-C.
+slurm-demo: install
+	$(BIN)/python -m chaos.cluster.slurm_testbed run --nodes 4 -- \
+	  $(BIN)/trainchaos run scenarios/slurm --out reports/slurm --junit reports/slurm/junit.xml
+
 test: install
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900
 
@@ -45,6 +51,8 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/harness_bench.py
 	$(BIN)/python benchmarks/scale_bench.py
+	$(BIN)/python benchmarks/sdc_bench.py
+	$(BIN)/python benchmarks/net_bench.py
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

@@ -1,18 +1,24 @@
 """What the silent-corruption detectors cost: an A/B per detector, in one run.
 
-    python benchmarks/sdc_bench.py [--repeats 5] [--steps 50] [--out reports/bench]
+    python benchmarks/sdc_bench.py [--repeats 5] [--pairs 30] [--out reports/bench]
 
-Two ranks of the harness (the default model, DDP over gloo, async checkpoints every 20 steps,
-as a scenario runs it) train one job; the detector settings change between blocks of
-``--steps`` steps: each detector alone at its default frequency, and all of them (the
-default), each block between two reference blocks with every detector off, ``--repeats``
-times. A block's cost is its mean step time (a mean, not a median: the golden self-test and
-the digest run every N steps, and a median would hide them); each figure is the median over
-repeats of (block mean / mean of the two reference blocks around it - 1). The detectors'
-own timing (``run_end.detector_s``: time inside each detector) is reported beside it.
+Two ranks of the harness (the default model, DDP over gloo, as a scenario runs it) train one
+job while the detector settings change *every step*, A and B alternating, so that drifts in
+machine load (several % over a minute on a shared machine) hit both sides alike. Each
+comparison is the median over all pairs of (B step - A step):
 
-Goal: all detectors together <= 5 % of step time. The machine is shared and noisy: how much two
-reference blocks in a row differ (median) is reported as the noise floor.
+- ``off -> off``: nothing changes, the noise floor of this A/B;
+- ``off -> X`` for each detector alone (the every-step work it adds: the gathered evidence,
+  the gradient norm, the verdict);
+- ``every-step -> +digest`` and ``every-step -> +golden``, with the periodic detector forced
+  to run on each B step: the cost of one parameter digest, of one golden self-test;
+- the checkpoint checksum: the read-back of one checkpoint file, timed alone (it runs in the
+  background writer, every 20 steps).
+
+A detector's overhead at its default frequency is its every-step cost plus its periodic
+cost divided by its period, in % of the step time with every detector off; "all" adds them
+up the same way (every-step costs measured together, not summed). Rounds of ``--pairs``
+pairs per comparison, interleaved, ``--repeats`` times. Goal: all together <= 5 %.
 """
 
 from __future__ import annotations
@@ -29,23 +35,30 @@ import tempfile
 import time
 from dataclasses import replace
 
-VARIANTS = {
-    "off": {"nonfinite": False, "spike": False, "digest_every": 0, "golden_every": 0, "ckpt_checksum": False},
-    "nonfinite": {"nonfinite": True, "spike": False, "digest_every": 0, "golden_every": 0, "ckpt_checksum": False},
-    "spike": {"nonfinite": False, "spike": True, "digest_every": 0, "golden_every": 0, "ckpt_checksum": False},
-    "digest": {"nonfinite": False, "spike": False, "golden_every": 0, "ckpt_checksum": False},
-    "golden": {"nonfinite": False, "spike": False, "digest_every": 0, "ckpt_checksum": False},
-    "ckpt_checksum": {"nonfinite": False, "spike": False, "digest_every": 0, "golden_every": 0},
-    "all": {},
+OFF = {"nonfinite": False, "spike": False, "digest_every": 0, "golden_every": 0}
+NEVER = 10**9
+"""A period no run reaches: the detector is on (its every-step part runs) but never fires."""
+SETTINGS = {
+    "off": OFF,
+    "nonfinite": {**OFF, "nonfinite": True},
+    "spike": {**OFF, "spike": True},
+    "digest": {**OFF, "digest_every": NEVER},
+    "golden": {**OFF, "golden_every": NEVER},
+    "every_step": {"digest_every": NEVER, "golden_every": NEVER},
+    "every_step+digest": {"digest_every": 1, "golden_every": NEVER},
+    "every_step+golden": {"digest_every": NEVER, "golden_every": 1},
 }
-"""Each variant's changes to the default ``detect`` settings (left out: the default)."""
+COMPARISONS = [("off", "off"), ("off", "nonfinite"), ("off", "spike"), ("off", "digest"), ("off", "golden"),
+               ("off", "every_step"), ("every_step", "every_step+digest"),
+               ("every_step", "every_step+golden")]
 
 
-def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, steps: int, out: str) -> None:
+def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TRAINCHAOS_NODE=str(rank),
                       OMP_NUM_THREADS="1")
     import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
     from harness.config import config_from_mapping
@@ -54,67 +67,65 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, steps:
     from harness.train import Trainer
 
     cfg = config_from_mapping({"steps": 1_000_000, "run_dir": run_dir,
-                               "checkpoint": {"every_steps": 20, "mode": "async", "keep": 2},
+                               "checkpoint": {"every_steps": 0, "mode": "sync", "keep": 2},
                                "failure": {"watchdog_s": 0}})
     trainer = Trainer(cfg, DistEnv.from_env())
     trainer.setup()
     golden = trainer.sdc.golden
-    names = list(VARIANTS)
-    results: dict[str, list[float]] = {name: [] for name in names}
-    own: dict[str, dict[str, float]] = {name: {} for name in names}
+    monitors = {}
+    for name, changes in SETTINGS.items():
+        detect = replace(cfg.detect, **changes)
+        monitors[name] = SdcMonitor(detect, rank, world, trainer.raw_model, 0,
+                                    golden if detect.golden_every else None)
 
-    def block(name: str) -> float:
-        detect = replace(cfg.detect, **VARIANTS[name])
-        trainer.sdc = SdcMonitor(detect, rank, world, trainer.raw_model, trainer.step,
-                                 golden if detect.golden_every else None)
-        trainer.checkpoints.verify_checksum = detect.ckpt_checksum
+    def step(name: str) -> float:
+        trainer.sdc = monitors[name]
         t0 = time.perf_counter()
-        for _ in range(steps):
-            step = trainer.step + 1
-            saving = trainer.checkpoints.should_save(step)
-            trainer.train_step(verify=saving)
-            trainer.step = step
-            if saving:
-                trainer.checkpoints.save(step, trainer._state(), verified=trainer.sdc.checkpoint_record(step))
-        trainer.checkpoints.wait()
-        elapsed = (time.perf_counter() - t0) / steps
-        for key, value in trainer.sdc.detector_seconds().items():
-            own[name][key] = own[name].get(key, 0.0) + value
-        return elapsed
+        trainer.train_step(verify=False)
+        trainer.step += 1
+        return time.perf_counter() - t0
 
-    for _ in range(2):
-        block("all")  # warm-up: first steps of a process are slower, whatever runs them
-    tested = [n for n in names if n != "off"]
+    for _ in range(30):
+        step("every_step+golden")  # warm-up: the first steps of a process are slower
+    diffs: dict[str, list[float]] = {f"{a}->{b}": [] for a, b in COMPARISONS}
+    base: list[float] = []
     for r in range(repeats):
-        # off, A, off, B, off, ...: each block is compared with the references around it,
-        # so that drifts in machine load hit both sides alike.
-        order = tested[r % len(tested):] + tested[:r % len(tested)]
-        before = block("off")
-        results["off"].append(before)
-        for name in order:
-            results[name].append(block(name))
-            after = block("off")
-            results["off"].append(after)
-            results.setdefault(f"ref:{name}", []).append((before + after) / 2)
-            before = after
+        for a, b in COMPARISONS[r % len(COMPARISONS):] + COMPARISONS[:r % len(COMPARISONS)]:
+            for _ in range(pairs):
+                ta, tb = step(a), step(b)
+                diffs[f"{a}->{b}"].append(tb - ta)
+                if a == "off":
+                    base.append(ta)
+    checksum = []
     if rank == 0:
+        # The checksum on save: the read-back of one checkpoint file, with and without.
+        state = trainer._state()
+        for _ in range(5 * repeats):
+            for verify in (False, True):
+                trainer.checkpoints.verify_checksum = verify
+                t0 = time.perf_counter()
+                trainer.checkpoints._write_files(_fresh(run_dir), 1, state)
+                checksum.append((verify, time.perf_counter() - t0))
         with open(out, "w", encoding="utf-8") as fh:
-            json.dump({"block_mean_s": results, "detector_s": own, "steps_per_block": steps,
-                       "repeats": repeats}, fh)
-    import torch.distributed as dist
-
+            json.dump({"diffs": diffs, "base": base, "checksum": checksum, "pairs": pairs,
+                       "repeats": repeats, "own": {n: m.detector_seconds() for n, m in monitors.items()}}, fh)
     dist.barrier()
     os._exit(0)
 
 
-def bench(repeats: int, steps: int) -> dict:
+def _fresh(run_dir: str) -> str:
+    path = tempfile.mkdtemp(dir=run_dir, prefix="write-")
+    return path
+
+
+def bench(repeats: int, pairs: int) -> dict:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     run_dir = tempfile.mkdtemp(prefix="trainchaos-sdc-bench-")
     out = os.path.join(run_dir, "result.json")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, run_dir, repeats, steps, out)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, run_dir, repeats, pairs, out)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -126,32 +137,46 @@ def bench(repeats: int, steps: int) -> dict:
             raw = json.load(fh)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    blocks = raw["block_mean_s"]
-    ref = blocks["off"]
-    figures: dict = {"sdc_step_ms_detectors_off": round(statistics.median(ref) * 1000, 2)}
-    for name in VARIANTS:
-        if name == "off":
-            continue
-        ratios = [b / a - 1 for a, b in zip(blocks[f"ref:{name}"], blocks[name], strict=True)]
-        figures[f"sdc_overhead_pct_{name}"] = round(statistics.median(ratios) * 100, 2)
-        total_steps = raw["steps_per_block"] * len(blocks[name])
-        own = sum(raw["detector_s"][name].values()) / total_steps
-        figures[f"sdc_own_ms_per_step_{name}"] = round(own * 1000, 3)
-    # Two reference blocks in a row differ by this much (median): smaller figures are noise.
-    figures["sdc_ab_noise_pct"] = round(statistics.median(abs(b / a - 1) for a, b in zip(ref, ref[1:])) * 100, 2)
+    base = statistics.median(raw["base"])
+    d = {key: statistics.median(values) for key, values in raw["diffs"].items()}
+    hash_s, golden_s = d["every_step->every_step+digest"], d["every_step->every_step+golden"]
+    plain = [t for v, t in raw["checksum"] if not v]
+    checked = [t for v, t in raw["checksum"] if v]
+    checksum_s = statistics.median(checked) - statistics.median(plain)
+    defaults = {"digest": 10, "golden": 50, "ckpt_every": 20}
+    per_default = {
+        "nonfinite": d["off->nonfinite"],
+        "spike": d["off->spike"],
+        "digest": d["off->digest"] + hash_s / defaults["digest"],
+        "golden": d["off->golden"] + golden_s / defaults["golden"],
+        "ckpt_checksum": checksum_s / defaults["ckpt_every"],
+        "all": d["off->every_step"] + hash_s / defaults["digest"] + golden_s / defaults["golden"]
+        + checksum_s / defaults["ckpt_every"],
+    }
+    figures: dict = {"sdc_step_ms_detectors_off": round(base * 1000, 2)}
+    for name, seconds in per_default.items():
+        figures[f"sdc_overhead_pct_{name}"] = round(seconds / base * 100, 2)
+    figures.update({
+        "sdc_every_step_ms_all": round(d["off->every_step"] * 1000, 3),
+        "sdc_one_digest_ms": round(hash_s * 1000, 3),
+        "sdc_one_golden_self_test_ms": round(golden_s * 1000, 3),
+        "sdc_one_checkpoint_read_back_ms": round(checksum_s * 1000, 3),
+        # The same A/B with nothing changed: how far from 0 a difference can be by chance.
+        "sdc_null_ab_pct": round(d["off->off"] / base * 100, 2),
+        "sdc_pairs_per_comparison": raw["pairs"] * raw["repeats"],
+    })
     figures["sdc_goal_all_le_5pct"] = figures["sdc_overhead_pct_all"] <= 5.0
-    figures["sdc_blocks"] = {"repeats": raw["repeats"], "steps_per_block": raw["steps_per_block"]}
     return figures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=50, help="steps per block (default 50: one golden self-test)")
+    parser.add_argument("--pairs", type=int, default=30, help="A/B step pairs per comparison and round")
     parser.add_argument("--out", default="reports/bench")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = bench(args.repeats, args.steps)
+    results = bench(args.repeats, args.pairs)
     with open(os.path.join(args.out, "sdc_bench.json"), "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=2)
     json.dump(results, sys.stdout, indent=2)

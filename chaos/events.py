@@ -43,8 +43,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     "rank_exit": ("code", "reason"),
     "run_end": ("step", "digest", "loss"),
     # emitted by the controller: the job as a whole
-    "job_start": ("nodes", "ranks_per_node"),
+    "job_start": ("nodes", "ranks_per_node", "spares", "backend", "run_id"),
+    # trainchaos began stopping the job (timeout, interrupt, tool error, or the end): what
+    # the job reports from here on is teardown, never a detection.
+    "job_stop": ("status",),
     "job_end": ("status", "returncode"),
+    # a rank's DataLoader worker processes (children of the rank, never its target)
+    "data_workers": ("pids",),
 }
 
 

@@ -68,7 +68,12 @@ def read_yaml(path: str, issues: list[ValidationIssue], what: str = "a YAML file
             path, "", f"{len(text):,} characters is too large for {what} (at most {MAX_CHARS:,}; "
             "the shipped ones are a few hundred)"))
         return UNREADABLE
-    loader = _Loader(text)
+    try:
+        # The reader checks every character as it is built: a NUL byte raises here.
+        loader = _Loader(text)
+    except yaml.YAMLError as exc:
+        issues.append(_yaml_issue(path, exc))
+        return UNREADABLE
     try:
         node = loader.get_single_node()
         if node is None:

@@ -151,6 +151,9 @@ class HarnessConfig:
     """Start from scratch when every checkpoint is corrupt (default: fail, naming them)."""
     step_delay_s: float = 0.0
     """Extra sleep per step, to stretch runs for experiments."""
+    data_workers: int = 0
+    """DataLoader worker processes that prepare the batches (0: the rank itself). They are
+    children of the rank with its environment, as in a real job's input pipeline."""
     model: ModelConfig = field(default_factory=ModelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
@@ -162,6 +165,8 @@ class HarnessConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.warmup_steps < 0 or self.step_delay_s < 0:
             raise ConfigError("warmup_steps and step_delay_s must be >= 0")
+        if not 0 <= self.data_workers <= 8:
+            raise ConfigError(f"data_workers must be between 0 and 8, got {self.data_workers}")
 
     def check_world_size(self, world_size: int) -> None:
         if self.global_batch % world_size:

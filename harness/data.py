@@ -14,6 +14,8 @@ resolves to this module.
 from __future__ import annotations
 
 import hashlib
+import itertools
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -23,6 +25,7 @@ __all__ = [
     "CORPUS_FILE",
     "CharVocab",
     "DeterministicSampler",
+    "LoaderFeed",
     "load_text",
     "shard",
 ]
@@ -178,3 +181,57 @@ def shard(batch: T, rank: int, world_size: int) -> T:
     per_rank = size // world_size
     parts = tuple(t[rank * per_rank:(rank + 1) * per_rank] for t in tensors)
     return parts if isinstance(batch, tuple) else parts[0]  # type: ignore[return-value]
+
+
+class _BatchAt(torch.utils.data.Dataset):
+    """Batch number ``cursor`` of a sampler, computed in whichever process asks (a worker)."""
+
+    def __init__(self, sampler: DeterministicSampler) -> None:
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return 2**62  # endless: the sampler below says which batches
+
+    def __getitem__(self, cursor: int) -> Batch:
+        return self.sampler.batch_at(cursor)
+
+
+class _CursorsFrom(torch.utils.data.Sampler[int]):
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.count(self.start)
+
+
+class LoaderFeed:
+    """The sampler's batches, prepared ahead by DataLoader worker processes.
+
+    Batches stay a pure function of (seed, cursor): the workers compute ``batch_at`` for the
+    cursors in order, so a run with workers trains on exactly the batches of one without.
+    The loader is (re)built whenever the sampler's cursor is not where it would continue
+    (start, a checkpoint load).
+    """
+
+    def __init__(self, sampler: DeterministicSampler, workers: int) -> None:
+        self.sampler = sampler
+        self.workers = workers
+        self._batches: Iterator[Batch] | None = None
+        self._next_cursor = -1
+        self.worker_pids: list[int] = []
+
+    def next_batch(self) -> Batch:
+        if self._batches is None or self._next_cursor != self.sampler.cursor:
+            # forkserver, not fork: the rank already runs threads (watchdog, liveness, a
+            # background import), and a worker forked while one of them held a lock would
+            # wait for it forever (seen: the first batch never came).
+            loader = torch.utils.data.DataLoader(
+                _BatchAt(self.sampler), batch_size=None, sampler=_CursorsFrom(self.sampler.cursor),
+                num_workers=self.workers, prefetch_factor=2, multiprocessing_context="forkserver")
+            self._batches = iter(loader)
+            self._next_cursor = self.sampler.cursor
+            self.worker_pids = [w.pid for w in getattr(self._batches, "_workers", [])]
+        batch = next(self._batches)
+        self.sampler.cursor += 1
+        self._next_cursor += 1
+        return batch

@@ -242,8 +242,32 @@ class Watchdog:
             for r in silent:
                 self._last_pong[r] = time.monotonic()
             return False
+        if diagnoses[0].failure_class == "network":
+            # Every remote peer unreachable at once: the likelier fault is this rank's own
+            # link (one cut, not several); blaming each peer in turn would name healthy ones.
+            remote = [p for p in self._peers.values() if p.node != _own_node()]
+            cut = own_link_cut(diagnose_peers(remote, timeout_s=1.0), remote)
+            if cut is not None:
+                diagnoses = [cut]
         self._report(diagnoses[0])
         return True
+
+
+def _own_node() -> int:
+    return int(os.environ.get("TRAINCHAOS_NODE", os.environ.get("GROUP_RANK", "-1")))
+
+
+def own_link_cut(diagnoses: list[Diagnosis], remote: list[PeerAddress]) -> Diagnosis | None:
+    """This rank's own link, blamed as a ``network`` failure, when no peer on any other node
+    is reachable and those peers live on at least two nodes (with one other node, either
+    side's link may be the cut one: each blames the other)."""
+    unreachable = {d.rank for d in diagnoses if d.failure_class == "network"}
+    nodes = {p.node for p in remote}
+    if len(nodes) < 2 or any(p.rank not in unreachable for p in remote):
+        return None
+    rank = int(os.environ.get("RANK", "-1"))
+    return Diagnosis(rank, "network", f"rank {rank} reaches none of its peers on {len(nodes)} "
+                     "other nodes: its own node is cut off")
 
 
 class TerminationGuard:

@@ -24,9 +24,10 @@ Each detector is switched by a ``detect`` option and timed (``run_end.detector_s
 
 One collective a step carries all the evidence: each rank contributes a row ``[local loss,
 gradient norm, golden status, digest]`` and every rank judges the same gathered table, so
-all ranks reach the same verdict at the same step without another round. That all-gather
-replaces the all-reduce of the loss the step needs anyway; the global loss is the sum of
-the local ones in rank order.
+all ranks reach the same verdict at the same step without another round. That gather
+replaces the all-reduce of the loss the step needs anyway (it is that all-reduce, over a
+table where each rank fills its own row); the global loss is the sum of the local ones in
+rank order.
 
 Attribution: a verdict names the faulty rank when the evidence does -- the only rank whose
 local loss (or gradient norm) is not finite, the only rank whose local loss spiked, the odd
@@ -204,6 +205,7 @@ class SdcMonitor:
         # again on the replay is reproducible, so not silent corruption (see ``end_step``).
         self.replayed = set(replayed)
         self.reproduced: list[Detection] = []
+        self._table = torch.zeros(world_size, ROW, dtype=torch.float64)
 
     @property
     def active(self) -> bool:
@@ -229,9 +231,7 @@ class SdcMonitor:
             total = local_loss.detach().clone()
             dist.all_reduce(total)
             return float(total) / self.world_size
-        row = torch.zeros(ROW, dtype=torch.float64)
-        row[0] = float(local_loss)
-        row[1] = norm if norm is not None else 0.0
+        row = [float(local_loss), norm if norm is not None else 0.0, 0.0, 0.0] + [0.0] * _DIGEST_WORDS
         golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
         if golden_ran:
             t0 = time.perf_counter()
@@ -243,11 +243,15 @@ class SdcMonitor:
             self.last_digest = param_digest(self.model)
             self.last_digest_step = step
             row[3] = 1.0
-            row[4:4 + _DIGEST_WORDS] = torch.tensor(_digest_words(self.last_digest), dtype=torch.float64)
+            row[4:4 + _DIGEST_WORDS] = _digest_words(self.last_digest)
             self.seconds["digest"] += time.perf_counter() - t0
-        rows = [torch.empty(ROW, dtype=torch.float64) for _ in range(self.world_size)]
-        dist.all_gather(rows, row)
-        table = [r.tolist() for r in rows]
+        # Each rank fills its own row of a zeroed table and the table is summed: an all-gather
+        # done with the all-reduce the loss needed anyway (x + 0 is exact, nan and inf stay
+        # in their row), cheaper in gloo than all_gather with its list of outputs.
+        self._table.zero_()
+        self._table[self.rank] = torch.tensor(row, dtype=torch.float64)
+        dist.all_reduce(self._table)
+        table = self._table.tolist()
         global_loss = math.fsum(r[0] for r in table) / self.world_size
         t0 = time.perf_counter()
         found = self._judge(step, table, global_loss, norm is not None)
@@ -266,8 +270,8 @@ class SdcMonitor:
     def checkpoint_record(self, step: int) -> dict[str, Any]:
         """What a checkpoint of ``step`` records about its verification (its manifest)."""
         record: dict[str, Any] = {"step": step, "checks": dict(self.last_pass)}
-        if self.last_digest is not None and self.last_digest_step == step:
-            record["param_sha256"] = self.last_digest.hex()
+        if self.last_digest is not None and self.last_digest_step == step == self.last_pass["digest"]:
+            record["param_sha256"] = self.last_digest.hex()  # the digest every replica agreed on
         return record
 
     def detector_seconds(self) -> dict[str, float]:
@@ -332,6 +336,8 @@ class SdcMonitor:
     def _replicas(self, step: int, table: list[list[float]], norms_valid: bool) -> list[Detection]:
         world = self.world_size
         if world < 2:
+            if table[0][3]:
+                self.last_pass["digest"] = step  # one replica agrees with itself
             return []
         out = []
         if norms_valid:
@@ -342,7 +348,9 @@ class SdcMonitor:
                     "digest", step, "replicas hold different gradients after the all-reduce "
                     f"(gradient norms {', '.join(f'{r[1]:.6g}' for r in table)})",
                     suspect, step))
-        if table[0][3]:
+        # Only when every rank hashed at this step (a time-based save is decided by each
+        # rank's own clock, so one may be verifying where another is not).
+        if all(r[3] for r in table):
             groups = _groups([tuple(r[4:4 + _DIGEST_WORDS]) for r in table])
             if len(groups) > 1:
                 suspect = _odd_one_out(groups, world)

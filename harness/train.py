@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from chaos import probe
 from harness import checkpoint as ckpt
 from harness.config import HarnessConfig
-from harness.data import CharVocab, DeterministicSampler, load_text
+from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
 from harness.dist import (
     DistEnv,
     deterministic_allreduce_hook,
@@ -198,6 +198,8 @@ class Trainer:
         self.vocab = CharVocab(text)
         tokens = self.vocab.encode(text)
         self.sampler = DeterministicSampler(tokens, cfg.model.seq_len, cfg.global_batch, cfg.seed)
+        self.feed = LoaderFeed(self.sampler, cfg.data_workers) if cfg.data_workers else self.sampler
+        self._announced_workers: list[int] = []
         model = build_model(cfg.model, self.vocab.size, cfg.seed)
         self.raw_model = model
         self.model = DistributedDataParallel(model)
@@ -267,7 +269,11 @@ class Trainer:
         """One optimizer step; returns the global loss. ``verify``: the state is about to be
         checkpointed, so the replicas' digests are compared at this step too."""
         step = self.step + 1
-        x, y = self.sampler.next_batch()
+        x, y = self.feed.next_batch()
+        if isinstance(self.feed, LoaderFeed) and self.feed.worker_pids != self._announced_workers:
+            # Who the rank's loader workers are, so that a kill can be checked to hit the rank.
+            self._announced_workers = self.feed.worker_pids
+            probe.emit("data_workers", pids=self.feed.worker_pids)
         x = self.sampler.shard(x, self.env.rank, self.env.world_size)
         y = self.sampler.shard(y, self.env.rank, self.env.world_size)
         logits = self.model(x)

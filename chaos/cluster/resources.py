@@ -101,7 +101,16 @@ def register_kind(cls: type[ResourceKind]) -> type[ResourceKind]:
     return cls
 
 
+def _load_builtin_kinds() -> None:
+    """Backends register their kinds on import (``chaos.net.fabric`` with ``netns``): cleanup
+    must know them without any backend having been used in its process."""
+    from chaos.cluster import _load_builtin
+
+    _load_builtin()
+
+
 def known_kinds() -> dict[str, type[ResourceKind]]:
+    _load_builtin_kinds()
     return dict(_KINDS)
 
 
@@ -249,6 +258,7 @@ def pending_resources(path: str) -> list[dict[str, Any]]:
 def release_records(path: str, entries: list[dict[str, Any]]) -> list[str]:
     """Destroy each entry in the order given, journaling each; goes on past failures."""
     failures = []
+    _load_builtin_kinds()
     for entry in entries:
         cls = _KINDS.get(entry["kind"])
         label = f"{entry['kind']} {_label(entry['spec'])}"

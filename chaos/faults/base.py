@@ -143,6 +143,8 @@ class ParamsContext:
     harness: Any = None
     """The harness's ``HarnessConfig`` when the workload is the harness; None for a command."""
     world_size: int | None = None
+    total_nodes: int | None = None
+    """Nodes of the topology, spares included (node lists in params are checked against it)."""
 
 
 def _yaml(value: Any) -> str:

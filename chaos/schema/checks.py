@@ -15,6 +15,7 @@ against a topology that is itself wrong).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import shlex
@@ -117,8 +118,11 @@ class _Checker:
     def run(self, top: dict[str, Any], faults: list[tuple[int, dict[str, Any]]],
             targets: dict[str, Any]) -> None:
         topology = self.topology(top["topology"]) if "topology" in top else None
+        self.backend_name = "local"
         if top.get("backend") is not None:
             self.backend(top["backend"])
+            with contextlib.suppress(TypeError, ValueError, AttributeError):
+                self.backend_name = backend_choice(top["backend"])[0]
         harness = self.workload(top["workload"], topology) if "workload" in top else None
         for index, fault in faults:
             self.fault(("faults", index), fault, topology, harness)
@@ -244,6 +248,12 @@ class _Checker:
                 known = list(known_types())
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
                          f"{close_match(fault['type'], known)} known: {', '.join(known)}")
+        # A fault that acts through one backend's machinery (a scheduler fault: Slurm).
+        only = getattr(fault_type, "backends", None)
+        if only and getattr(self, "backend_name", "local") not in only:
+            self.add((*loc, "type"), f"{fault_type.type_name} acts through the "
+                     f"{' or '.join(only)} backend; this scenario runs on "
+                     f"{getattr(self, 'backend_name', 'local')} (set backend: {only[0]})")
         if "target" in fault:
             self.target((*loc, "target"), fault["target"], fault_type, topology)
         if "trigger" in fault:
@@ -259,6 +269,8 @@ class _Checker:
                                            none_text=f"{name} takes no parameters")
             else:
                 context = ParamsContext(harness=harness, world_size=topology.world_size
+                                        if topology is not None else None,
+                                        total_nodes=topology.total_nodes
                                         if topology is not None else None)
                 for where, message in fault_type.check_params(params, context):
                     self.add((*loc, "params", *where), message)

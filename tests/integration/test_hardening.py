@@ -1,9 +1,10 @@
-"""Verdicts that cannot lie, on real runs (one suite, three scenarios, one controller):
+"""Verdicts that cannot lie, on real runs (one suite, four scenarios, one controller):
 
 - a run that trains to non-finite numbers fails with the health reason, whatever else it met;
 - a straggler on two ranks slows the job by a steady factor (no compounding delay), and the
   journal's restart metrics agree with each other;
-- the repeats of a random trigger are three experiments: each injects at its own time.
+- the repeats of a random trigger are three experiments: each injects at its own time;
+- with DataLoader worker processes under each rank, kill_rank hits the rank, not a worker.
 """
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ faults:
     trigger: {at_step: 10}
     params: {factor: 3}
 targets:
+  false_detections: {max: 0}
+timeout_s: 150
+""",
+    "loader-workers": """\
+name: loader-workers
+seed: 6
+baseline: true
+workload:
+  harness: {steps: 40, data_workers: 2, model: {name: mlp}, checkpoint: {every_steps: 10}}
+topology: {nodes: 1, ranks_per_node: 2}
+faults:
+  - type: kill_rank
+    target: {rank: 1}
+    trigger: {at_step: 15}
+targets:
+  attribution: correct
+  final_state: matches_baseline
   false_detections: {max: 0}
 timeout_s: 150
 """,
@@ -120,6 +138,21 @@ def test_each_repeat_of_a_random_trigger_is_its_own_experiment(suite) -> None:
     assert all(abs(i - o) < 1.0 for i, o in zip(injected, offsets, strict=True)), (injected, offsets)
     for j in journals:
         assert j["seed"] == 4, "the training seed stays the scenario's: one baseline fits all"
+
+
+def test_the_bundled_job_with_loader_workers_loses_its_rank_not_a_worker(suite) -> None:
+    """The harness reads through DataLoader worker processes (children of each rank with
+    its RANK): kill_rank must hit the rank, and batches must stay those of the fault-free
+    twin (the final weights are bitwise equal)."""
+    (journal,) = suite["loader-workers"]
+    assert journal["verdict"]["passed"], journal["verdict"]
+    events = _events(journal)
+    (killed,) = journal["faults"][0]["details"]["pids"]
+    rank1 = [e for e in events if e["kind"] == "rank_start" and e["src"] == "rank-1" and e["t"] < journal["faults"][0]["t_inject"]]
+    workers = [e for e in events if e["kind"] == "data_workers" and e["src"] == "rank-1" and e["incarnation"] == 0]
+    assert rank1 and workers and len(workers[0]["pids"]) == 2
+    assert killed == rank1[-1]["pid"] and killed not in workers[0]["pids"]
+    assert journal["metrics"]["digest_match"] is True
 
 
 def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:

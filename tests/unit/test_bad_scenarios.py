@@ -23,7 +23,7 @@ CASES: dict[str, tuple[str, str]] = {
     "top_level_list.yaml": ("", "expected a mapping at the top level"),
     "unknown_fault_type.yaml": (
         "faults[0].type",
-        "unknown fault type 'kil_rank'; did you mean 'kill_rank'? known: bitflip, "
+        "unknown fault type 'kil_rank'; did you mean 'kill_rank'? known: bandwidth, bitflip, "
         "checkpoint_bitrot, crash_during_checkpoint",
     ),
     "rank_out_of_range.yaml": (
@@ -108,6 +108,22 @@ CASES: dict[str, tuple[str, str]] = {
     "bitflip_stuck_at_without_duration.yaml": (
         "faults[0].params.duration_steps", "mode stuck_at forces the bit at every step for "
         "duration_steps steps: give duration_steps (an int >= 1)"),
+    # network faults (backend netns)
+    "partition_node_in_two_groups.yaml": (
+        "faults[0].params.groups[1][0]",
+        "node 1 is already in group 0; a node belongs to at most one group"),
+    "partition_link_to_itself.yaml": (
+        "faults[0].params.links[1]", "a link from node 1 to itself; it joins two different nodes"),
+    "partition_group_unknown_node.yaml": (
+        "faults[0].params.groups[1][1]", "node 4 does not exist: the job has 2 nodes (0-1)"),
+    "partition_unknown_rack.yaml": ("faults[0].target.rack", "unknown rack 'r3'; known: r1, r2"),
+    "packet_loss_above_100.yaml": (
+        "faults[0].params.percent", "150 is out of range: must be > 0 and <= 100"),
+    "network_fault_on_local.yaml": (
+        "faults[0].type", "partition acts through the netns backend; this scenario runs on local "
+        "(set backend: netns)"),
+    "link_flap_down_not_shorter.yaml": (
+        "faults[0].params.down_s", "down_s must be less than period_s"),
 }
 
 

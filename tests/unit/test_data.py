@@ -104,3 +104,21 @@ def test_shard_rejects_uneven_world_size_and_bad_rank(tokens: torch.Tensor) -> N
 def test_text_shorter_than_a_window_is_rejected() -> None:
     with pytest.raises(ValueError, match="seq_len"):
         DeterministicSampler(torch.arange(10), 16, 2, 0)
+
+
+def test_loader_workers_feed_exactly_the_samplers_batches_and_follow_a_restored_cursor():
+    """The batches a step trains on must not depend on whether worker processes made them."""
+    from harness.data import DeterministicSampler, LoaderFeed
+
+    tokens = torch.arange(500) % 37
+    plain = DeterministicSampler(tokens, seq_len=8, global_batch=4, seed=3)
+    fed = DeterministicSampler(tokens, seq_len=8, global_batch=4, seed=3)
+    feed = LoaderFeed(fed, workers=1)
+    for _ in range(3):
+        for a, b in zip(plain.next_batch(), feed.next_batch(), strict=True):
+            assert torch.equal(a, b)
+    assert fed.cursor == plain.cursor == 3 and len(feed.worker_pids) == 1
+    fed.load_state_dict({"cursor": 10, "seed": 3})  # a checkpoint load moves the cursor
+    for a, b in zip(plain.batch_at(10), feed.next_batch(), strict=True):
+        assert torch.equal(a, b)
+    assert fed.cursor == 11

@@ -40,6 +40,7 @@ STRUCTURAL = {
     "trigger_two_kinds.yaml", "unknown_backend.yaml", "unknown_event.yaml",
     "unknown_fault_type.yaml", "unknown_top_level_key.yaml", "unknown_trigger_key.yaml",
     "workload_both.yaml", "wrong_type.yaml", "bitflip_bit_too_large.yaml",
+    "packet_loss_above_100.yaml",
 }
 # Well-formed documents whose mistake needs more than one field (or the harness's own
 # checks): only `trainchaos validate` finds these, the JSON Schema accepts them.
@@ -51,6 +52,9 @@ CROSS_FIELD = {
     "regex_without_step.yaml", "unknown_power_domain_target.yaml",
     "bitflip_unknown_tensor.yaml", "bitflip_bit_outside_dtype.yaml", "bitflip_rank_outside_world.yaml",
     "bitflip_stuck_at_without_duration.yaml",
+    "partition_node_in_two_groups.yaml", "partition_group_unknown_node.yaml",
+    "partition_link_to_itself.yaml", "partition_unknown_rack.yaml", "network_fault_on_local.yaml",
+    "link_flap_down_not_shorter.yaml",
 }
 # Not a YAML document at all: nothing for a schema to look at.
 NOT_YAML = {"malformed_yaml.yaml", "duplicate_key.yaml"}

@@ -149,7 +149,7 @@ def test_end_step_returns_the_loss_and_records_what_a_checkpoint_was_verified_wi
     monitor = SdcMonitor(DetectConfig(digest_every=10), 0, 1, model, 0)
     assert monitor.end_step(5, torch.tensor(2.5), 1.0, verify=True) == 2.5
     record = monitor.checkpoint_record(5)
-    assert record["param_sha256"] == param_digest(model).hex() and record["checks"]["digest"] == 0
+    assert record["param_sha256"] == param_digest(model).hex() and record["checks"]["digest"] == 5
     assert monitor.checkpoint_record(6).get("param_sha256") is None
     assert math.isnan(monitor.end_step(6, torch.tensor(math.nan), 1.0, verify=False))
     assert monitor.detection is not None and monitor.detection.detector == "nonfinite"

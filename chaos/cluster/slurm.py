@@ -1,0 +1,610 @@
+"""The ``slurm`` backend: a run is one Slurm job, one torchrun agent per node.
+
+``start()`` submits the job with ``sbatch`` (a run-scoped resource of kind ``slurm_job``:
+journaled before it is submitted, cancelled on teardown and by ``trainchaos cleanup``); its
+batch script ``srun``s one task per node (``--ntasks-per-node=1``), each task runs
+``python -m chaos.cluster.slurm_node RUN_DIR``, which starts the node's torchrun agent with
+the node's identity (``SLURM_NODEID``) and writes its exit code back. The agents rendezvous
+at the controller's TCPStore, as with ``local`` (the controller is the rendezvous host, so
+any node can die without taking the rendezvous down).
+
+Requirements on a real cluster (see docs/slurm.md): the run directory on a filesystem every
+node sees; the controller's rendezvous port reachable from the nodes; ``scontrol update``
+rights (an operator account) for the scheduler faults. The live rank -> pid map and rank
+signals work on a single machine (the local testbed, where every node is localhost); on a
+real cluster a rank's pid is on another host, and the faults that must reach it go through
+the scheduler (``scancel --signal``) instead.
+
+What Slurm itself does (job and node state changes, requeues) is polled from ``squeue``,
+``scontrol`` and ``sinfo`` every half second and written to the timeline as ``slurm_job``
+and ``slurm_node`` events of source ``slurm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from chaos import probe
+from chaos.cluster import register_backend
+from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, NodeStatus
+from chaos.cluster.local import LocalCluster
+from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
+from chaos.cluster.slurm_node import node_file
+from chaos.errors import ToolError
+from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids
+from chaos.schema.types import StrictModel
+
+__all__ = ["SlurmCluster", "SlurmJob", "SlurmNodeState", "SlurmOptions", "slurm"]
+
+PREFIX = "trainchaos-"
+POLL_SCHEDULER_S = 0.5
+# Job states in which the job still holds (or waits for) nodes.
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                 "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
+NODE_REASON_PREFIX = "trainchaos:"
+
+
+class SlurmOptions(StrictModel):
+    """``backend: {slurm: {...}}``: how the run's job is submitted."""
+
+    partition: str | None = None
+    """Partition to submit to; null: the cluster's default partition."""
+    account: str | None = None
+    """Account charged (``sbatch --account``); null: the user's default."""
+    time_limit: str | None = None
+    """Job time limit as sbatch takes it (``10``, ``1:00:00``); null: the partition's."""
+    no_kill: bool = False
+    """``--no-kill``: the job survives the loss of one of its nodes (an elastic job goes on
+    with fewer nodes); without it Slurm ends the whole job when a node fails."""
+    requeue: bool = False
+    """``--requeue``: Slurm puts the job back in the queue after a node failure."""
+    sbatch_args: list[str] = Field(default_factory=list)
+    """Further ``sbatch`` arguments, passed as given (``["--qos=chaos"]``)."""
+    jobid: int | None = Field(None, ge=1)
+    """Run inside this existing allocation (``salloc``/``sbatch`` job id) as one job step
+    (``srun --jobid``) instead of submitting a job; the allocation itself is never cancelled.
+    The submission options above do not apply."""
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def slurm(argv: list[str], conf: str | None = None, timeout: float = 15.0,
+          check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client command (``SLURM_CONF`` from ``conf`` when given)."""
+    env = dict(os.environ)
+    if conf:
+        env["SLURM_CONF"] = conf
+    try:
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        result = subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        result = subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer in {timeout:g} s")
+    if check and result.returncode != 0:
+        raise ToolError(f"{shlex.join(argv)} failed (exit {result.returncode}): "
+                        f"{(result.stderr or result.stdout).strip()}")
+    return result
+
+
+def _kv(line: str) -> dict[str, str]:
+    """``scontrol show ... -o`` -> {key: value}."""
+    out = {}
+    for item in shlex.split(line):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def partitions(conf: str | None = None) -> dict[str, dict[str, str]] | None:
+    """Partition name -> its ``scontrol show partition`` fields; None when slurmctld does not
+    answer."""
+    result = slurm(["scontrol", "show", "partition", "-o"], conf, timeout=10)
+    if result.returncode != 0:
+        return None
+    parts = {}
+    for line in result.stdout.splitlines():
+        fields = _kv(line)
+        if "PartitionName" in fields:
+            parts[fields["PartitionName"]] = fields
+    return parts
+
+
+def node_states(names: list[str], conf: str | None = None) -> dict[str, tuple[str, str]]:
+    """Slurm node -> (state, reason)."""
+    if not names:
+        return {}
+    result = slurm(["scontrol", "show", "node", ",".join(names), "-o"], conf, timeout=10)
+    states = {}
+    for line in result.stdout.splitlines():
+        fields = _kv(line)
+        if "NodeName" in fields:
+            states[fields["NodeName"]] = (fields.get("State", "?"), fields.get("Reason", ""))
+    return states
+
+
+def set_node_state(name: str, state: str, reason: str | None = None, conf: str | None = None) -> None:
+    argv = ["scontrol", "update", f"NodeName={name}", f"State={state}"]
+    if reason:
+        argv.append(f"Reason={reason}")
+    slurm(argv, conf, check=True)
+
+
+def resume_node(name: str, conf: str | None = None) -> None:
+    """Put a node trainchaos took out of service back (idempotent: a node in service, or one
+    someone else took down for a reason of their own, is left as it is)."""
+    state, reason = node_states([name], conf).get(name, ("", ""))
+    if not reason.startswith(NODE_REASON_PREFIX):
+        return
+    if any(s in state for s in ("DOWN", "DRAIN", "FAIL")):
+        slurm(["scontrol", "update", f"NodeName={name}", "State=RESUME"], conf, check=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and node_out_of_service(name, conf):
+        time.sleep(0.1)
+
+
+def node_out_of_service(name: str, conf: str | None = None) -> bool:
+    state, reason = node_states([name], conf).get(name, ("", ""))
+    return reason.startswith(NODE_REASON_PREFIX) and any(s in state for s in ("DOWN", "DRAIN", "FAIL"))
+
+
+# --------------------------------------------------------------------------- resource kinds
+
+
+@register_kind
+class SlurmJob(ResourceKind):
+    """A job trainchaos submitted: named by the run id, so that even a submission whose
+    job id never reached the journal is found (``scancel --name``)."""
+
+    kind: ClassVar[str] = "slurm_job"
+
+    @classmethod
+    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+        env = {**os.environ, **spec.get("env", {})}
+        try:
+            result = subprocess.run(spec["argv"], env=env, capture_output=True, text=True, timeout=30,
+                                    stdin=subprocess.DEVNULL, cwd=spec.get("cwd"))
+        except subprocess.TimeoutExpired as exc:
+            raise ToolError("sbatch did not answer in 30 s") from exc
+        if result.returncode != 0:
+            raise ToolError(f"sbatch refused the job: {(result.stderr or result.stdout).strip()}")
+        return {"job_id": result.stdout.strip().split(";")[0]}
+
+    @classmethod
+    def _ids(cls, spec: dict[str, Any], details: dict[str, Any]) -> list[str]:
+        result = slurm(["squeue", "-h", f"--name={spec['name']}", "-o", "%i|%T"], spec.get("slurm_conf"))
+        return [line.split("|")[0] for line in result.stdout.split() if line.strip()]
+
+    @classmethod
+    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
+        conf = spec.get("slurm_conf")
+        if not spec.get("name", "").startswith(PREFIX):
+            return
+        slurm(["scancel", f"--name={spec['name']}"], conf)
+        if details.get("job_id"):
+            slurm(["scancel", details["job_id"]], conf)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cls.exists(spec, details):
+            time.sleep(0.2)
+
+    @classmethod
+    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
+        return bool(cls._ids(spec, details))
+
+    @classmethod
+    def scan(cls) -> list[Leftover]:
+        if shutil.which("squeue") is None:
+            return []
+        result = slurm(["squeue", "-h", "-o", "%i|%j"], timeout=5)
+        found = []
+        for line in result.stdout.splitlines() if result.returncode == 0 else []:
+            job_id, _, name = line.strip().partition("|")
+            if name.startswith(PREFIX):
+                found.append(Leftover(cls.kind, f"job {job_id} ({name})", name,
+                                      {"name": name, "slurm_conf": os.environ.get("SLURM_CONF")}))
+        return found
+
+
+@register_kind
+class SlurmStep(ResourceKind):
+    """A job step trainchaos started in someone's allocation (``jobid``): the ``srun``
+    client runs on the controller, the step is named by the run id. Undoing it cancels that
+    step only (``scancel JOB.STEP``), never the allocation."""
+
+    kind: ClassVar[str] = "slurm_step"
+
+    @classmethod
+    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+        details = HelperProcess.create(run_id, {**spec, "name": spec["name"]})
+        return {**details, "job_id": str(spec["job_id"])}
+
+    @classmethod
+    def _steps(cls, spec: dict[str, Any]) -> list[str]:
+        result = slurm(["squeue", "-h", "-s", "-j", str(spec["job_id"]), "-o", "%i|%j"], spec.get("slurm_conf"))
+        return [line.split("|")[0] for line in result.stdout.split()
+                if line.strip() and line.split("|")[-1] == spec["name"]]
+
+    @classmethod
+    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
+        if not spec.get("name", "").startswith(PREFIX):
+            return
+        for step in cls._steps(spec):
+            if "." in step:  # JOB.STEP: never the allocation itself
+                slurm(["scancel", step], spec.get("slurm_conf"))
+        HelperProcess.destroy(spec, details)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cls._steps(spec):
+            time.sleep(0.2)
+
+    @classmethod
+    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
+        return bool(cls._steps(spec)) or HelperProcess.exists(spec, details)
+
+
+@register_kind
+class SlurmNodeState(ResourceKind):
+    """A node trainchaos took out of service (DOWN, DRAIN), its reason
+    ``trainchaos:<run id>:<fault>``. The faults keep their own record in the fault journal
+    (reverted there); this kind is what ``cleanup`` finds by the reason alone."""
+
+    kind: ClassVar[str] = "slurm_node_state"
+
+    @classmethod
+    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+        set_node_state(spec["node"], spec["state"], f"{NODE_REASON_PREFIX}{run_id}:{spec.get('why', '')}",
+                       spec.get("slurm_conf"))
+        return {}
+
+    @classmethod
+    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
+        resume_node(spec["node"], spec.get("slurm_conf"))
+
+    @classmethod
+    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
+        return node_out_of_service(spec["node"], spec.get("slurm_conf"))
+
+    @classmethod
+    def scan(cls) -> list[Leftover]:
+        if shutil.which("sinfo") is None:
+            return []
+        result = slurm(["sinfo", "-h", "-N", "-R", "-o", "%N|%E"], timeout=5)
+        found = []
+        for line in result.stdout.splitlines() if result.returncode == 0 else []:
+            name, _, reason = line.strip().partition("|")
+            if reason.startswith(NODE_REASON_PREFIX):
+                run_id = reason[len(NODE_REASON_PREFIX):].split(":")[0]
+                found.append(Leftover(cls.kind, f"node {name} ({reason})", run_id,
+                                      {"node": name, "slurm_conf": os.environ.get("SLURM_CONF")}))
+        return found
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+@register_backend
+class SlurmCluster(LocalCluster):
+    """One Slurm job per run. Shares ``local``'s agent command, environment and rendezvous
+    (the controller hosts the store); the nodes are started, watched and stopped by Slurm."""
+
+    name: ClassVar[str] = "slurm"
+    summary: ClassVar[str] = ("a run is one Slurm job (sbatch + srun, one torchrun agent per node); "
+                              "scheduler faults: node DOWN, drain")
+    options_model: ClassVar[type[StrictModel]] = SlurmOptions
+
+    def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
+        super().__init__(spec, resources)
+        self.options = SlurmOptions.model_validate(spec.options or {})
+        self.conf = os.environ.get("SLURM_CONF")
+        self.job_id: str | None = None
+        self.lost: set[int] = set()
+        self._returncodes: dict[int, int] = {}
+        self._job_state: str | None = None
+        self._job_gone = False
+        self._last_sched_poll = 0.0
+        self._seen: dict[str, tuple[Any, ...]] = {}
+        self._slurm_probe: probe.Probe | None = None
+        self._node_names: dict[int, str] = {}
+        self._touched: set[str] = set()
+        self._restarts = 0
+
+    # -- before anything starts -----------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
+        options = SlurmOptions.model_validate(scenario.backend.options or {})
+        problems = []
+        topo = scenario.topology
+        if topo.spares:
+            problems.append("slurm: spares are not supported on this backend yet; use min_nodes "
+                            "with no_kill: true for a job that goes on without a lost node")
+        for command in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo"):
+            if shutil.which(command) is None:
+                problems.append(f"slurm: {command} is not on PATH (install the Slurm client "
+                                "commands, slurm-client or slurm-wlm)")
+                return problems
+        ping = slurm(["scontrol", "ping"], timeout=10)
+        if ping.returncode != 0 or "UP" not in ping.stdout:
+            where = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+            problems.append(f"slurm: slurmctld does not answer `scontrol ping` (SLURM_CONF={where}): "
+                            f"{(ping.stdout + ping.stderr).strip()[:200]}")
+            return problems
+        if options.jobid is not None:
+            job = slurm(["scontrol", "show", "job", str(options.jobid), "-o"], timeout=10)
+            fields = _kv(job.stdout.splitlines()[0]) if job.returncode == 0 and job.stdout.strip() else {}
+            if not fields:
+                problems.append(f"slurm.jobid: no job {options.jobid} ({(job.stderr or job.stdout).strip()[:120]})")
+            elif fields.get("JobState") != "RUNNING":
+                problems.append(f"slurm.jobid: job {options.jobid} is {fields.get('JobState')}, not RUNNING: "
+                                "a run needs a live allocation")
+            elif int(fields.get("NumNodes", "0").split("-")[0] or 0) < topo.total_nodes:
+                problems.append(f"slurm.jobid: the job needs {topo.total_nodes} nodes (topology.nodes) but "
+                                f"allocation {options.jobid} has {fields.get('NumNodes')}")
+            return problems
+        parts = partitions() or {}
+        name = options.partition
+        if name is None:
+            name = next((p for p, f in parts.items() if f.get("Default") == "YES"), None)
+            if name is None:
+                problems.append("slurm: no partition given and the cluster has no default "
+                                f"partition; known: {', '.join(sorted(parts)) or 'none'}")
+                return problems
+        if name not in parts:
+            problems.append(f"slurm.partition: unknown partition {name!r}; known: "
+                            f"{', '.join(sorted(parts)) or 'none'}")
+            return problems
+        total = int(parts[name].get("TotalNodes", "0") or 0)
+        if topo.total_nodes > total:
+            problems.append(f"slurm: the job needs {topo.total_nodes} nodes (topology.nodes) but "
+                            f"partition {name!r} has {total}")
+        return problems
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        os.makedirs(os.path.join(self.spec.run_dir, "slurm"), exist_ok=True)
+        self._slurm_probe = probe.Probe(os.path.join(self.spec.run_dir, "events"), "slurm", 0)
+        self._launch: dict[str, Any] = {}
+        super().start()  # node-local dirs, the rendezvous store, start_node per node
+        path = os.path.join(self.spec.run_dir, "slurm", "launch.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"run_id": self.spec.run_id, "nodes": self._launch}, fh, indent=1)
+        if self.options.jobid is not None:
+            self.job_id = str(self.options.jobid)
+            self._step = self.resources.acquire("slurm_step", self._step_spec())
+        else:
+            self.job_id = self.resources.acquire("slurm_job", self._job_spec())["job_id"]
+        self._emit("slurm_job_submitted", job_id=self.job_id, nodes=self.topology.total_nodes,
+                   partition=self.options.partition)
+
+    def start_node(self, node: int) -> None:
+        """Not started here: recorded for the node's srun task (``chaos.cluster.slurm_node``)."""
+        env = self.node_env(node)
+        # Only what differs from the controller's environment travels (sbatch exports the
+        # rest); the node's own identity and run markers always do.
+        overrides = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        self._launch[str(node)] = {
+            "argv": self.agent_command(node), "env": overrides,
+            "log": os.path.join(self.spec.run_dir, "logs", f"node-{node}.log"),
+        }
+
+    def _srun_argv(self) -> list[str]:
+        return ["srun", f"--nodes={self.topology.total_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+                *(["--no-kill"] if self.options.no_kill else []),
+                sys.executable, "-m", "chaos.cluster.slurm_node", self.spec.run_dir]
+
+    def _step_spec(self) -> dict[str, Any]:
+        """``srun --jobid`` from the controller: one step in an existing allocation."""
+        argv = self._srun_argv()
+        argv[1:1] = [f"--jobid={self.options.jobid}", f"--job-name={self.spec.run_id}", "--overlap"]
+        return {"name": self.spec.run_id, "job_id": str(self.options.jobid), "argv": argv,
+                "cwd": self.spec.run_dir, "slurm_conf": self.conf,
+                "log": os.path.join(self.spec.run_dir, "logs", "srun.out"),
+                "env": {k: v for k, v in (("SLURM_CONF", self.conf),) if v}}
+
+    def _job_spec(self) -> dict[str, Any]:
+        o = self.options
+        run_dir = self.spec.run_dir
+        script = os.path.join(run_dir, "slurm", "job.sh")
+        nodes = self.topology.total_nodes
+        srun = self._srun_argv()
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write("#!/bin/bash\n# written by trainchaos: one torchrun agent per node\n"
+                     f"exec {shlex.join(srun)}\n")
+        os.chmod(script, 0o755)
+        argv = ["sbatch", "--parsable", f"--job-name={self.spec.run_id}", f"--nodes={nodes}",
+                "--ntasks-per-node=1", f"--chdir={run_dir}", "--export=ALL",
+                f"--output={os.path.join(run_dir, 'logs', 'slurm-%j.out')}",
+                *([f"--partition={o.partition}"] if o.partition else []),
+                *([f"--account={o.account}"] if o.account else []),
+                *([f"--time={o.time_limit}"] if o.time_limit else []),
+                *(["--no-kill"] if o.no_kill else []),
+                "--requeue" if o.requeue else "--no-requeue",
+                *o.sbatch_args, script]
+        return {"name": self.spec.run_id, "argv": argv, "cwd": run_dir, "slurm_conf": self.conf,
+                "env": {RUN_ID_ENV: self.spec.run_id, CONTROLLER_ENV: controller_tag()}}
+
+    def poll(self) -> dict[int, NodeStatus]:
+        self._poll_scheduler()
+        out = {}
+        for node in range(self.topology.total_nodes):
+            rc = self._returncodes.get(node)
+            if rc is None:
+                path = node_file(self.spec.run_dir, node, "rc")
+                with contextlib.suppress(OSError, ValueError):
+                    with open(path, encoding="utf-8") as fh:
+                        code, _, restart = fh.read().strip().partition(" ")
+                    if int(restart or 0) == self._restarts:  # not one of before a requeue
+                        rc = self._returncodes[node] = int(code)
+            if rc is None and (self._job_gone or self._wrapper_gone(node)):
+                # The task ended without a word (its node went down, the job was cancelled).
+                rc = self._returncodes[node] = -signal.SIGKILL
+            if rc not in (None, 0) and self.options.requeue and not self._job_gone:
+                # Slurm may requeue the job: a failed task is the job's outcome only once
+                # Slurm is done with it.
+                self._returncodes.pop(node, None)
+                rc = None
+            out[node] = NodeStatus(rc, node in self.lost)
+        return out
+
+    def _wrapper_gone(self, node: int) -> bool:
+        info = self._node_info(node)
+        if not info.get("wrapper_pid"):
+            return False
+        # Only a wrapper on this machine can be looked at (every node of the local testbed);
+        # on a real cluster the job state and the rc file on the shared filesystem tell.
+        return info.get("host") == socket.gethostname() and not self.process_alive(int(info["wrapper_pid"])) \
+            and not os.path.exists(node_file(self.spec.run_dir, node, "rc"))
+
+    def _node_info(self, node: int) -> dict[str, Any]:
+        try:
+            with open(node_file(self.spec.run_dir, node, "json"), encoding="utf-8") as fh:
+                info = json.load(fh)
+        except (OSError, ValueError):
+            return {}
+        return info if int(info.get("restart_count", 0)) == self._restarts else {}
+
+    def stop(self, grace_s: float = 3.0) -> list[int]:
+        procs = find_run_processes(self.spec.run_id)
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+        if self.job_id and self.options.jobid is None:
+            slurm(["scancel", "--signal=TERM", "--full", self.job_id], self.conf)
+        elif self.job_id:
+            for step in SlurmStep._steps({"job_id": self.job_id, "name": self.spec.run_id, "slurm_conf": self.conf}):
+                if "." in step:
+                    slurm(["scancel", "--signal=TERM", step], self.conf)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and find_run_processes(self.spec.run_id):
+            time.sleep(0.05)
+        killed = kill_pids([p.pid for p in find_run_processes(self.spec.run_id)])
+        if self.job_id and self.options.jobid is None:
+            slurm(["scancel", self.job_id], self.conf)
+        deadline = time.monotonic() + 15
+        while self.job_id and self.options.jobid is None and time.monotonic() < deadline and self._job_active():
+            time.sleep(0.1)
+        self._poll_scheduler(force=True)
+        self._store = None
+        if self._slurm_probe is not None:
+            self._slurm_probe.close()
+        return killed
+
+    def _job_active(self) -> bool:
+        result = slurm(["squeue", "-h", "-j", str(self.job_id), "-o", "%T"], self.conf)
+        return result.returncode == 0 and bool(result.stdout.strip())
+
+    # -- what Slurm did -------------------------------------------------------------------
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self._slurm_probe is not None:
+            self._slurm_probe.emit(kind, **fields)
+
+    def _poll_scheduler(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.job_id or (not force and now - self._last_sched_poll < POLL_SCHEDULER_S):
+            return
+        self._last_sched_poll = now
+        result = slurm(["scontrol", "show", "job", self.job_id, "-o"], self.conf, timeout=5)
+        fields = _kv(result.stdout.splitlines()[0]) if result.returncode == 0 and result.stdout.strip() else {}
+        state = fields.get("JobState")
+        if state is None and result.returncode != 0 and "Invalid job id" in result.stderr:
+            state = "GONE"
+        restarts = int(fields.get("Restarts", "0") or 0)
+        if restarts > self._restarts:
+            # Requeued: every node index runs again (on whatever nodes Slurm hands out now).
+            self._restarts = restarts
+            self._emit("slurm_requeue", job_id=self.job_id, restarts=restarts, lost_nodes=sorted(self.lost))
+            if self.lost:
+                # The scheduler noticed the failure and acted on it: that is a detection (the
+                # job's own ranks were ended by Slurm, maybe before they could report).
+                lost = sorted(self.lost)
+                self._emit("detected", by="slurm", failure_class="crash",
+                           suspect=f"node-{lost[0]}", nodes=lost,
+                           reason=f"Slurm requeued job {self.job_id} after losing node "
+                                  f"{', '.join(map(str, lost))}")
+            self.lost.clear()
+            self._returncodes.clear()
+            self._node_names.clear()
+        if state is not None:
+            key = (state, fields.get("NodeList"), fields.get("Restarts"))
+            if self._seen.get("job") != key:
+                self._seen["job"] = key
+                self._emit("slurm_job", job_id=self.job_id, state=state, nodes=fields.get("NodeList"),
+                           restarts=int(fields.get("Restarts", "0") or 0), reason=fields.get("Reason"))
+            self._job_state = state
+            self._job_gone = state not in ACTIVE_STATES
+        if self.options.jobid is not None:
+            # Our work is the step, not the allocation: done when its srun client is.
+            self._job_gone = not HelperProcess.exists({}, getattr(self, "_step", {}))
+        names = sorted(set(self.node_names().values()) | self._touched)
+        for name, (nstate, reason) in node_states(names, self.conf).items():
+            if self._seen.get(f"node:{name}") != (nstate, reason):
+                self._seen[f"node:{name}"] = (nstate, reason)
+                self._emit("slurm_node", node_name=name, state=nstate, reason=reason,
+                           node=next((i for i, n in self._node_names.items() if n == name), None))
+
+    def node_names(self) -> dict[int, str]:
+        """Node index -> the Slurm node running it (from the tasks themselves)."""
+        for node in range(self.topology.total_nodes):
+            if node not in self._node_names:
+                name = self._node_info(node).get("slurm_node")
+                if name:
+                    self._node_names[node] = name
+        return dict(self._node_names)
+
+    def slurm_node_name(self, node: int) -> str:
+        name = self.node_names().get(node)
+        if not name:
+            raise ToolError(f"node {node} has no Slurm node yet (its task has not started)")
+        return name
+
+    # -- scheduler actions, for chaos.faults.scheduler --------------------------------------
+    def take_node_out(self, node: int, state: str, why: str) -> dict[str, Any]:
+        """``scontrol update NodeName=X State=DOWN|DRAIN``, reason ``trainchaos:<run>:<why>``."""
+        name = self.slurm_node_name(node)
+        self._touched.add(name)
+        reason = f"{NODE_REASON_PREFIX}{self.spec.run_id}:{why}"
+        set_node_state(name, state, reason, self.conf)
+        self._emit("slurm_node_update", node_name=name, node=node, state=state, reason=reason,
+                   by="trainchaos")
+        return {"slurm_node": name, "state": state, "reason": reason, "slurm_conf": self.conf}
+
+    def signal_pid(self, pid: int, sig: int) -> bool:
+        """Only a process of this run on this machine: on a real cluster a rank's pid names a
+        process on another host, and the same number here may be anyone's."""
+        if not any(p.pid == pid for p in find_run_processes(self.spec.run_id)):
+            return False
+        return super().signal_pid(pid, sig)
+
+    def signal_node(self, node: int, sig: int) -> list[int]:
+        """Every process of the node (the srun task's wrapper, the agent, its workers), found
+        by run id and node: on the testbed every node is this machine."""
+        members = [p.pid for p in find_run_processes(self.spec.run_id) if p.node == node]
+        info = self._node_info(node)
+        here = info.get("host") == socket.gethostname()
+        wrapper = info.get("wrapper_pid") if here else None
+        agent = info.get("agent_pid") if here else None
+        order = [pid for pid in (agent, *members) if pid]
+        if sig in FATAL_SIGNALS and sig == signal.SIGKILL and wrapper:
+            order.append(wrapper)  # a host that dies takes the task with it
+        hit = []
+        for pid in dict.fromkeys(order):
+            if self.signal_pid(int(pid), sig):
+                hit.append(int(pid))
+        if sig in FATAL_SIGNALS:
+            self.lost.add(node)
+        return hit
+
+    def node_logs(self) -> dict[int, str]:
+        return {int(n): e["log"] for n, e in getattr(self, "_launch", {}).items()}

@@ -1,0 +1,149 @@
+"""Scheduler faults: what Slurm does to a job when a node fails or goes into maintenance.
+
+These act through the scheduler (``scontrol update NodeName=... State=DOWN|DRAIN``), so they
+run on the ``slurm`` backend only (validation says so for any other backend). Every node
+state change is recorded in the fault journal before it is made (the node's Slurm name, the
+reason ``trainchaos:<run id>:<fault>``) and undone with ``State=RESUME`` on revert, on
+SIGINT/SIGTERM, and by ``trainchaos cleanup`` from the record alone; ``cleanup`` also finds
+nodes left out of service by their reason (resource kind ``slurm_node_state``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from chaos.errors import ToolError
+from chaos.faults.base import FaultParams, FaultType, register
+
+if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
+
+__all__ = ["DrainNode", "NodeDown", "SLURM_ONLY"]
+
+SLURM_ONLY = ("slurm",)
+
+
+class NodeDownParams(FaultParams):
+    kill_processes: bool = True
+    """Kill the node's processes (SIGKILL) before marking it DOWN: the host died and Slurm
+    noticed. False: only the scheduler's verdict, and Slurm itself ends the job's work there."""
+
+
+class DrainNodeParams(FaultParams):
+    grace_s: float = Field(10.0, ge=0, le=3600)
+    """Seconds between the SIGTERM (the maintenance warning) and the SIGKILL of whatever of
+    the node is still running."""
+
+
+def _slurm_cluster(ctx: InjectionContext, fault: FaultType) -> Any:
+    cluster = ctx.cluster
+    if getattr(cluster, "name", None) != "slurm" or not hasattr(cluster, "take_node_out"):
+        raise ToolError(f"{fault.type_name} acts through the Slurm scheduler: it needs "
+                        f"backend: slurm, not {getattr(cluster, 'name', '?')}")
+    return cluster
+
+
+def _resume(record: dict[str, Any]) -> None:
+    from chaos.cluster.slurm import resume_node
+
+    failures = []
+    for change in record.get("node_states", []):
+        try:
+            resume_node(change["slurm_node"], change.get("slurm_conf"))
+        except Exception as exc:  # go on: every other node still gets resumed
+            failures.append(f"{change['slurm_node']}: {exc}")
+    if failures:
+        raise ToolError("could not resume " + "; ".join(failures))
+
+
+@register
+@dataclass
+class NodeDown(FaultType):
+    type_name: ClassVar[str] = "node_down"
+    family: ClassVar[str] = "scheduler"
+    failure_class: ClassVar[str] = "crash"
+    summary: ClassVar[str] = ("A node fails and Slurm marks it DOWN (scontrol update State=DOWN); "
+                              "RESUMEd on revert.")
+    fidelity: ClassVar[str] = (
+        "Stands for a host failure as the scheduler sees it: the node's processes die and Slurm "
+        "takes the node out of service. Exercises what the scheduler then does to the job "
+        "(ends it, keeps it with --no-kill, requeues it with --requeue) and the job's own "
+        "detection and elastic restart. The host is not really down: slurmd keeps running, "
+        "so node-health checks and SlurmdTimeout are not exercised."
+    )
+    mechanism: ClassVar[str] = "SIGKILL of the node's processes, then scontrol update State=DOWN"
+    params_model: ClassVar[type[FaultParams]] = NodeDownParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        cluster = _slurm_cluster(ctx, self)
+        record: dict[str, Any] = {"node_states": [], "pids": []}
+        for node in self.target.nodes:
+            if self.params.get("kill_processes", True):
+                record["pids"] += cluster.signal_node(node, signal.SIGKILL)
+            else:
+                cluster.lost.add(node)
+            record["node_states"].append(cluster.take_node_out(node, "DOWN", self.fault_id))
+        return record
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        _resume(record)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        _resume(record)
+
+
+@register
+@dataclass
+class DrainNode(FaultType):
+    type_name: ClassVar[str] = "drain_node"
+    family: ClassVar[str] = "scheduler"
+    failure_class: ClassVar[str] = "crash"
+    summary: ClassVar[str] = ("Maintenance: the node is drained (State=DRAIN), its processes get "
+                              "SIGTERM, then SIGKILL after grace_s; RESUMEd on revert.")
+    fidelity: ClassVar[str] = (
+        "Stands for planned maintenance or a health check taking a node away with notice (a "
+        "drain with a grace period, as a cloud maintenance event or preemption notice gives). "
+        "Exercises the job's SIGTERM handling (an emergency checkpoint within the grace saves "
+        "the steps since the last one) and restart without the node. The warning is a "
+        "SIGTERM to the node's processes, as Slurm's own --signal would deliver it."
+    )
+    mechanism: ClassVar[str] = "scontrol update State=DRAIN, SIGTERM, SIGKILL after grace_s"
+    params_model: ClassVar[type[FaultParams]] = DrainNodeParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        cluster = _slurm_cluster(ctx, self)
+        record: dict[str, Any] = {"node_states": [], "pids": []}
+        for node in self.target.nodes:
+            record["node_states"].append(cluster.take_node_out(node, "DRAIN", self.fault_id))
+            record["pids"] += cluster.signal_node(node, signal.SIGTERM)
+        nodes = tuple(self.target.nodes)
+
+        def finish() -> None:
+            for node in nodes:
+                cluster.signal_node(node, signal.SIGKILL)
+
+        timer = threading.Timer(float(self.params.get("grace_s", 10.0)), finish)
+        timer.daemon = True
+        timer.start()
+        self._timer = timer
+        return record
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
+        _resume(record)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        _resume(record)

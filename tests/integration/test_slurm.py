@@ -1,0 +1,240 @@
+"""The ``slurm`` backend on a real Slurm: munge, slurmctld and 4 emulated slurmd on this
+machine (``chaos.cluster.slurm_testbed``), started once for the module and stopped after.
+
+Each scenario of ``scenarios/slurm/`` runs through the real ``trainchaos run`` and must meet
+its targets with the same metrics as on ``local`` (detection, recovery, lost steps,
+attribution), with Slurm's own job and node states in the timeline; afterwards no trainchaos
+job is queued, every node is back in service and ``cleanup --check`` exits 0. A controller
+SIGKILLed while a node is DOWN is cleaned up by ``trainchaos cleanup``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.cluster import slurm_testbed
+from chaos.cluster.slurm_testbed import SlurmTestbed, missing_binaries
+from chaos.procs import find_run_processes
+
+pytestmark = pytest.mark.integration
+
+if missing_binaries() and os.geteuid() != 0:
+    pytest.skip(f"Slurm/munge not installed ({', '.join(missing_binaries())}) and not root "
+                "(make install sets them up)", allow_module_level=True)
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "scenarios" / "slurm"
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[SlurmTestbed]:
+    bed = SlurmTestbed(nodes=4)
+    bed.start()
+    root = bed.root
+    try:
+        yield bed
+    finally:
+        bed.stop()
+    assert not slurm_testbed.testbed_processes(root), "the test's Slurm daemons must all be stopped"
+    assert not os.path.exists(root)
+
+
+def _env(bed: SlurmTestbed, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, **bed.env(), "TRAINCHAOS_STATE_DIR": str(tmp_path / "state"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _cli(bed: SlurmTestbed, tmp_path: Path, *argv: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TRAINCHAOS, *argv], env=_env(bed, tmp_path), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _slurm(bed: SlurmTestbed, *argv: str) -> str:
+    return subprocess.run(list(argv), env={**os.environ, **bed.env()}, capture_output=True, text=True,
+                          timeout=15, check=True).stdout
+
+
+def _trainchaos_jobs(bed: SlurmTestbed) -> list[str]:
+    return [line for line in _slurm(bed, "squeue", "-h", "-o", "%i %j %T").splitlines() if "trainchaos-" in line]
+
+
+def _node_states(bed: SlurmTestbed) -> dict[str, str]:
+    return dict(line.split() for line in _slurm(bed, "sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+
+
+def _events(run_dir: Path, src_glob: str = "*") -> list[dict]:
+    out = []
+    for path in (run_dir / "events").glob(f"{src_glob}.jsonl"):
+        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(out, key=lambda e: e["t"])
+
+
+def _assert_clean(bed: SlurmTestbed, tmp_path: Path, run_id: str | None = None) -> None:
+    assert not _trainchaos_jobs(bed), "no trainchaos job may be left in squeue"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(_node_states(bed).values()) != {"idle"}:
+        time.sleep(0.2)
+    assert set(_node_states(bed).values()) == {"idle"}, f"every node back in service: {_node_states(bed)}"
+    if run_id:
+        assert not find_run_processes(run_id)
+    check = _cli(bed, tmp_path, "cleanup", "--check", timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+CASES = {
+    # scenario file: (slurm events that must be in the timeline, world size at the end)
+    "rank-kill": ({"slurm_job"}, 2),
+    "kill-node": ({"slurm_job"}, 1),
+    "node-down-no-kill": ({"slurm_job", "slurm_node_update"}, 1),
+    "drain-with-grace": ({"slurm_job", "slurm_node_update"}, 1),
+    # Slurm ends the job (no --no-kill) and requeues it; the scheduler is the detector.
+    "node-fail-requeue": ({"slurm_job", "slurm_node_update", "slurm_requeue", "detected"}, 2),
+}
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("name", list(CASES))
+def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_path: Path, name: str) -> None:
+    kinds, final_world = CASES[name]
+    result = _cli(slurm_cluster, tmp_path, "run", str(SCENARIOS / f"{name}.yaml"), "--out", str(tmp_path / "out"))
+    output = result.stdout + result.stderr
+    run_dir = next((tmp_path / "out").glob("*/0"))
+    journal = json.loads((run_dir / "journal.json").read_text())
+    assert result.returncode == 0, output
+    assert journal["status"] == "completed" and journal["verdict"]["passed"], journal["verdict"]
+    metrics = journal["metrics"]
+    assert metrics["detection_s"] is not None and metrics["recovery_s"] is not None, metrics
+    assert metrics["lost_steps"] is not None and metrics["lost_steps"] <= 10
+    assert any(c["name"] == "attribution" and c["value"] == "correct" for c in journal["verdict"]["checks"])
+    assert metrics["final_world_size"] == final_world
+
+    slurm_events = _events(run_dir, "slurm.*")
+    assert kinds <= {e["kind"] for e in slurm_events}, slurm_events
+    assert any(e["kind"] == "slurm_job" and e["state"] == "RUNNING" for e in slurm_events)
+    if "slurm_requeue" in kinds:
+        requeued = [e for e in slurm_events if e["kind"] == "slurm_job" and e["restarts"] == 1]
+        assert any(e["state"] == "RUNNING" for e in requeued), "the requeued job must run again"
+        assert metrics["final_step"] == 40
+    if "slurm_node_update" in kinds:
+        update = next(e for e in slurm_events if e["kind"] == "slurm_node_update")
+        assert update["reason"].startswith(f"trainchaos:{journal['run_id']}:")
+    resources = [json.loads(line) for line in (run_dir / "resources.jsonl").read_text().splitlines()]
+    job = next(r for r in resources if r.get("kind") == "slurm_job")
+    assert {"op": "destroyed", "id": job["id"]}.items() <= next(
+        r for r in resources if r.get("op") == "destroyed" and r["id"] == job["id"]).items()
+    _assert_clean(slurm_cluster, tmp_path, journal["run_id"])
+
+
+@pytest.mark.timeout(200)
+def test_sigkilled_controller_with_a_node_down_is_cleaned_up(slurm_cluster: SlurmTestbed, tmp_path: Path) -> None:
+    """A node DOWN and a job running when the controller is SIGKILLed: ``trainchaos cleanup``
+    resumes the node and cancels the job from the journals alone."""
+    scenario = tmp_path / "down-then-killed.yaml"
+    scenario.write_text((SCENARIOS / "node-down-no-kill.yaml").read_text()
+                        .replace("name: slurm-node-down-no-kill", "name: down-then-killed")
+                        .replace("steps: 40,", "steps: 400, step_delay_s: 0.05,"))
+    log = open(tmp_path / "run.out", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", str(tmp_path / "out")],
+                            env=_env(slurm_cluster, tmp_path), cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    run_dir = tmp_path / "out" / "down-then-killed" / "0"
+    journal_path = run_dir / "fault_journal.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and '"applied"' not in (journal_path.read_text() if journal_path.exists() else ""):
+            assert proc.poll() is None, (tmp_path / "run.out").read_text()
+            time.sleep(0.2)
+        assert '"applied"' in journal_path.read_text(), (tmp_path / "run.out").read_text()
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert "down" in " ".join(_node_states(slurm_cluster).values()), _node_states(slurm_cluster)
+        assert _trainchaos_jobs(slurm_cluster), "the job outlives its controller until cleanup"
+        check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
+        assert check.returncode == 1, check.stdout
+
+        cleanup = _cli(slurm_cluster, tmp_path, "cleanup", timeout=120)
+        assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+        assert "reverted f0-node_down" in cleanup.stdout, cleanup.stdout
+        _assert_clean(slurm_cluster, tmp_path)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("backend", "nodes", "fault", "needle"), [
+    ("{slurm: {partition: nosuch}}", 2, "kill_rank", "backend: slurm.partition: unknown partition 'nosuch'; "
+     "known: trainchaos"),
+    ("slurm", 8, "kill_rank", "the job needs 8 nodes (topology.nodes) but partition 'trainchaos' has 4"),
+    ("slurm", 2, "node_down", "faults[0].target.node: node 5 does not exist: the job has 2 nodes (0-1)"),
+    ("local", 2, "node_down", "faults[0].type: node_down acts through the slurm backend; this scenario "
+     "runs on local"),
+])
+def test_bad_slurm_input_exits_2_and_submits_nothing(slurm_cluster: SlurmTestbed, tmp_path: Path, backend: str,
+                                                     nodes: int, fault: str, needle: str) -> None:
+    target = "{node: 5}" if "node 5" in needle else "{node: 1}" if fault == "node_down" else "{rank: 1}"
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(f"""\
+name: bad
+backend: {backend}
+workload:
+  harness: {{steps: 20, model: {{name: mlp}}}}
+topology: {{nodes: {nodes}, ranks_per_node: 1}}
+faults:
+  - type: {fault}
+    target: {target}
+    trigger: {{at_step: 5}}
+timeout_s: 60
+""")
+    result = _cli(slurm_cluster, tmp_path, "run", str(scenario), "--out", str(tmp_path / "out"), timeout=50)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stdout + result.stderr
+    assert "bad.yaml" in result.stdout + result.stderr
+    assert not _trainchaos_jobs(slurm_cluster)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("resources.jsonl"))
+
+
+@pytest.mark.timeout(200)
+def test_a_run_inside_an_existing_allocation_leaves_the_allocation_alone(slurm_cluster: SlurmTestbed,
+                                                                         tmp_path: Path) -> None:
+    """``jobid``: the run is one job step of someone's allocation; it ends, the allocation
+    does not."""
+    job = _slurm(slurm_cluster, "sbatch", "--parsable", "-N2", "--job-name=user-alloc", "--output=/dev/null",
+                 "--wrap", "sleep 300").strip()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "RUNNING" not in _slurm(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"):
+            time.sleep(0.2)
+        scenario = tmp_path / "in-alloc.yaml"
+        scenario.write_text((SCENARIOS / "rank-kill.yaml").read_text()
+                            .replace("backend: slurm", f"backend: {{slurm: {{jobid: {job}}}}}")
+                            .replace("name: slurm-rank-kill", "name: in-alloc"))
+        result = _cli(slurm_cluster, tmp_path, "run", str(scenario), "--out", str(tmp_path / "out"))
+        journal = json.loads((tmp_path / "out" / "in-alloc" / "0" / "journal.json").read_text())
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert journal["status"] == "completed" and journal["metrics"]["lost_steps"] <= 10
+        resources = (tmp_path / "out" / "in-alloc" / "0" / "resources.jsonl").read_text()
+        assert '"kind": "slurm_step"' in resources and '"kind": "slurm_job"' not in resources
+        assert "RUNNING" in _slurm(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"), "the allocation must live on"
+        steps = _slurm(slurm_cluster, "squeue", "-h", "-s", "-j", job, "-o", "%i %j")
+        assert "trainchaos-" not in steps, steps
+        assert not find_run_processes(journal["run_id"])
+        check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        _slurm(slurm_cluster, "scancel", job)

@@ -1,0 +1,138 @@
+"""The ``netns`` backend and network faults without touching the machine: names that fit
+Linux's limits, addresses that stay in 198.18.0.0/15 and avoid subnets already in use, the
+agent command, ownership read back from interface aliases, the rules each partition shape
+writes, and a clear preflight line when a capability is missing."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from typing import Any
+
+import pytest
+
+from chaos.cluster import lookup_backend
+from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
+from chaos.cluster.netns import NetnsCluster
+from chaos.faults.base import lookup
+from chaos.model import Topology
+from chaos.net import fabric
+from chaos.procs import controller_tag
+
+RUN_ID = "trainchaos-0123456789"
+
+
+def test_every_name_fits_the_interface_limit_and_carries_the_prefix() -> None:
+    assert fabric.short_id(RUN_ID) == "01234567"
+    names = [fabric.bridge_name(RUN_ID), *fabric.fabric_names(RUN_ID, 11)]
+    assert all(n.startswith("tc-01234567-") and len(n) <= 15 for n in names), names
+    assert fabric.node_namespace(RUN_ID, 3) == "tc-01234567-n3"
+    # A run id of another shape still gets 8 hex digits.
+    assert len(fabric.short_id("my-own-run")) == 8
+
+
+def test_subnet_is_in_the_benchmarking_range_and_avoids_subnets_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = fabric.pick_subnet(RUN_ID)
+    assert first.subnet_of(ipaddress.ip_network("198.18.0.0/15")) and first.prefixlen == 24
+    monkeypatch.setattr(fabric, "_root_addresses", lambda: {first})
+    second = fabric.pick_subnet(RUN_ID)
+    assert second != first and second.subnet_of(ipaddress.ip_network("198.18.0.0/15"))
+
+
+def test_agent_runs_in_its_namespace_against_the_bridge_store_with_gloo_on_its_link(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))  # node_env makes its TMPDIR
+    assert lookup_backend("netns") is NetnsCluster
+    spec = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path), topology=Topology(nodes=2, ranks_per_node=1),
+                   worker_argv=["-m", "harness"])
+    cluster = NetnsCluster(spec, resources=None)  # type: ignore[arg-type]
+    cluster.subnet = ipaddress.ip_network("198.18.5.0/24")
+    cluster.gateway, cluster.rdzv_port = "198.18.5.1", 4242
+    argv = cluster.agent_command(1)
+    assert argv[:4] == ["ip", "netns", "exec", "tc-01234567-n1"]
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "198.18.5.1:4242"
+    assert argv[argv.index("--local-addr") + 1] == "198.18.5.11"
+    env = cluster.node_env(1)
+    assert env["TRAINCHAOS_NODE_ADDR"] == "198.18.5.11"
+    assert env["GLOO_SOCKET_IFNAME"] == "tc-01234567-p1"
+
+
+def test_owner_and_liveness_come_from_the_alias() -> None:
+    live = f"trainchaos run={RUN_ID} controller={controller_tag()}"
+    assert fabric._owner(live) == (RUN_ID, True)
+    assert fabric._owner(f"trainchaos run={RUN_ID} controller=1:0") == (RUN_ID, False)
+    assert fabric._owner("") == (None, False)
+
+
+def test_missing_capability_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fabric.shutil, "which", lambda cmd: f"/usr/sbin/{cmd}")
+    denied = subprocess.CompletedProcess([], 1, "", "mount --make-shared /run/netns failed: Operation not permitted")
+    calls: list[tuple[str, ...]] = []
+
+    def fake_ip(*args: str, check: bool = True, netns: str | None = None) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return denied
+
+    monkeypatch.setattr(fabric, "ip", fake_ip)
+    lines = NetnsCluster.preflight(None)  # type: ignore[arg-type]
+    assert len(lines) == 1 and "CAP_NET_ADMIN is missing" in lines[0] and "Operation not permitted" in lines[0]
+    assert calls == [("netns", "add", calls[0][2])] and calls[0][2].startswith("tc-preflight-")
+    monkeypatch.setattr(fabric.shutil, "which", lambda cmd: None if cmd == "nft" else "/usr/sbin/ip")
+    monkeypatch.setattr(fabric, "ip", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
+    lines = NetnsCluster.preflight(None)  # type: ignore[arg-type]
+    assert lines == ["netns: the 'nft' command is not installed (Debian: apt-get install nftables)"]
+
+
+class _Fabric:
+    name = "netns"
+    gateway = "198.18.5.1"
+
+    def __init__(self, nodes: int) -> None:
+        self.topology = Topology(nodes=nodes, ranks_per_node=1)
+        self.lost: list[int] = []
+
+    def namespace(self, node: int) -> str:
+        return f"ns{node}"
+
+    def node_interface(self, node: int) -> str:
+        return f"p{node}"
+
+    def node_address(self, node: int) -> str:
+        return f"198.18.5.{10 + node}"
+
+    def mark_lost(self, node: int) -> None:
+        self.lost.append(node)
+
+
+def _rules(monkeypatch: pytest.MonkeyPatch, nodes: int, target: tuple[int, ...], **params: Any
+           ) -> tuple[dict[str, list[str]], _Fabric]:
+    from chaos.net import nft
+
+    written: dict[str, list[str]] = {}
+    monkeypatch.setattr(nft, "add_input_drops", lambda ns, table, rules: written.setdefault(ns, []).extend(rules))
+    cls = lookup("partition")
+    fault = cls(fault_id="f0-partition", target=ResolvedTarget(nodes=target),
+                params=cls.params_model.model_validate(params).model_dump())
+    cluster = _Fabric(nodes)
+    fault.inject(InjectionContext("/nonexistent", cluster, None))  # type: ignore[arg-type]
+    return written, cluster
+
+
+def test_isolate_drops_at_the_node_and_from_it_everywhere_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules, cluster = _rules(monkeypatch, 3, (2,), shape="isolate")
+    assert rules == {"ns2": ['iifname "p2"'], "ns0": ["ip saddr { 198.18.5.12 }"],
+                     "ns1": ["ip saddr { 198.18.5.12 }"]}
+    assert cluster.lost == [2]
+
+
+def test_split_keeps_the_store_with_the_majority(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules, cluster = _rules(monkeypatch, 3, (2,), shape="split", groups=[[0, 1], [2]])
+    assert rules["ns0"] == ["ip saddr { 198.18.5.12 }"]
+    assert rules["ns2"] == ["ip saddr { 198.18.5.10, 198.18.5.11 }", "ip saddr 198.18.5.1"]
+    assert cluster.lost == [2]
+
+
+def test_one_way_drops_only_at_the_receiving_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules, cluster = _rules(monkeypatch, 2, (0,), shape="one_way", links=[[0, 1]], duration_s=5)
+    assert rules == {"ns1": ["ip saddr 198.18.5.10"]}
+    assert cluster.lost == []
