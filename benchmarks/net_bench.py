@@ -25,9 +25,9 @@ import tempfile
 import time
 import uuid
 
+from chaos.cluster.netns import FABRIC_MTU
 from chaos.cluster.resources import RunResources
 from chaos.events import read_events
-from chaos.cluster.netns import FABRIC_MTU
 from chaos.net import fabric
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario

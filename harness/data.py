@@ -222,12 +222,14 @@ class LoaderFeed:
 
     def next_batch(self) -> Batch:
         if self._batches is None or self._next_cursor != self.sampler.cursor:
-            # forkserver, not fork: the rank already runs threads (watchdog, liveness, a
-            # background import), and a worker forked while one of them held a lock would
-            # wait for it forever (seen: the first batch never came).
+            # spawn, not fork: the rank already runs threads (watchdog, liveness, a background
+            # import), and a worker forked while one of them held a lock waits for it forever
+            # (seen: the first batch never came). Not forkserver either: its AF_UNIX socket
+            # lives in TMPDIR, the node's local directory, whose path can pass the 108-byte
+            # limit (seen under pytest's temporary directories).
             loader = torch.utils.data.DataLoader(
                 _BatchAt(self.sampler), batch_size=None, sampler=_CursorsFrom(self.sampler.cursor),
-                num_workers=self.workers, prefetch_factor=2, multiprocessing_context="forkserver")
+                num_workers=self.workers, prefetch_factor=2, multiprocessing_context="spawn")
             self._batches = iter(loader)
             self._next_cursor = self.sampler.cursor
             self.worker_pids = [w.pid for w in getattr(self._batches, "_workers", [])]

@@ -9,7 +9,8 @@ session; every process carries ``TRAINCHAOS_RUN_ID`` in its environment, which i
 kill finds torchrun's workers (they run in sessions of their own) and how ``trainchaos
 cleanup`` finds what a crashed controller left, without touching anything else. Each node
 gets a node-local directory (its "local disk", a run-scoped resource) exported as
-``TRAINCHAOS_NODE_LOCAL_DIR`` and used as its ``TMPDIR``.
+``TRAINCHAOS_NODE_LOCAL_DIR``, and a short temp dir of its own as ``TMPDIR``; both are
+run-scoped resources.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from chaos.cluster.base import (
     NodeStatus,
     TargetUnavailable,
 )
-from chaos.cluster.resources import scratch_base
+from chaos.cluster.resources import scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 
 __all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
@@ -74,6 +75,7 @@ class LocalCluster(ClusterBackend):
         os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
         for node in range(self.topology.total_nodes):
             self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
+            self.resources.acquire("scratch_dir", {"path": tmp_dir_for(self.spec.run_id, node)})
         # The store listens on loopback only (TCPStore alone would bind every interface):
         # a socket bound here is handed over, and its port is the rendezvous endpoint.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -126,8 +128,7 @@ class LocalCluster(ClusterBackend):
     def node_env(self, node: int) -> dict[str, str]:
         env = dict(os.environ)
         local_dir = self.node_local_dir(node)
-        tmp = os.path.join(local_dir, "tmp")
-        os.makedirs(tmp, exist_ok=True)
+        tmp = tmp_dir_for(self.spec.run_id, node)
         env.update({
             RUN_ID_ENV: self.spec.run_id,
             CONTROLLER_ENV: controller_tag(),
@@ -137,7 +138,8 @@ class LocalCluster(ClusterBackend):
             NODE_LOCAL_ENV: local_dir,
             # A fresh store per rendezvous round: see harness/dist.py.
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            # torchrun's own scratch files live on the node's local disk, never in /tmp.
+            # torchrun's and the job's temp files go to the node's own temp dir (a run-scoped
+            # resource, removed with the run), never loose in /tmp.
             "TMPDIR": tmp,
             "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",

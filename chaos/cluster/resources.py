@@ -20,10 +20,13 @@ A kind registers by name with ``register_kind``; a later family adds its kinds t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,6 +34,7 @@ from typing import Any, ClassVar
 from chaos.errors import ToolError
 from chaos.procs import (
     CONTROLLER_ENV,
+    controller_alive,
     controller_tag,
     find_run_processes,
     kill_pids,
@@ -137,6 +141,10 @@ class ScratchDir(ResourceKind):
             raise ToolError(f"refusing to own {path}: a run's directories carry {PREFIX!r} in "
                             "their path")
         os.makedirs(path, exist_ok=True)
+        # Who owns it, for a scan that finds it with no journal at hand (a directory in the
+        # shared temp dir may belong to a live run of another state directory).
+        with open(os.path.join(path, OWNER_FILE), "w", encoding="utf-8") as fh:
+            json.dump({"run_id": run_id, "controller": controller_tag()}, fh)
         return {}
 
     @classmethod
@@ -156,11 +164,40 @@ class ScratchDir(ResourceKind):
 
     @classmethod
     def scan(cls) -> list[Leftover]:
+        found = []
         base = scratch_base()
-        if not os.path.isdir(base):
-            return []
-        return [Leftover(cls.kind, os.path.join(base, name), name, {"path": os.path.join(base, name)})
-                for name in sorted(os.listdir(base)) if name.startswith(PREFIX)]
+        if os.path.isdir(base):
+            found += [Leftover(cls.kind, os.path.join(base, name), name, {"path": os.path.join(base, name)})
+                      for name in sorted(os.listdir(base)) if name.startswith(PREFIX)]
+        # Short per-node temp dirs (``tmp_dir_for``) in the shared temp directory: only those
+        # whose controller is gone are leftovers; the others belong to live runs.
+        tmp = tempfile.gettempdir()
+        for name in sorted(os.listdir(tmp)):
+            match = _TMP_NAME.fullmatch(name)
+            path = os.path.join(tmp, name)
+            if match is None or not os.path.isdir(path) or controller_alive(_owner(path).get("controller")):
+                continue
+            found.append(Leftover(cls.kind, path, match.group(1), {"path": path}))
+        return found
+
+
+OWNER_FILE = ".trainchaos-owner"
+_TMP_NAME = re.compile(r"(trainchaos-[0-9a-f]+)-n\d+")
+
+
+def tmp_dir_for(run_id: str, node: int) -> str:
+    """A node's TMPDIR: short, because AF_UNIX socket paths made in it (multiprocessing's
+    resource sharer, which every DataLoader with workers uses) may not pass 108 bytes, and a
+    node-local directory under a user's state dir easily would."""
+    return os.path.join(tempfile.gettempdir(), f"{run_id}-n{node}")
+
+
+def _owner(path: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
 
 
 @register_kind

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.resources import pending_resources
+from chaos.cluster.resources import pending_resources, tmp_dir_for
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from chaos.rollback import FaultJournal
 
@@ -300,22 +300,23 @@ def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbo
     assert {p.pid for p in frozen} <= set(fault["details"]["stopped_pids"])
     assert [r["run_id"] for r in sandbox.registered()] == [run_id]
     assert FaultJournal(str(run_dir / "fault_journal.jsonl")).pending(), "the fault journal must show it pending"
-    # Run-scoped resources outlive it too: the nodes' local directories.
+    # Run-scoped resources outlive it too: the nodes' local directories and temp dirs.
     scratch = sorted((sandbox.state / "scratch" / run_id).glob("node-*"))
     assert [p.name for p in scratch] == ["node-0", "node-1"], scratch
+    scratch += [Path(tmp_dir_for(run_id, node)) for node in (0, 1)]
     pending = pending_resources(str(run_dir / "resources.jsonl"))
-    assert sorted(r["spec"]["path"] for r in pending) == [str(p) for p in scratch]
+    assert sorted(r["spec"]["path"] for r in pending) == sorted(str(p) for p in scratch)
 
     check = sandbox.cli("cleanup", "--check")
     assert check.returncode == 1, check.stdout + check.stderr
-    assert f"run {run_id}" in check.stdout and "1 fault(s) not reverted, 2 resource(s)" in check.stdout
+    assert f"run {run_id}" in check.stdout and "1 fault(s) not reverted, 4 resource(s)" in check.stdout
     assert all(p.exists() for p in scratch) and find_run_processes(run_id), "--check must change nothing"
 
     result = sandbox.cli("cleanup")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{run_id}: reverted {fault['fault_id']} (hang_rank)" in result.stdout, result.stdout
     assert f"{run_id}: killed " in result.stdout, result.stdout
-    assert f"{run_id}: released 2 resource(s)" in result.stdout, result.stdout
+    assert f"{run_id}: released 4 resource(s)" in result.stdout, result.stdout
 
     assert_nothing_left(sandbox, run_id, fault)
     assert_fault_reverted(run_dir, fault["fault_id"])

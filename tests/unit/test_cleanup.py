@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from chaos.cleanup import cleanup_runs, find_leftovers
 from chaos.cli import cli
-from chaos.cluster.resources import RunResources, scratch_base
+from chaos.cluster.resources import OWNER_FILE, RunResources, scratch_base, tmp_dir_for
 from chaos.procs import controller_tag
 from chaos.rollback import active_runs, state_dir
 
@@ -72,3 +72,22 @@ def test_an_unregistered_leftover_is_found_by_its_name_and_removed(tmp_path: Pat
     assert any("removed leftover scratch_dir" in line for line in report.lines), report.lines
     assert not stray.parent.exists()
     assert find_leftovers() == []
+
+
+def test_a_temp_dir_in_the_shared_tmp_is_a_leftover_only_when_its_controller_is_gone(tmp_path: Path) -> None:
+    """Node temp dirs live in the machine's shared temp dir, where runs of other state dirs
+    keep theirs too: ownership comes from the owner file, not from this registry."""
+    live = RunResources("trainchaos-0a0a0a0a01", str(tmp_path / "live"))
+    live.acquire("scratch_dir", {"path": tmp_dir_for("trainchaos-0a0a0a0a01", 0)})
+    dead_path = Path(tmp_dir_for("trainchaos-0a0a0a0a02", 1))
+    RunResources("trainchaos-0a0a0a0a02", str(tmp_path / "dead")).acquire("scratch_dir", {"path": str(dead_path)})
+    (dead_path / OWNER_FILE).write_text(json.dumps({"run_id": "trainchaos-0a0a0a0a02", "controller": "999999999:1"}))
+    try:
+        found = find_leftovers()
+        assert any(str(dead_path) in line for line in found), found
+        assert not any("trainchaos-0a0a0a0a01" in line for line in found), "a live run's dir is no leftover"
+        cleanup_runs([])
+        assert not dead_path.exists() and Path(tmp_dir_for("trainchaos-0a0a0a0a01", 0)).is_dir()
+    finally:
+        assert live.release_all() == []
+        assert not Path(tmp_dir_for("trainchaos-0a0a0a0a01", 0)).exists()

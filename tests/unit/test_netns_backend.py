@@ -136,3 +136,17 @@ def test_one_way_drops_only_at_the_receiving_end(monkeypatch: pytest.MonkeyPatch
     rules, cluster = _rules(monkeypatch, 2, (0,), shape="one_way", links=[[0, 1]], duration_s=5)
     assert rules == {"ns1": ["ip saddr 198.18.5.10"]}
     assert cluster.lost == []
+
+
+def test_a_rank_that_reaches_no_remote_peer_blames_its_own_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.health import Diagnosis, PeerAddress, own_link_cut
+
+    monkeypatch.setenv("RANK", "2")
+    peers = [PeerAddress(0, "198.18.5.10", 1, 10, 0), PeerAddress(1, "198.18.5.11", 1, 11, 1)]
+    unreachable = [Diagnosis(0, "network", "x"), Diagnosis(1, "network", "x")]
+    cut = own_link_cut(unreachable, peers)
+    assert cut is not None and cut.rank == 2 and cut.failure_class == "network"
+    # One remote peer still answers: that one peer is the suspect, not this rank.
+    assert own_link_cut(unreachable[:1], peers) is None
+    # A single other node: either side's link may be the cut one; no self-blame.
+    assert own_link_cut(unreachable[:1], peers[:1]) is None
