@@ -4,9 +4,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
-# Debian packages later fault families need (network namespaces, nftables, FUSE), and
-# chromium: the integration test renders a real run's HTML report in it, headless.
-DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps chromium slurm-wlm munge
+# Debian packages the fault families and their tests need: network namespaces and nftables
+# (netns backend), capsh (a test drops CAP_NET_ADMIN), FUSE (storage), chromium (a test
+# renders a real run's HTML report, headless), slurm-wlm and munge (a local Slurm cluster).
+DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo slurm-demo test test-unit test-integration lint bench clean

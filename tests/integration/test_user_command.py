@@ -87,7 +87,11 @@ def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, monkeyp
     assert metrics["detected_by"] == "node-0"
     assert metrics["attribution"] == "correct", metrics["attribution_detail"]
     assert metrics["resumed_from"] == 20
-    assert metrics["lost_steps"] == fault["step_at_inject"] - 20
+    # The script's ranks never synchronise, so rank 0 may be a step or two ahead of the
+    # killed rank: lost steps count from the furthest step before the fault (the metric's
+    # definition), which is at or just past the killed rank's own.
+    assert fault["step_at_inject"] <= metrics["last_step_before"] <= fault["step_at_inject"] + 2
+    assert metrics["lost_steps"] == metrics["last_step_before"] - 20
     assert metrics["recovery_s"] is not None
     assert journal["verdict"]["passed"], journal["verdict"]
     assert not find_run_processes(journal["run_id"])
