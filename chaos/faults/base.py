@@ -74,6 +74,9 @@ class FaultType(ABC):
     mechanism: ClassVar[str] = ""
     """How the fault is put in effect, in a few words (``trainchaos faults``); empty: "the
     probe, in-process" or "the injector", from ``in_process``."""
+    backends: ClassVar[tuple[str, ...] | None] = None
+    """The backends the fault works on (``("netns",)``: nftables inside node namespaces;
+    ``("slurm",)``: scontrol); None: every backend. Validation refuses the others."""
 
     fault_id: str
     target: ResolvedTarget

@@ -249,7 +249,7 @@ class _Checker:
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
                          f"{close_match(fault['type'], known)} known: {', '.join(known)}")
         # A fault that acts through one backend's machinery (a scheduler fault: Slurm).
-        only = getattr(fault_type, "backends", None)
+        only = fault_type.backends if fault_type is not None else None
         if only and getattr(self, "backend_name", "local") not in only:
             self.add((*loc, "type"), f"{fault_type.type_name} acts through the "
                      f"{' or '.join(only)} backend; this scenario runs on "
