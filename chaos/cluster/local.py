@@ -70,25 +70,34 @@ class LocalCluster(ClusterBackend):
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        from torch.distributed import TCPStore
-
         os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
         for node in range(self.topology.total_nodes):
-            self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
-            self.resources.acquire("scratch_dir", {"path": tmp_dir_for(self.spec.run_id, node)})
-        # The store listens on loopback only (TCPStore alone would bind every interface):
-        # a socket bound here is handed over, and its port is the rendezvous endpoint.
+            self.acquire_node_dirs(node)
+        self.serve_rendezvous(LOOPBACK)
+        for node in range(self.topology.nodes):
+            self.start_node(node)
+
+    def acquire_node_dirs(self, node: int) -> None:
+        """The node's local disk and its short temp dir (``TMPDIR``), as run-scoped resources:
+        a TMPDIR that does not exist sends torchrun's and the job's temp files loose into
+        the machine's /tmp."""
+        self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
+        self.resources.acquire("scratch_dir", {"path": tmp_dir_for(self.spec.run_id, node)})
+
+    def serve_rendezvous(self, host: str) -> None:
+        """Host the agents' c10d store on ``host`` only (TCPStore alone would bind every
+        interface): a socket bound here is handed over, and its port is the endpoint."""
+        from torch.distributed import TCPStore
+
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, 0))
+        sock.bind((host, 0))
         sock.listen(512)
         self.rdzv_port = sock.getsockname()[1]
         # multi_tenant: the agents' rendezvous and nothing else shares this server.
-        self._store = TCPStore(LOOPBACK, self.rdzv_port, is_master=True, wait_for_workers=False,
+        self._store = TCPStore(host, self.rdzv_port, is_master=True, wait_for_workers=False,
                                multi_tenant=True, timeout=timedelta(seconds=30),
                                master_listen_fd=sock.detach())
-        for node in range(self.topology.nodes):
-            self.start_node(node)
 
     def note_event(self, event: dict) -> None:
         """Spares start once the job's first round has formed: the rendezvous takes whichever

@@ -24,8 +24,6 @@ never changes the host's firewall: on such a host, allow forwarding on ``tc-*`` 
 from __future__ import annotations
 
 import os
-import socket
-from datetime import timedelta
 from typing import TYPE_CHECKING, ClassVar
 
 from chaos.cluster import register_backend
@@ -59,8 +57,6 @@ class NetnsCluster(LocalCluster):
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        from torch.distributed import TCPStore
-
         run_id = self.spec.run_id
         os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
         self.subnet = fabric.pick_subnet(run_id)
@@ -70,7 +66,7 @@ class NetnsCluster(LocalCluster):
         bridge = fabric.bridge_name(run_id)
         self.resources.acquire("bridge", {"name": bridge, "address": f"{self.gateway}/{prefix}"})
         for node in range(self.topology.total_nodes):
-            self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
+            self.acquire_node_dirs(node)
             ns = self.namespace(node)
             self.resources.acquire("netns", {"name": ns})
             host_end, node_end = fabric.fabric_names(run_id, node)
@@ -79,14 +75,7 @@ class NetnsCluster(LocalCluster):
                                             "address": f"{self.node_address(node)}/{prefix}"})
         # The store listens on the bridge's address only: reachable from every node's
         # namespace, from nowhere beyond the run's fabric.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.gateway, 0))
-        sock.listen(512)
-        self.rdzv_port = sock.getsockname()[1]
-        self._store = TCPStore(self.gateway, self.rdzv_port, is_master=True, wait_for_workers=False,
-                               multi_tenant=True, timeout=timedelta(seconds=30),
-                               master_listen_fd=sock.detach())
+        self.serve_rendezvous(self.gateway)
         for node in range(self.topology.nodes):
             self.start_node(node)
 

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,9 +74,15 @@ def test_clean_run_across_namespaces_completes_and_leaves_nothing(tmp_path: Path
                                          + "topology: {nodes: 2, ranks_per_node: 1}\n"
                                          "backend: netns\ntargets: {false_detections: {max: 0}}\n"
                                          "timeout_s: 120\n")
+    temp_before = set(os.listdir(tempfile.gettempdir()))
     res = _cli(tmp_path, "run", "clean.yaml", "--out", "reports")
     assert res.returncode == 0, res.stdout + res.stderr
     journal = _journal(tmp_path, "netns-clean")
+    # Each node's temp files went to its own temp dir, removed with the run: nothing loose
+    # (torchrun's torchelastic_* log dirs were left in /tmp when the node's TMPDIR was missing).
+    loose = {n for n in set(os.listdir(tempfile.gettempdir())) - temp_before
+             if n.startswith(("torchelastic_", journal["run_id"]))}
+    assert not loose, loose
     metrics = journal["metrics"]
     assert metrics["completed"] and metrics["final_step"] == 40
     assert metrics["false_detections"] == 0
