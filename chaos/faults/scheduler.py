@@ -61,12 +61,28 @@ def _resume(record: dict[str, Any]) -> None:
         raise ToolError("could not resume " + "; ".join(failures))
 
 
-@register
 @dataclass
-class NodeDown(FaultType):
-    type_name: ClassVar[str] = "node_down"
+class _SlurmNodeFault(FaultType):
+    """A node taken out of service through Slurm: its state change is always undone (RESUME),
+    on revert and from the journal alone."""
+
     family: ClassVar[str] = "scheduler"
     failure_class: ClassVar[str] = "crash"
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        _resume(record)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        _resume(record)
+
+
+@register
+@dataclass
+class NodeDown(_SlurmNodeFault):
+    type_name: ClassVar[str] = "node_down"
     summary: ClassVar[str] = ("A node fails and Slurm marks it DOWN (scontrol update State=DOWN); "
                               "RESUMEd on revert.")
     fidelity: ClassVar[str] = (
@@ -78,8 +94,6 @@ class NodeDown(FaultType):
     )
     mechanism: ClassVar[str] = "SIGKILL of the node's processes, then scontrol update State=DOWN"
     params_model: ClassVar[type[FaultParams]] = NodeDownParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         cluster = _slurm_cluster(ctx, self)
@@ -92,20 +106,11 @@ class NodeDown(FaultType):
             record["node_states"].append(cluster.take_node_out(node, "DOWN", self.fault_id))
         return record
 
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        _resume(record)
-
-    @classmethod
-    def revert_record(cls, record: dict[str, Any]) -> None:
-        _resume(record)
-
 
 @register
 @dataclass
-class DrainNode(FaultType):
+class DrainNode(_SlurmNodeFault):
     type_name: ClassVar[str] = "drain_node"
-    family: ClassVar[str] = "scheduler"
-    failure_class: ClassVar[str] = "crash"
     summary: ClassVar[str] = ("Maintenance: the node is drained (State=DRAIN), its processes get "
                               "SIGTERM, then SIGKILL after grace_s; RESUMEd on revert.")
     fidelity: ClassVar[str] = (
@@ -117,8 +122,6 @@ class DrainNode(FaultType):
     )
     mechanism: ClassVar[str] = "scontrol update State=DRAIN, SIGTERM, SIGKILL after grace_s"
     params_model: ClassVar[type[FaultParams]] = DrainNodeParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         cluster = _slurm_cluster(ctx, self)
@@ -142,8 +145,4 @@ class DrainNode(FaultType):
         timer = getattr(self, "_timer", None)
         if timer is not None:
             timer.cancel()
-        _resume(record)
-
-    @classmethod
-    def revert_record(cls, record: dict[str, Any]) -> None:
-        _resume(record)
+        super().revert(ctx, record)

@@ -250,10 +250,10 @@ class _Checker:
                          f"{close_match(fault['type'], known)} known: {', '.join(known)}")
         # A fault that acts through one backend's machinery (a scheduler fault: Slurm).
         only = fault_type.backends if fault_type is not None else None
-        if only and getattr(self, "backend_name", "local") not in only:
+        if only and self.backend_name not in only:
             self.add((*loc, "type"), f"{fault_type.type_name} acts through the "
                      f"{' or '.join(only)} backend; this scenario runs on "
-                     f"{getattr(self, 'backend_name', 'local')} (set backend: {only[0]})")
+                     f"{self.backend_name} (set backend: {only[0]})")
         if "target" in fault:
             self.target((*loc, "target"), fault["target"], fault_type, topology)
         if "trigger" in fault:
