@@ -1,0 +1,362 @@
+"""Storage faults: stalls, slowness, errors, a full disk, corruption in the IO path and lost
+unfsynced data, applied by the FUSE fault layer (``chaos.storage``) mounted over the
+harness's checkpoint tiers. docs/storage.md has the design and each type's fidelity.
+
+Every type but ``lose_unfsynced`` adds one rule to the layer of its tier (``shared``: the
+durable checkpoint directory every node sees; ``local``: the node-local fast tier of the
+target's nodes) and removes it on revert: after ``duration_s``, or at the end of the run.
+A rank target hits only operations of that rank's processes (its DataLoader workers
+included); a node target those of the node's processes; the layer tells them apart by the
+calling process's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from chaos.errors import ToolError
+from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.storage.control import MountControl
+from chaos.storage.mounts import control_dir, tier_label
+from chaos.storage.rules import errno_number
+
+if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
+
+__all__ = ["STORAGE_TYPES", "DiskFull", "IoCorrupt", "IoError", "IoSlow", "IoStall", "LoseUnfsynced",
+           "TornWrite"]
+
+Tier = Literal["shared", "local", "data"]
+Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir",
+             "rmdir", "readdir", "getattr", "truncate", "statfs"]
+Location = tuple[str | int, ...]
+
+
+class _StorageParams(FaultParams):
+    tier: Tier = "shared"
+    """The tier whose mount gets the rule: shared (checkpoint.dir, every node), local (each node's fast tier; needs checkpoint.local_every_steps > 0) or data (the directory of the data file; needs data_stream and a relative data path)."""
+    path: str = Field("*", min_length=1)
+    """Glob on the path relative to the tier's mount (fnmatch: * also crosses /), e.g. `step-*/state.pt`; absolute paths and `..` are refused."""
+    probability: float = Field(1.0, ge=0.0, le=1.0)
+    """Chance that each matching operation is hit (the fault's own `probability` decides whether it fires at all)."""
+    duration_s: float | None = Field(None, gt=0)
+    """Seconds the rule stays; null: until the run ends."""
+
+
+class IoStallParams(_StorageParams):
+    ops: list[Op] = Field(default_factory=lambda: ["write", "fsync", "create", "rename", "read", "open"], min_length=1)
+    """Operations that block (until the stall ends)."""
+
+
+class IoSlowParams(_StorageParams):
+    ops: list[Op] = Field(default_factory=lambda: ["read", "write", "fsync"], min_length=1)
+    """Operations slowed."""
+    latency_ms: float = Field(0.0, ge=0)
+    """Added to every matching operation."""
+    bandwidth_mbps: float = Field(0.0, ge=0)
+    """Cap on the bytes of reads and writes, in MB/s (0: no cap)."""
+
+
+class IoErrorParams(_StorageParams):
+    ops: list[Op] = Field(default_factory=lambda: ["write"], min_length=1)
+    """Operations that fail."""
+    errno: str = "EIO"
+    """The error returned, by name: EIO, ENOSPC, EROFS, EDQUOT, ETIMEDOUT, EACCES..."""
+
+
+class DiskFullParams(_StorageParams):
+    bytes_free: int = Field(0, ge=0)
+    """Bytes that can still be written; every write past them fails with ENOSPC."""
+
+
+class IoCorruptParams(_StorageParams):
+    ops: list[Literal["read", "write"]] = Field(default_factory=lambda: ["read"], min_length=1)
+    """Whether bits flip in data read, written, or both."""
+    bits: int = Field(1, ge=1, le=64)
+    """Bits flipped in each hit operation's data (seeded positions)."""
+
+
+class LoseUnfsyncedParams(FaultParams):
+    tier: Tier = "local"
+    """The tier whose unfsynced data is lost (the node-local disk, normally)."""
+
+
+class TornWriteParams(LoseUnfsyncedParams):
+    keep_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    """Part of each file's unfsynced extent that persists (from its start); null: a seeded random part per file."""
+
+
+def _check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    errors: list[tuple[Location, str]] = []
+    path = getattr(params, "path", None)
+    if path is not None and (path.startswith("/") or ".." in path.split("/")):
+        errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
+                                  f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
+    harness = context.harness
+    if harness is None:
+        errors.append((("tier",), "storage faults need workload.harness: the tiers are the "
+                                  "harness's checkpoint directories"))
+    elif params.tier == "local" and not harness.checkpoint.fast_tier:
+        errors.append((("tier",), "the workload does not use the local tier (set "
+                                  "workload.harness.checkpoint.local_every_steps > 0, or a "
+                                  "checkpoint.placement with local or replicated)"))
+    elif params.tier == "data" and not (harness.data_stream and harness.data
+                                        and not os.path.isabs(harness.data)
+                                        and ".." not in harness.data.split("/")):
+        errors.append((("tier",), "the workload does not use a data tier: set workload.harness."
+                                  "data_stream: true and data to a path relative to the run "
+                                  "(e.g. data/corpus.txt: the run's own copy is mounted, never the "
+                                  "original)"))
+    return errors
+
+
+def _mount_controls(ctx: InjectionContext, fault: FaultType) -> list[MountControl]:
+    tier = fault.params.get("tier", "shared")
+    if tier in ("shared", "data"):
+        labels = [tier_label(tier, None)]
+    else:
+        nodes = set(fault.target.nodes)
+        live = ctx.cluster.live_ranks()
+        nodes |= {live[r].node for r in fault.target.ranks if r in live}
+        labels = [tier_label(tier, n) for n in sorted(nodes)]
+    controls = [MountControl(control_dir(ctx.run_dir, label)) for label in labels]
+    for control in controls:
+        if not control.state().get("ready"):
+            raise ToolError(f"no storage fault layer is mounted for tier {tier!r} ({control.dir})")
+    return controls
+
+
+class _RuleFault(FaultType):
+    """A fault that is one rule in the layer of its tier."""
+
+    family: ClassVar[str] = "storage"
+    target_kinds: ClassVar[tuple[str, ...]] = ("rank", "node")
+    backends: ClassVar[tuple[str, ...] | None] = ("local",)
+    """The mounts are made by the local backend (chaos.storage.mounts)."""
+    action: ClassVar[str]
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        return _check_storage(params, context)
+
+    def rule(self) -> dict[str, Any]:
+        p = self.params
+        rule: dict[str, Any] = {"rule_id": self.fault_id, "action": self.action, "paths": [p.get("path", "*")],
+                                "ops": list(p.get("ops") or []), "probability": p.get("probability", 1.0),
+                                "seed": self.seed}
+        if not rule["ops"]:
+            del rule["ops"]
+        if self.target.nodes:
+            rule["nodes"] = list(self.target.nodes)
+        elif self.target.ranks:
+            rule["ranks"] = list(self.target.ranks)
+        return rule
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        controls = _mount_controls(ctx, self)
+        rule = self.rule()
+        for control in controls:
+            control.add_rule(rule)
+        if self.params.get("duration_s"):
+            ctx.schedule_revert(self, float(self.params["duration_s"]))
+        return {"control_dirs": [c.dir for c in controls], "rule": rule}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        for directory in record.get("control_dirs", []):
+            control = MountControl(directory)
+            if not control.state().get("ready") or not _daemon_alive(control):
+                continue  # the mount is gone, and its rules with it
+            control.remove_rule(self.fault_id)
+
+    @classmethod
+    def revert_record(cls, record: dict[str, Any]) -> None:
+        """Nothing beyond the mount: ``trainchaos cleanup`` unmounts it (resource journal)."""
+
+
+def _daemon_alive(control: MountControl) -> bool:
+    pid = control.state().get("pid")
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@register
+@dataclass
+class IoStall(_RuleFault):
+    type_name: ClassVar[str] = "io_stall"
+    failure_class: ClassVar[str] = "storage"
+    action: ClassVar[str] = "stall"
+    params_model: ClassVar[type[FaultParams]] = IoStallParams
+    summary: ClassVar[str] = "Matching file operations block until the stall ends (duration_s)."
+    fidelity: ClassVar[str] = (
+        "Stands for a hung NFS/Lustre server, a failing disk retrying, a saturated parallel "
+        "file system: calls do not fail, they just do not return. Exercises the save deadline "
+        "(the writer reports a storage failure of itself, peers do not see a hang), that an "
+        "async save keeps training going, and on the data tier the data-loader deadline. Operations block inside the FUSE daemon; the kernel's "
+        "page cache is bypassed for writes, not for cached reads.")
+    mechanism: ClassVar[str] = "by the injector: a stall rule in the FUSE fault layer's control file"
+
+
+@register
+@dataclass
+class IoSlow(_RuleFault):
+    type_name: ClassVar[str] = "io_slow"
+    failure_class: ClassVar[str] = "slow"
+    action: ClassVar[str] = "slow"
+    params_model: ClassVar[type[FaultParams]] = IoSlowParams
+    summary: ClassVar[str] = "Add latency to each matching operation and/or cap its bandwidth."
+    fidelity: ClassVar[str] = (
+        "Stands for storage shared with other jobs' checkpoint bursts, a degraded RAID, a "
+        "throttled cloud volume. Exercises save latency, blocked time and the save deadline. "
+        "Latency is per FUSE request (the kernel splits large IO into 128 KiB requests).")
+    mechanism: ClassVar[str] = "by the injector: a slow rule in the FUSE fault layer's control file"
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        errors = _check_storage(params, context)
+        if params.latency_ms == 0 and params.bandwidth_mbps == 0:
+            errors.append((("latency_ms",), "io_slow needs latency_ms > 0 or bandwidth_mbps > 0"))
+        return errors
+
+    def rule(self) -> dict[str, Any]:
+        return {**super().rule(), "latency_s": self.params.get("latency_ms", 0.0) / 1000.0,
+                "bandwidth_bps": self.params.get("bandwidth_mbps", 0.0) * 1e6}
+
+
+@register
+@dataclass
+class IoError(_RuleFault):
+    type_name: ClassVar[str] = "io_error"
+    failure_class: ClassVar[str] = "storage"
+    action: ClassVar[str] = "error"
+    params_model: ClassVar[type[FaultParams]] = IoErrorParams
+    summary: ClassVar[str] = "Matching operations fail with an errno (EIO, ENOSPC, EROFS...)."
+    fidelity: ClassVar[str] = (
+        "Stands for media errors, a file system remounted read-only, quota, a storage target "
+        "that went away. Exercises the save retry/skip policy: a failed save is surfaced and "
+        "never reported as saved. The error is returned by the FUSE daemon; the kernel passes "
+        "it to the caller unchanged.")
+    mechanism: ClassVar[str] = "by the injector: an error rule in the FUSE fault layer's control file"
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        errors = _check_storage(params, context)
+        try:
+            errno_number(params.errno)
+        except ValueError as exc:
+            errors.append((("errno",), str(exc)))
+        return errors
+
+    def rule(self) -> dict[str, Any]:
+        return {**super().rule(), "errno": errno_number(self.params.get("errno", "EIO"))}
+
+
+@register
+@dataclass
+class DiskFull(_RuleFault):
+    type_name: ClassVar[str] = "disk_full"
+    failure_class: ClassVar[str] = "storage"
+    action: ClassVar[str] = "disk_full"
+    params_model: ClassVar[type[FaultParams]] = DiskFullParams
+    summary: ClassVar[str] = "ENOSPC once bytes_free more bytes were written."
+    fidelity: ClassVar[str] = (
+        "Stands for a checkpoint volume filling up (other jobs, keep-K set too high, logs). "
+        "Exercises a save that fails part-way: the partial checkpoint must never be loaded "
+        "and the failure must be surfaced. The budget is counted by the layer, not by the "
+        "file system below (statfs still reports the real free space).")
+    mechanism: ClassVar[str] = "by the injector: a byte budget rule in the FUSE fault layer"
+
+    def rule(self) -> dict[str, Any]:
+        return {**super().rule(), "ops": ["write"], "bytes_left": int(self.params.get("bytes_free", 0))}
+
+
+@register
+@dataclass
+class IoCorrupt(_RuleFault):
+    type_name: ClassVar[str] = "io_corrupt"
+    failure_class: ClassVar[str] = "corruption"
+    action: ClassVar[str] = "corrupt"
+    params_model: ClassVar[type[FaultParams]] = IoCorruptParams
+    summary: ClassVar[str] = "Flip bits in the data of matching reads or writes."
+    fidelity: ClassVar[str] = (
+        "Stands for silent corruption in the IO path: a bad NIC or HBA, a storage controller "
+        "or firmware bug. Exercises checkpoint checksums: a corrupt image must be rejected "
+        "before any weight is loaded. Flips happen in the FUSE daemon, in the bytes handed "
+        "to the caller (reads) or to the file system (writes).")
+    mechanism: ClassVar[str] = "by the injector: a corrupt rule in the FUSE fault layer"
+
+    def rule(self) -> dict[str, Any]:
+        return {**super().rule(), "bits": int(self.params.get("bits", 1))}
+
+
+@register
+@dataclass
+class LoseUnfsynced(FaultType):
+    type_name: ClassVar[str] = "lose_unfsynced"
+    family: ClassVar[str] = "storage"
+    failure_class: ClassVar[str] = "crash"
+    params_model: ClassVar[type[FaultParams]] = LoseUnfsyncedParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    backends: ClassVar[tuple[str, ...] | None] = ("local",)
+    summary: ClassVar[str] = ("Crash the node's ranks (power loss) and drop every write on its tier "
+                              "that was not fsynced.")
+    fidelity: ClassVar[str] = (
+        "Stands for a power loss or kernel panic: the page cache is gone, and so is every "
+        "write not yet fsynced (as LazyFS does). The node's ranks are SIGKILLed and its "
+        "agent restarts them, as a rebooted node would. The layer keeps an undo log of "
+        "unfsynced writes per file from mount time and rolls them back; file creation, "
+        "rename and unlink are durable at once (ext4 data=ordered after a journal commit).")
+    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a drop "
+                                "command to the FUSE layer, which undoes unfsynced writes")
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        return _check_storage(params, context)
+
+    def torn(self) -> dict[str, Any] | None:
+        return None
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        controls = _mount_controls(ctx, self)
+        killed = [pid for pid in self.target.pids.values() if ctx.cluster.signal_pid(pid, signal.SIGKILL)]
+        dropped = 0
+        for control in controls:
+            dropped += int(control.drop_unfsynced(torn=self.torn()).get("dropped_files", 0))
+        return {"pids": killed, "control_dirs": [c.dir for c in controls], "dropped_files_total": dropped}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing to undo: lost data stays lost, the restart is what is measured."""
+
+
+@register
+@dataclass
+class TornWrite(LoseUnfsynced):
+    type_name: ClassVar[str] = "torn_write"
+    params_model: ClassVar[type[FaultParams]] = TornWriteParams
+    summary: ClassVar[str] = ("Crash the node's ranks; of each file's unfsynced writes only a first part "
+                              "persists (a torn write).")
+    fidelity: ClassVar[str] = (
+        "Stands for a crash in the middle of write-back: part of what was written reached the "
+        "media, the rest did not (a torn page, a half-written file). The node's ranks are "
+        "SIGKILLed; the layer cuts each file's unfsynced extent at keep_fraction (seeded when "
+        "null): bytes before the cut persist, bytes after it revert to what was fsynced. The "
+        "cut is per file, not per sector; metadata is durable at once, as for lose_unfsynced.")
+    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a torn drop command "
+                                "to the FUSE layer")
+
+    def torn(self) -> dict[str, Any] | None:
+        return {"fraction": self.params.get("keep_fraction"), "seed": self.seed}
+
+
+STORAGE_TYPES: frozenset[str] = frozenset({"io_stall", "io_slow", "io_error", "disk_full", "io_corrupt",
+                                           "lose_unfsynced", "torn_write"})
+"""Fault types that need the fault layer mounted (``chaos.storage.mounts.storage_plan``)."""

@@ -1,0 +1,149 @@
+"""``python -m chaos.storage.daemon MOUNTPOINT CONTROL_DIR FSNAME [--track-unfsynced]``: the
+helper process that serves one fault-layer mount until it is unmounted or killed.
+
+It opens MOUNTPOINT before mounting over it (the bytes stay in that directory), serves it
+multithreaded (a stalled checkpoint write must not hold a read of the data set), polls the
+control file and writes ``state.json`` once the mount is up (``ready``) and after each change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import traceback
+
+from chaos.storage.control import POLL_S, RULES_FILE, STATE_FILE, read_json, write_json_atomic
+from chaos.storage.faultfs import FaultFS
+from chaos.storage.rules import Caller, Rule, RuleSet
+
+FSTYPE = "trainchaos"
+"""The mount's subtype: /proc/mounts lists it as ``fuse.trainchaos``."""
+
+
+class _Callers:
+    """Caller identity from the calling thread's process environment (RANK, node), cached
+    per process: the environment of a running process does not change."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, Caller] = {}
+
+    def __call__(self) -> Caller:
+        import mfusepy
+
+        tid = mfusepy.fuse_get_context()[2]
+        caller = self._cache.get(tid)
+        if caller is None:
+            caller = self._cache[tid] = _read_caller(tid)
+        return caller
+
+
+def _read_caller(tid: int) -> Caller:
+    try:
+        with open(f"/proc/{tid}/environ", "rb") as fh:  # a thread's environ is its process's
+            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return Caller()
+
+    def num(key: bytes) -> int | None:
+        value = env.get(key, b"")
+        return int(value) if value.isdigit() else None
+
+    return Caller(rank=num(b"RANK"), node=num(b"TRAINCHAOS_NODE"))
+
+
+class _Controller(threading.Thread):
+    def __init__(self, fs: FaultFS, control_dir: str) -> None:
+        super().__init__(name="trainchaos-storage-control", daemon=True)
+        self.fs = fs
+        self.dir = control_dir
+        self.version = 0
+        self.drops = 0
+        self.dropped_files = 0
+        self.ready = False
+        self._mtime: int | None = None
+        self._publishing = threading.Lock()
+
+    def publish(self) -> None:
+        with self._publishing:  # two threads publish (this one, and the mount watcher)
+            self._publish()
+
+    def _publish(self) -> None:
+        write_json_atomic(os.path.join(self.dir, STATE_FILE), {
+            "version": self.version, "drop": self.drops, "dropped_files": self.dropped_files,
+            "hits": dict(self.fs.hits), "pid": os.getpid(), "ready": self.ready, "t": time.time(),
+            "unfsynced_files": self.fs.tracker.pending() if self.fs.tracker else 0,
+        })
+
+    def run(self) -> None:
+        path = os.path.join(self.dir, RULES_FILE)
+        last_hits: dict[str, int] = {}
+        while True:
+            try:
+                self.poll(path)
+                if self.fs.hits != last_hits:
+                    last_hits = dict(self.fs.hits)
+                    self.publish()
+            except Exception:  # noqa: BLE001 - logged; the next poll tries again
+                traceback.print_exc()
+            time.sleep(POLL_S)
+
+    def poll(self, path: str) -> None:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            return
+        if mtime == self._mtime:
+            return
+        doc = read_json(path)
+        if doc is None:
+            return
+        if int(doc.get("version", 0)) > self.version:
+            self.fs.set_rules(RuleSet([Rule.from_dict(r) for r in doc.get("rules", [])]))
+            wanted = int(doc.get("drop", 0))
+            while self.drops < wanted:
+                self.dropped_files += self.fs.drop_unfsynced(doc.get("torn"))
+                self.drops += 1
+            self.version = int(doc["version"])
+        self.publish()
+        self._mtime = mtime  # only once answered: a failed publish is retried next poll
+
+
+def _wait_mounted(mountpoint: str, controller: _Controller) -> None:
+    """Say ``ready`` once the kernel lists the mount (FUSE() blocks the main thread)."""
+    target = os.path.realpath(mountpoint)
+    while True:
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            if any(line.split()[4] == target and f"fuse.{FSTYPE}" in line for line in fh):
+                controller.ready = True
+                controller.publish()
+                return
+        time.sleep(0.01)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import mfusepy
+
+    parser = argparse.ArgumentParser(prog="python -m chaos.storage.daemon")
+    parser.add_argument("mountpoint")
+    parser.add_argument("control_dir")
+    parser.add_argument("fsname")
+    parser.add_argument("--track-unfsynced", action="store_true")
+    args = parser.parse_args(argv)
+    backing = os.open(args.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
+    fs = FaultFS(backing, _Callers(), track_unfsynced=args.track_unfsynced)
+    controller = _Controller(fs, args.control_dir)
+    controller.start()
+    threading.Thread(target=_wait_mounted, args=(args.mountpoint, controller), daemon=True).start()
+    # No signal handling of our own: teardown unmounts lazily and then kills this process,
+    # which aborts the FUSE connection (stalled callers get ENOTCONN instead of hanging).
+    mfusepy.FUSE(fs, args.mountpoint, foreground=True, nothreads=False, fsname=args.fsname,
+                 subtype=FSTYPE, default_permissions=True, attr_timeout=0, entry_timeout=0,
+                 negative_timeout=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The FUSE fault layer on a real mount, without a training job (seconds): rules changed at
+run time without remounting -- slow, disk full, errors by probability, caller filter -- and
+a clean teardown through the run's resource journal."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+import uuid
+
+import pytest
+
+from chaos.cluster.resources import RunResources
+from chaos.storage.control import MountControl
+from chaos.storage.mounts import FuseMount, mounted
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def layer(tmp_path):
+    run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
+    resources = RunResources(run_id, str(tmp_path / "run"))
+    path = tmp_path / "mnt"
+    path.mkdir()
+    (path / "before.txt").write_text("written before the mount")
+    details = resources.acquire(FuseMount.kind, {
+        "path": str(path), "control_dir": str(tmp_path / "control"), "fsname": f"{run_id}-test",
+        "track_unfsynced": False})
+    yield path, MountControl(str(tmp_path / "control"))
+    assert resources.release_all() == []
+    assert not mounted(str(path)) and not FuseMount.exists({"path": str(path)}, details)
+    assert (path / "before.txt").read_text() == "written before the mount"  # the bytes stayed below
+
+
+def test_rules_change_at_run_time_without_remounting(layer):
+    path, control = layer
+    assert mounted(str(path)) and (path / "before.txt").read_text() == "written before the mount"
+
+    control.add_rule({"rule_id": "slow", "action": "slow", "ops": ["write"], "latency_s": 0.05})
+    started = time.perf_counter()
+    with open(path / "slow.bin", "wb", buffering=0) as fh:
+        for _ in range(4):
+            fh.write(b"x" * 100)  # one FUSE write each (no write-back cache)
+    assert time.perf_counter() - started >= 4 * 0.05
+    control.remove_rule("slow")
+
+    control.add_rule({"rule_id": "full", "action": "disk_full", "ops": ["write"], "bytes_left": 100})
+    with pytest.raises(OSError) as info, open(path / "full.bin", "wb", buffering=0) as fh:
+        fh.write(b"y" * 60)
+        fh.write(b"y" * 60)  # a short write of 40 bytes, then ENOSPC
+        fh.write(b"y")
+    assert info.value.errno == errno.ENOSPC and os.path.getsize(path / "full.bin") == 100
+    control.remove_rule("full")
+
+    control.add_rule({"rule_id": "never", "action": "error", "ops": ["write"], "probability": 0.0})
+    control.add_rule({"rule_id": "other-rank", "action": "error", "ops": ["write"], "ranks": [7]})
+    (path / "fine.txt").write_text("probability 0 and another rank's rule never hit")
+    control.add_rule({"rule_id": "rofs", "action": "error", "ops": ["create"], "errno": errno.EROFS,
+                      "paths": ["ro/*"]})
+    (path / "ro").mkdir()
+    with pytest.raises(OSError) as info:
+        (path / "ro" / "x").write_text("refused")
+    assert info.value.errno == errno.EROFS
+    (path / "rw.txt").write_text("outside the glob")
+    state = control.state()
+    assert state["version"] == 7 and "never" not in state.get("hits", {})
+
+
+def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, monkeypatch):
+    """No registry entry leads to it (a foreign state dir, an entry removed by hand): the scan
+    finds the mount by its fsname and the daemon by its environment, and cleanup removes both."""
+    import signal
+    import subprocess
+    import sys
+
+    from chaos.cleanup import cleanup_runs, find_leftovers
+
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
+    path = tmp_path / "mnt"
+    # A controller that mounts and is SIGKILLed: nothing of it tears the mount down.
+    code = ("import os, signal; from chaos.storage.mounts import FuseMount; "
+            f"FuseMount.create({run_id!r}, {{'path': {str(path)!r}, 'control_dir': {str(tmp_path / 'c')!r}, "
+            f"'fsname': '{run_id}-orphan'}}); os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code], timeout=30, cwd=os.getcwd())
+    assert proc.returncode == -signal.SIGKILL and mounted(str(path))
+    assert any(run_id in line and "fuse_mount" in line for line in find_leftovers())
+    report = cleanup_runs([])
+    assert not report.failures, report.failures
+    assert not mounted(str(path)) and not any(run_id in line for line in find_leftovers())
