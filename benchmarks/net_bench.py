@@ -7,6 +7,10 @@ reference measured in the same run.
    same stream over loopback in this namespace (goal: >= 1 Gbit/s).
 2. Step time of a 2 nodes x 1 rank harness job on the clean ``netns`` fabric over the same
    job on ``local`` loopback, runs alternating (goal: <= 1.1).
+3. Round-trip time between two nodes with 20 ms injected each way by the link emulator (the
+   ``latency`` fault's mechanism), UDP echo, median of 200 probes per repeat, against the
+   clean link's RTT measured on the same fabric just before (goal: median within +-2 ms of
+   40 ms).
 
 Needs CAP_NET_ADMIN (root); without it, says so and exits 0 (nothing to measure). Timings
 on a shared machine are noisy: every figure is a median, ratios compare the same run.
@@ -28,7 +32,7 @@ import uuid
 from chaos.cluster.netns import FABRIC_MTU
 from chaos.cluster.resources import RunResources
 from chaos.events import read_events
-from chaos.net import fabric
+from chaos.net import fabric, linkemu
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
 
@@ -68,20 +72,26 @@ def _stream_gbit(server_ns: str | None, client_ns: str | None, host: str, second
         server.wait()
 
 
+def _two_nodes(run_id: str, resources: RunResources):  # noqa: ANN202
+    """Two node namespaces on a bridge, as the ``netns`` backend builds them; the subnet."""
+    subnet = fabric.pick_subnet(run_id)
+    hosts = list(subnet.hosts())
+    bridge = fabric.bridge_name(run_id)
+    resources.acquire("bridge", {"name": bridge, "address": f"{hosts[0]}/24"})
+    for node in (0, 1):
+        ns = fabric.node_namespace(run_id, node)
+        resources.acquire("netns", {"name": ns})
+        h, p = fabric.fabric_names(run_id, node)
+        resources.acquire("veth", {"name": h, "peer": p, "netns": ns, "bridge": bridge,
+                                   "address": f"{subnet.network_address + 10 + node}/24", "mtu": FABRIC_MTU})
+    return subnet
+
+
 def bench_throughput(repeats: int, workdir: str) -> dict:
     run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
     resources = RunResources(run_id, os.path.join(workdir, "fabric"))
     try:
-        subnet = fabric.pick_subnet(run_id)
-        hosts = list(subnet.hosts())
-        bridge = fabric.bridge_name(run_id)
-        resources.acquire("bridge", {"name": bridge, "address": f"{hosts[0]}/24"})
-        for node in (0, 1):
-            ns = fabric.node_namespace(run_id, node)
-            resources.acquire("netns", {"name": ns})
-            h, p = fabric.fabric_names(run_id, node)
-            resources.acquire("veth", {"name": h, "peer": p, "netns": ns, "bridge": bridge,
-                                       "address": f"{subnet.network_address + 10 + node}/24", "mtu": FABRIC_MTU})
+        subnet = _two_nodes(run_id, resources)
         n0, n1 = (fabric.node_namespace(run_id, n) for n in (0, 1))
         fabric_gbit, loop_gbit = [], []
         for _ in range(repeats):
@@ -94,6 +104,76 @@ def bench_throughput(repeats: int, workdir: str) -> dict:
     return {"clean_link_gbit_s": round(fab, 2), "loopback_gbit_s": round(loop, 2),
             "link_over_loopback": round(fab / loop, 3), "goal_gbit_s": 1.0, "met": fab >= 1.0,
             "samples": {"fabric": fabric_gbit, "loopback": loop_gbit}}
+
+
+_ECHO = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[1], 0))
+print(s.getsockname()[1], flush=True); s.settimeout(float(sys.argv[2]))
+try:
+    while True:
+        b, a = s.recvfrom(2048); s.sendto(b, a)
+except TimeoutError:
+    pass
+"""
+_PROBE = """
+import json, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); rtts = []
+for i in range(int(sys.argv[3])):
+    tag = str(i).encode(); t0 = time.perf_counter(); s.sendto(tag, (sys.argv[1], int(sys.argv[2])))
+    while s.recv(2048) != tag:
+        pass
+    rtts.append((time.perf_counter() - t0) * 1000); time.sleep(0.005)
+print(json.dumps(rtts))
+"""
+
+
+def _rtts_ms(server_ns: str, client_ns: str, host: str, probes: int) -> list[float]:
+    echo = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", _ECHO, host, "5"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert echo.stdout is not None
+        port = echo.stdout.readline().strip()
+        out = subprocess.run(["ip", "netns", "exec", client_ns, sys.executable, "-c", _PROBE, host, port, str(probes)],
+                             capture_output=True, text=True, check=True, timeout=probes + 30)
+        return json.loads(out.stdout)
+    finally:
+        echo.kill()
+        echo.wait()
+
+
+def bench_rtt(repeats: int, workdir: str, delay_ms: float = 20.0, probes: int = 200) -> dict:
+    run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
+    resources = RunResources(run_id, os.path.join(workdir, "rtt-fabric"))
+    short = fabric.short_id(run_id)
+    clean, delayed = [], []
+    try:
+        subnet = _two_nodes(run_id, resources)
+        ns = [fabric.node_namespace(run_id, n) for n in (0, 1)]
+        addr = [str(subnet.network_address + 10 + n) for n in (0, 1)]
+        resources.acquire("link_emulator", {
+            "ports": [[n, ns[n], linkemu.tun_name(short, n), fabric.fabric_names(run_id, n)[1]] for n in (0, 1)],
+            "mtu": FABRIC_MTU, "log": os.path.join(workdir, "link-emulator.log")})
+        emulator = linkemu.LinkEmulatorClient(run_id)
+        for _ in range(repeats):
+            clean.append(statistics.median(_rtts_ms(ns[1], ns[0], addr[1], probes)))
+            # What the latency fault does for the links 0 -> 1 and 1 -> 0.
+            for a, b in ((0, 1), (1, 0)):
+                emulator.request(op="set", node=a, dst=addr[b], delay_ms=delay_ms)
+                linkemu.add_route(ns[a], addr[b], linkemu.tun_name(short, a), addr[a])
+            delayed.append(statistics.median(_rtts_ms(ns[1], ns[0], addr[1], probes)))
+            for a, b in ((0, 1), (1, 0)):
+                linkemu.del_route(ns[a], addr[b], linkemu.tun_name(short, a))
+                emulator.request(op="clear", node=a, dst=addr[b])
+    finally:
+        failures = resources.release_all()
+        assert not failures, failures
+    med, ref = statistics.median(delayed), statistics.median(clean)
+    goal = 2 * delay_ms
+    return {"injected_each_way_ms": delay_ms, "rtt_ms": round(med, 3), "clean_rtt_ms": round(ref, 3),
+            "added_ms": round(med - ref, 3), "goal_ms": goal, "tolerance_ms": 2.0,
+            "met": abs(med - goal) <= 2.0,
+            "samples_ms": {"delayed": [round(x, 3) for x in delayed], "clean": [round(x, 3) for x in clean]}}
 
 
 def _step_time(backend: str, out: str, index: int) -> float:
@@ -138,6 +218,7 @@ def main() -> None:
     t0 = time.monotonic()
     try:
         results = {"throughput": bench_throughput(args.repeats, workdir),
+                   "rtt": bench_rtt(args.repeats, workdir),
                    "step_time": bench_step_time(args.repeats, workdir)}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -148,6 +229,10 @@ def main() -> None:
     tp, st = results["throughput"], results["step_time"]
     print(f"clean link throughput: {tp['clean_link_gbit_s']} Gbit/s (loopback {tp['loopback_gbit_s']}; "
           f"goal >= 1) {'met' if tp['met'] else 'MISSED'}")
+    rtt = results["rtt"]
+    print(f"RTT with {rtt['injected_each_way_ms']:g} ms each way: median {rtt['rtt_ms']} ms (clean "
+          f"{rtt['clean_rtt_ms']} ms; goal {rtt['goal_ms']:g} +- {rtt['tolerance_ms']:g} ms) "
+          f"{'met' if rtt['met'] else 'MISSED'}")
     print(f"step time netns/local: {st['netns_over_local']} ({st['netns_step_ms']} ms / "
           f"{st['local_step_ms']} ms; goal <= 1.1) {'met' if st['met'] else 'MISSED'}")
     print(f"wrote {path}")
