@@ -1,0 +1,587 @@
+"""The ``docker`` backend: every node is a container (one torchrun agent and its ranks) on
+one or more Docker engines, driven through the Docker SDK for Python.
+
+Per run, all of it run-scoped resources labelled ``trainchaos.run=<run id>`` (journaled
+before they exist, removed newest first, found by ``trainchaos cleanup`` by their label):
+
+    image      <run>-img           only without ``image:``: ``docker import`` of an empty
+                                   tarball; the controller's Python, virtualenv and project
+                                   are bind-mounted read-only (nothing is pulled)
+    network    <run>-net           a bridge of its own per host (``tc-<short>-db``), subnet
+                                   in 198.18.0.0/15, no masquerading; the controller's
+                                   rendezvous store listens on its gateway address only
+    container  <run>-n<i>          node i, ``trainchaos.node=<i>``, address .10+i; the run
+                                   directory, the node's local disk and its TMPDIR are
+                                   bind-mounted at the controller's paths
+
+Events reach the controller through the bind-mounted run directory (the probe appends to
+``<run>/events`` as on ``local``); each node's output is streamed from the engine into
+``<run>/logs/node-<i>.log``. A rank's process is named by a *handle*,
+``node * 2**22 + pid inside its container`` (pid namespaces overlap, so the bare pid is
+ambiguous); a rank is signalled inside its container (``docker exec``), a node with
+``docker kill`` (the container's init and every process in it).
+
+Remote hosts (``ssh://``, ``tcp://``) need a real image (``image:``) and the run directory
+at the same path on that host (a shared filesystem, ``shared_run_dir: true``): the probe's
+events are files. Each host's clock offset to the controller is estimated at start (the
+container's clock read by a ``docker exec``, against the reply's arrival; the round trip
+bounds the error) and written to
+``<run>/docker/clocks.json``; events from a host are not rewritten (a shared directory is
+the host's own file), so offsets larger than the detection targets must be fixed with NTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from chaos.cluster import register_backend
+from chaos.cluster.base import FATAL_SIGNALS, LiveRank, NodeStatus, PowerCut
+from chaos.cluster.docker_engine import (
+    LABEL_NODE,
+    client,
+    container_of,
+    default_host,
+    engine_problem,
+    is_local_host,
+)
+from chaos.cluster.local import LocalCluster
+from chaos.cluster.resources import scratch_base, tmp_dir_for
+from chaos.errors import ToolError
+from chaos.schema.types import StrictModel
+
+if TYPE_CHECKING:
+    from chaos.model import Scenario
+
+__all__ = ["DockerCluster", "DockerOptions", "PID_STRIDE", "handle", "split_handle"]
+
+PID_STRIDE = 1 << 22
+"""Above Linux's largest pid_max: ``node * PID_STRIDE + pid`` names one process of a run."""
+NODE_HOST_OFFSET = 10
+_POLL_EVERY_S = 0.2
+
+
+def handle(node: int, pid: int) -> int:
+    return node * PID_STRIDE + pid
+
+
+def split_handle(key: int) -> tuple[int, int]:
+    return divmod(int(key), PID_STRIDE)
+
+
+class DockerOptions(StrictModel):
+    """``backend: {docker: {...}}``: where the node containers run and what they run."""
+
+    hosts: list[str] = Field(default_factory=list)
+    """Docker engines, as the docker CLI names them (``unix:///var/run/docker.sock``,
+    ``ssh://staging-2``, ``tcp://10.0.0.5:2376``); nodes are placed round-robin. Empty: the
+    engine of ``DOCKER_HOST``, else the local socket."""
+    image: str | None = None
+    """The training image (already on every host: nothing is pulled). Null: an empty image
+    of the run's own that runs this machine's Python, virtualenv and project through
+    read-only bind mounts (local engines only)."""
+    python: str | None = None
+    """The interpreter inside the image that runs torchrun and the harness. Null: this
+    controller's interpreter (without ``image``), else ``python``."""
+    mounts: list[str] = Field(default_factory=list)
+    """Further host paths bind-mounted read-only at the same path (a dataset, a CA bundle)."""
+    cpus: float | None = Field(None, gt=0)
+    """CPU limit of each node container (``--cpus``); null: none. Faults may change it live."""
+    memory: str | None = None
+    """Memory limit of each node container (``--memory``, e.g. ``2g``); null: none."""
+    shm_size: str = "256m"
+    """Size of each container's /dev/shm (DataLoader workers pass tensors through it)."""
+    shared_run_dir: bool = False
+    """Remote hosts see the controller's run directory at the same path (NFS, a cluster
+    filesystem): required for any non-local host, whose events are files there."""
+
+
+@register_backend
+class DockerCluster(LocalCluster):
+    """The run's nodes as containers. Shares ``local``'s agent command, node environment,
+    node-local directories and rendezvous store; the nodes are started, watched, signalled
+    and stopped through the engine."""
+
+    name: ClassVar[str] = "docker"
+    summary: ClassVar[str] = ("every node is a container on a docker engine (local or remote "
+                              "hosts), on a bridge network of the run; container faults: "
+                              "docker kill, pause (freezer), disconnect, live limits")
+    options_model: ClassVar[type[StrictModel]] = DockerOptions
+
+    def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
+        super().__init__(spec, resources)
+        self.options = DockerOptions.model_validate(spec.options or {})
+        self.hosts = list(self.options.hosts) or [default_host()]
+        self.subnet = None
+        self.gateway = ""
+        self._containers: dict[int, str] = {}
+        self._status: dict[int, NodeStatus] = {}
+        self._lost: set[int] = set()
+        self._last_poll = 0.0
+        self._log_threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    # -- before anything starts -------------------------------------------------------------
+    @classmethod
+    def preflight(cls, scenario: Scenario) -> list[str]:
+        options = DockerOptions.model_validate(scenario.backend.options or {})
+        hosts = list(options.hosts) or [default_host()]
+        problems = []
+        for host in hosts:
+            problem = engine_problem(host)
+            if problem:
+                problems.append(f"docker: {problem}")
+                continue
+            if not is_local_host(host):
+                if options.image is None:
+                    problems.append(f"docker.image: host {host} is remote: it needs a training image "
+                                    "(the default image runs this machine's Python through bind mounts)")
+                if not options.shared_run_dir:
+                    problems.append(f"docker.shared_run_dir: host {host} is remote: the run directory "
+                                    "must be on a filesystem it shares at the same path (events are "
+                                    "files); set shared_run_dir: true once it is")
+            elif options.image is not None:
+                try:
+                    client(host).images.get(options.image)
+                except Exception:
+                    problems.append(f"docker.image: {options.image!r} is not on {host} (nothing is "
+                                    "pulled: `docker load` or build it there first)")
+        return problems
+
+    # -- names ------------------------------------------------------------------------------
+    def host_of(self, node: int) -> str:
+        return self.hosts[node % len(self.hosts)]
+
+    def container_name(self, node: int) -> str:
+        return f"{self.spec.run_id}-n{node}"
+
+    def network_name(self) -> str:
+        return f"{self.spec.run_id}-net"
+
+    def image_name(self) -> str:
+        return self.options.image or f"{self.spec.run_id}-img"
+
+    def container(self, node: int) -> Any:
+        """The node's container, checked to carry the run's label (the blast-radius guard)."""
+        return container_of(self.host_of(node), self.container_name(node), self.spec.run_id)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        from chaos.net import fabric
+
+        run_id = self.spec.run_id
+        os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
+        os.makedirs(os.path.join(self.spec.run_dir, "docker"), exist_ok=True)
+        self.subnet = fabric.pick_subnet(run_id)
+        self.gateway = str(next(self.subnet.hosts()))
+        for host in dict.fromkeys(self.hosts):
+            if self.options.image is None:
+                self.resources.acquire("docker_image", {"host": host, "name": self.image_name(),
+                                                        "run_id": run_id})
+            self.resources.acquire("docker_network", {
+                "host": host, "name": self.network_name(), "run_id": run_id,
+                "subnet": str(self.subnet), "gateway": self.gateway,
+                "bridge": f"{fabric.NAME_PREFIX}{fabric.short_id(run_id)}-db"})
+        for node in range(self.topology.total_nodes):
+            self.acquire_node_dirs(node)
+        # The store listens on the bridge's gateway only: reachable from the run's containers
+        # (and this host), from nowhere beyond the run's network.
+        self.serve_rendezvous(self.gateway)
+        for node in range(self.topology.nodes):
+            self.start_node(node)
+        self._write_clocks()
+
+    def agent_command(self, node: int) -> list[str]:
+        argv = super().agent_command(node)
+        argv[0] = self.python()
+        argv[argv.index("--rdzv-endpoint") + 1] = f"{self.gateway}:{self.rdzv_port}"
+        return argv
+
+    def python(self) -> str:
+        return self.options.python or (sys.executable if self.options.image is None else "python")
+
+    def node_env(self, node: int) -> dict[str, str]:
+        """What the node's processes need, not the controller's whole environment (a user's
+        image has its own PATH, HOME, libraries)."""
+        env = super().node_env(node)
+        keep = {k: v for k, v in env.items() if os.environ.get(k) != v or k.startswith("TRAINCHAOS_")}
+        if self.options.image is None:
+            keep["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin",
+                                            "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+            keep["HOME"] = keep["TMPDIR"]
+        # gloo binds and advertises this interface's address (the run's network); left to
+        # itself it would resolve the container's hostname.
+        keep["GLOO_SOCKET_IFNAME"] = "eth0"
+        keep.pop("DOCKER_HOST", None)
+        return keep
+
+    def _mounts(self, node: int) -> list[Any]:
+        from docker.types import Mount
+
+        ro: list[str] = []
+        if self.options.image is None:
+            # The controller's Python where it really lives (a pyenv or conda tree outside
+            # /usr), its virtualenv, and the project (an editable install points there).
+            import chaos
+
+            project = os.path.dirname(os.path.dirname(os.path.abspath(chaos.__file__)))
+            # Not /sbin: the engine mounts its init (docker-init) at /sbin/docker-init.
+            ro += ["/usr", "/lib", "/lib64", "/bin", "/etc", sys.base_prefix,
+                   os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, project]
+        ro += list(self.options.mounts)
+        rw = [self.spec.run_dir, self.node_local_dir(node), tmp_dir_for(self.spec.run_id, node)]
+        mounts, seen = [], set()
+        for path in ro:
+            # Mounted where it is named (/lib stays /lib when it links to /usr/lib), from
+            # where it really is; one already inside a mounted tree comes with it.
+            target = os.path.abspath(path)
+            if os.path.exists(target) and target not in seen and not any(
+                    target.startswith(s.rstrip("/") + "/") for s in seen):
+                seen.add(target)
+                mounts.append(Mount(target, os.path.realpath(target), type="bind", read_only=True))
+        mounts += [Mount(p, p, type="bind", read_only=False) for p in rw]
+        return mounts
+
+    def start_node(self, node: int) -> None:
+        from docker.types import EndpointConfig
+
+        host = self.host_of(node)
+        name = self.container_name(node)
+        log_path = os.path.join(self.spec.run_dir, "logs", f"node-{node}.log")
+        api = client(host).api
+        endpoint = EndpointConfig(api._version, ipv4_address=self.node_address(node))
+        create: dict[str, Any] = {
+            "image": self.image_name(), "command": self.agent_command(node),
+            "environment": self.node_env(node), "labels": {LABEL_NODE: str(node)},
+            "hostname": f"node{node}", "working_dir": self.spec.run_dir, "init": True,
+            "network": self.network_name(), "mounts": self._mounts(node),
+            "shm_size": self.options.shm_size, "stdin_open": False,
+            "networking_config": {self.network_name(): endpoint},
+        }
+        if self.options.cpus:
+            create["nano_cpus"] = int(self.options.cpus * 1e9)
+        if self.options.memory:
+            create["mem_limit"] = self.options.memory
+        self.resources.acquire("docker_container", {"host": host, "name": name, "run_id": self.spec.run_id,
+                                                    "node": node, "create": _jsonable(create)})
+        self._containers[node] = name
+        self._status[node] = NodeStatus(None)
+        # Logs are streamed through the engine (works for remote hosts too).
+        thread = threading.Thread(target=self._stream_logs, args=(node, log_path), daemon=True,
+                                  name=f"trainchaos-docker-log-{node}")
+        thread.start()
+        self._log_threads.append(thread)
+        self.nodes[node] = None  # type: ignore[assignment]  (spares: LocalCluster counts nodes)
+
+    def _stream_logs(self, node: int, log_path: str) -> None:
+        with contextlib.suppress(Exception), open(log_path, "ab") as log:
+            for chunk in self.container(node).logs(stream=True, follow=True, stdout=True, stderr=True):
+                log.write(chunk)
+                log.flush()
+
+    def _write_clocks(self) -> None:
+        """Each host's clock offset to this controller (container clock - controller clock),
+        from the midpoint of an exec that reads it; a record for the report, see the module
+        docstring for what is (not) corrected."""
+        offsets = {}
+        for node in sorted({self.hosts.index(self.host_of(n)) for n in self._containers}):
+            host = self.hosts[node]
+            sample_node = next(n for n in self._containers if self.host_of(n) == host)
+            try:
+                t0 = time.time()
+                out = self.container(sample_node).exec_run(
+                    [self.python(), "-c", "import time; print(repr(time.time()))"]).output
+                t1 = time.time()
+                # The clock is read as the exec ends (after the interpreter's start-up), so
+                # it is compared with the reply's arrival; the round trip bounds the error.
+                offsets[host] = {"offset_s": round(float(out.decode().strip().splitlines()[-1]) - t1, 6),
+                                 "uncertainty_s": round(t1 - t0, 6)}
+            except Exception as exc:  # a record, not a precondition
+                offsets[host] = {"error": f"{type(exc).__name__}: {str(exc)[:100]}"}
+        with open(os.path.join(self.spec.run_dir, "docker", "clocks.json"), "w", encoding="utf-8") as fh:
+            json.dump({"hosts": offsets, "method": "container clock read at the end of a docker exec, "
+                                                   "minus the controller's clock at its reply"}, fh, indent=1)
+
+    def note_event(self, event: dict) -> None:
+        """Ranks report the pid inside their container: named here by its handle."""
+        if event.get("kind") == "rank_start" and isinstance(event.get("pid"), int) \
+                and isinstance(event.get("node"), int) and event["pid"] < PID_STRIDE:
+            event = {**event, "pid": handle(event["node"], event["pid"])}
+        super().note_event(event)
+
+    def poll(self) -> dict[int, NodeStatus]:
+        now = time.monotonic()
+        if now - self._last_poll >= _POLL_EVERY_S:
+            self._last_poll = now
+            for node in list(self._containers):
+                if self._status[node].returncode is not None:
+                    continue
+                try:
+                    attrs = client(self.host_of(node)).api.inspect_container(self._containers[node])
+                except Exception:
+                    self._status[node] = NodeStatus(-1, node in self._lost)
+                    continue
+                state = attrs.get("State", {})
+                if state.get("Status") in ("exited", "dead"):
+                    code = int(state.get("ExitCode", -1))
+                    if state.get("OOMKilled"):
+                        code = code or -int(signal.SIGKILL)
+                    self._status[node] = NodeStatus(code, node in self._lost)
+        return {n: NodeStatus(s.returncode, n in self._lost) for n, s in self._status.items()}
+
+    def stop(self, grace_s: float = 3.0) -> list[int]:
+        """SIGTERM to every node (torchrun stops its workers), SIGKILL after ``grace_s``; the
+        containers themselves are removed with the run's resources."""
+        killed: list[int] = []
+        for node in list(self._containers):
+            with contextlib.suppress(Exception):
+                cont = self.container(node)
+                if cont.status == "paused":
+                    cont.unpause()
+                cont.reload()
+                if cont.status == "running":
+                    cont.kill(signal="SIGTERM")
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(self._running(n) for n in self._containers):
+            time.sleep(0.1)
+        for node in list(self._containers):
+            if self._running(node):
+                with contextlib.suppress(Exception):
+                    self.container(node).kill(signal="SIGKILL")
+                    killed.append(handle(node, 1))
+        self._last_poll = 0.0
+        self.poll()
+        for thread in self._log_threads:
+            thread.join(timeout=2)
+        self._store = None
+        return killed
+
+    def _running(self, node: int) -> bool:
+        try:
+            self.container(node).reload()
+            return self.container(node).status in ("running", "paused", "restarting")
+        except Exception:
+            return False
+
+    # -- nodes ------------------------------------------------------------------------------
+    def node_address(self, node: int) -> str:
+        if self.subnet is None:
+            raise RuntimeError("node_address before start(): the run's subnet is chosen there")
+        return str(self.subnet.network_address + NODE_HOST_OFFSET + node)
+
+    def node_local_dir(self, node: int) -> str:
+        return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
+
+    def node_logs(self) -> dict[int, str]:
+        return {n: os.path.join(self.spec.run_dir, "logs", f"node-{n}.log") for n in self._containers}
+
+    def mark_lost(self, node: int) -> None:
+        """Taken down by a fault (killed, frozen for good, cut off): its exit is not the job's."""
+        self._lost.add(node)
+
+    # -- processes --------------------------------------------------------------------------
+    def _exec(self, node: int, code: str) -> tuple[int, str]:
+        res = self.container(node).exec_run([self.python(), "-c", code])
+        return res.exit_code, res.output.decode(errors="replace")
+
+    def live_ranks(self) -> dict[int, LiveRank]:
+        """One exec per node lists its live pids (a frozen container answers nothing:
+        its ranks are alive, only stopped)."""
+        by_node: dict[int, list[LiveRank]] = {}
+        for lr in self._live.values():
+            by_node.setdefault(lr.node, []).append(lr)
+        alive = {}
+        for node, ranks in by_node.items():
+            pids = self._container_pids(node)
+            alive.update({lr.rank: lr for lr in ranks if split_handle(lr.pid)[1] in pids})
+        return alive
+
+    def _container_pids(self, node: int) -> set[int]:
+        try:
+            cont = self.container(node)
+        except ToolError:
+            return set()
+        cont.reload()
+        if cont.status == "paused":
+            return {split_handle(lr.pid)[1] for lr in self._live.values() if lr.node == node}
+        if cont.status != "running":
+            return set()
+        local = self._local_pids(node, cont)
+        if local is not None:
+            return set(local)
+        code, out = self._exec(node, _LIST_PIDS)
+        return {int(p) for p in out.split()} if code == 0 else set()
+
+    def _local_pids(self, node: int, cont: Any) -> dict[int, int] | None:
+        """Container pid -> pid here, when the container's processes are visible in this
+        machine's /proc (a local engine, not one in a VM); None otherwise."""
+        init = int(cont.attrs.get("State", {}).get("Pid") or 0)
+        if not is_local_host(self.host_of(node)) or init <= 0 or not os.path.exists(f"/proc/{init}"):
+            return None
+        return _host_pids(init)
+
+    def process_alive(self, pid: int) -> bool:
+        node, inner = split_handle(pid)
+        return node in self._containers and inner in self._container_pids(node)
+
+    def find_rank(self, rank: int) -> LiveRank | None:
+        """A rank without the probe: found by ``RANK`` in its environment inside the node
+        containers (the process whose parent is not of the same rank: torchrun's worker)."""
+        found = []
+        for node in self._containers:
+            if not self._running(node):
+                continue
+            code, out = self._exec(node, _FIND_RANK.replace("@RANK@", str(int(rank))))
+            found += [LiveRank(rank, node, handle(node, int(p))) for p in out.split()] if code == 0 else []
+        return found[0] if len(found) == 1 else None
+
+    def signal_pid(self, pid: int, sig: int) -> bool:
+        """The signal goes to the process in the rank's container: on a local engine straight
+        from here to its pid in this machine's namespace (no exec round trip between the
+        recorded injection time and the kill); on a remote one from inside the container
+        (``docker exec``: the round trip then delays the kill behind ``t_inject``)."""
+        node, inner = split_handle(pid)
+        if node not in self._containers:
+            return False
+        try:
+            local = self._local_pids(node, self.container(node))
+        except ToolError:
+            return False
+        if local is not None:
+            host_pid = local.get(inner)
+            if host_pid is None:
+                return False
+            try:
+                os.kill(host_pid, sig)
+                return True
+            except ProcessLookupError:
+                return False
+        if not self._running(node):
+            return False
+        code, _ = self._exec(node, f"import os; os.kill({inner}, {int(sig)})")
+        return code == 0
+
+    def signal_node(self, node: int, sig: int) -> list[int]:
+        """``docker kill``: the container's init gets the signal (SIGKILL takes every process
+        of the container at once, as a host losing power or panicking would)."""
+        members = [lr.pid for lr in self._live.values() if lr.node == node]
+        cont = self.container(node)
+        if cont.status == "paused" and sig in FATAL_SIGNALS:
+            cont.unpause()  # a frozen container cannot take a signal
+        try:
+            cont.kill(signal=int(sig))
+        except Exception:
+            return []
+        if sig in FATAL_SIGNALS:
+            self.mark_lost(node)
+        return [handle(node, 1), *members]
+
+
+    # -- power ----------------------------------------------------------------------------
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
+        """Every container of ``nodes`` SIGKILLed at once: one thread per container, released
+        together, so the kills land within milliseconds of each other (sequential API calls
+        would spread them by a round trip each)."""
+        conts = [(node, self.container(node)) for node in nodes if node in self._containers]
+        for node, _ in conts:
+            self.mark_lost(node)
+        go = threading.Barrier(len(conts) + 1) if conts else None
+        stamps: list[float] = []
+        hit: list[int] = []
+
+        def kill(node: int, cont: Any) -> None:
+            go.wait()
+            with contextlib.suppress(Exception):
+                if cont.status == "paused":
+                    cont.unpause()
+                cont.kill(signal="SIGKILL")
+                stamps.append(time.perf_counter())
+                hit.extend([handle(node, 1), *(lr.pid for lr in self._live.values() if lr.node == node)])
+
+        threads = [threading.Thread(target=kill, args=nc, daemon=True) for nc in conts]
+        for t in threads:
+            t.start()
+        if go is not None:
+            go.wait()
+        for t in threads:
+            t.join(timeout=30)
+        return PowerCut(hit, (max(stamps) - min(stamps)) if stamps else 0.0)
+
+    def power_on(self, node: int) -> None:
+        """A fresh container for the node (the old one removed): a new agent that joins the
+        rendezvous like any new node; its local disk as the outage left it."""
+        from chaos.cluster.docker_engine import DockerContainer
+
+        DockerContainer.destroy({"host": self.host_of(node), "name": self.container_name(node),
+                                 "run_id": self.spec.run_id}, {})
+        self._lost.discard(node)
+        self.start_node(node)
+
+
+def _host_pids(init_pid: int) -> dict[int, int]:
+    """A local container's live processes: pid inside its pid namespace -> pid here. Found
+    by the namespace of its init (``State.Pid``) and each process's ``NSpid`` line."""
+    if init_pid <= 0:
+        return {}
+    try:
+        ns = os.stat(f"/proc/{init_pid}/ns/pid").st_ino
+    except OSError:
+        return {}
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/pid").st_ino != ns:
+                continue
+            with open(f"/proc/{entry}/status", encoding="utf-8") as fh:
+                status = fh.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        nspid = fields.get("NSpid", "").split()
+        if nspid:
+            found[int(nspid[-1])] = int(entry)
+    return found
+
+
+_LIST_PIDS = (
+    "import os\n"
+    "for p in os.listdir('/proc'):\n"
+    "    if p.isdigit():\n"
+    "        try:\n"
+    "            s = open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[0]\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        if s != 'Z': print(p)\n"
+)
+
+_FIND_RANK = (
+    "import os\n"
+    "def env(p):\n"
+    "    try:\n"
+    "        return dict(e.split('=', 1) for e in open('/proc/%s/environ' % p).read().split('\\0') if '=' in e)\n"
+    "    except OSError:\n"
+    "        return {}\n"
+    "def ppid(p):\n"
+    "    return open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[1]\n"
+    "mine = [p for p in os.listdir('/proc') if p.isdigit() and env(p).get('RANK') == '@RANK@']\n"
+    "for p in mine:\n"
+    "    if ppid(p) not in mine: print(p)\n"
+)
+
+
+def _jsonable(create: dict[str, Any]) -> dict[str, Any]:
+    """The create arguments as the resource journal stores them: Mount and EndpointConfig
+    are dicts already; ``networking_config`` is rebuilt from them by the SDK."""
+    return json.loads(json.dumps(create, default=dict))

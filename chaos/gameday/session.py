@@ -1,0 +1,380 @@
+"""One game-day exercise: the plan's steps against a live run, one at a time, with the
+operator in the loop and every fault reverted whatever happens.
+
+Order of business: the plan is validated, the run found, every inject target resolved
+against the live containers (a target outside the run's labels refuses the whole plan with
+exit 2 before the first step); ``--dry-run`` prints that and stops. Then each step runs;
+a disruptive one (inject) waits for the operator's yes unless ``--yes``. A monitor thread
+re-reads the run's events and containers every 0.5 s and checks the stop conditions; one
+that holds interrupts the exercise, exactly as Ctrl-C does: every fault still in effect is
+reverted (newest first), the report is written, and the exit code says why (1 stopped by a
+condition or a failed check, 2 refused by the blast-radius guard, 130 Ctrl-C). Faults are
+journaled before they act in ``<out>/fault_journal.jsonl`` and the exercise is registered
+like a run, so ``trainchaos cleanup`` reverts what a SIGKILLed game day left.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos import interrupts, probe
+from chaos.cluster.base import InjectionContext
+from chaos.cluster.docker_engine import BlastRadiusError
+from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_TARGET_MISSED, EXIT_TOOL_FAILED, ChaosError
+from chaos.faults.base import FaultType, lookup
+from chaos.gameday.attach import AttachedRun, Resolution, find_run
+from chaos.gameday.observe import Observer
+from chaos.gameday.plan import Plan, Step, parse_condition
+from chaos.gameday.report import write_report
+from chaos.rollback import FaultJournal, register_run, unregister_run
+
+__all__ = ["EXIT_INTERRUPTED", "GameDay"]
+
+EXIT_INTERRUPTED = 130
+MONITOR_EVERY_S = 0.5
+
+
+class _Stop(Exception):  # noqa: N818 (a control-flow signal: the exercise stops here)
+    def __init__(self, status: str, reason: str, exit_code: int) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.exit_code = status, reason, exit_code
+
+
+@dataclass
+class _Active:
+    name: str
+    fault: FaultType
+    record: dict[str, Any]
+    t_inject: float
+    t_revert: float | None = None
+    revert_error: str | None = None
+
+
+@dataclass
+class GameDay:
+    plan: Plan
+    plan_path: str
+    out_dir: str
+    yes: bool = False
+    echo: Callable[[str], None] = print
+    ask: Callable[[str], str] = input
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.id = f"trainchaos-gd-{uuid.uuid4().hex[:8]}"
+        self.observer = Observer(self.plan.window_s)
+        self.stop_conditions = [parse_condition(c) for c in self.plan.stop_when]
+        self.active: dict[str, _Active] = {}
+        self.done: list[_Active] = []
+        self.tripped: str | None = None
+        self._lock = threading.RLock()
+        self._stop_monitor = threading.Event()
+        self._tearing_down = False
+        self.t0 = time.time()
+
+    # -- preparation ------------------------------------------------------------------------
+    def attach(self) -> None:
+        entry = find_run(self.plan.run, self.plan_path)
+        self.run = AttachedRun(entry, self.plan.hosts)
+        self.observer.take(self.run.backlog)
+
+    def resolve_all(self) -> list[tuple[int, Step, Resolution | None]]:
+        """Every inject step's target against the live containers (the guard): raises
+        BlastRadiusError for anything outside the run, before any step runs."""
+        out = []
+        for i, step in enumerate(self.plan.steps):
+            res = self.run.resolve_step(step.inject.target) if step.inject is not None else None
+            out.append((i, step, res))
+        return out
+
+    def dry_run(self) -> int:
+        self.echo(f"game day {self.plan.name!r} on run {self.run.spec.run_id} (dry run: nothing is changed)")
+        if self.stop_conditions:
+            self.echo("stop when: " + "; ".join(map(str, self.stop_conditions)))
+        for i, step, res in self.resolve_all():
+            self.echo(f"  [{i}] {self._describe(step, res)}")
+        self.echo("dry run: every target resolved to the run's own containers; nothing was touched")
+        return EXIT_OK
+
+    def _describe(self, step: Step, res: Resolution | None) -> str:
+        name = f" ({step.name})" if step.name else ""
+        if step.inject is not None:
+            cls = lookup(step.inject.type)
+            params = f" {step.inject.params}" if step.inject.params else ""
+            return (f"inject{name} {step.inject.type}{params} -> {res.describe() if res else '?'}"
+                    f"  [{cls.describe_mechanism()}]")
+        if step.wait is not None:
+            w = step.wait
+            return f"wait {w.seconds:g} s" if w.condition is None else f"wait until {w.condition} (at most {w.within_s:g} s)"
+        if step.observe is not None:
+            return f"observe {step.observe.seconds:g} s"
+        if step.check is not None:
+            c = step.check
+            return f"check {c.condition} within {c.within_s:g} s (else {c.on_fail})"
+        if step.revert is not None:
+            return f"revert {step.revert}"
+        return f"ask: {step.ask}"
+
+    # -- the exercise -----------------------------------------------------------------------
+    def execute(self) -> int:
+        resolved = self.resolve_all()  # refuses before anything is touched
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.journal = FaultJournal(os.path.join(self.out_dir, "fault_journal.jsonl"))
+        self.injector = probe.Probe(os.path.join(self.out_dir, "events"), "gameday", 0)
+        self.ctx = InjectionContext(self.out_dir, self.run, self.injector, None)
+        register_run(self.id, self.out_dir)
+        monitor = threading.Thread(target=self._monitor, daemon=True, name="trainchaos-gameday-monitor")
+        self._event("start", f"game day {self.plan.name} on run {self.run.spec.run_id}")
+        with interrupts.installed():
+            return self._execute(resolved, monitor)
+
+    def _execute(self, resolved: list[tuple[int, Step, Resolution | None]], monitor: threading.Thread) -> int:
+        status, reason, code = "completed", "every step done", EXIT_OK
+        try:
+            self._refresh()
+            monitor.start()
+            for i, step, res in resolved:
+                if step.note:
+                    self.echo(f"note: {step.note}")
+                self._run_step(i, step, res)
+            if any(e.get("outcome") == "failed" for e in self.timeline):
+                status, reason, code = "checks_failed", "a check failed (on_fail: continue)", EXIT_TARGET_MISSED
+        except _Stop as stop:
+            status, reason, code = stop.status, stop.reason, stop.exit_code
+        except (KeyboardInterrupt, interrupts.Interrupted):
+            if self.tripped:
+                status, reason, code = "stopped", f"stop condition held: {self.tripped}", EXIT_TARGET_MISSED
+            else:
+                status, reason, code = "interrupted", "Ctrl-C by the operator", EXIT_INTERRUPTED
+        except BlastRadiusError as exc:
+            status, reason, code = "refused", str(exc), EXIT_BAD_INPUT
+        except ChaosError as exc:
+            status, reason, code = "tool_error", str(exc), exc.exit_code
+        except Exception as exc:
+            status, reason, code = "tool_error", f"{type(exc).__name__}: {exc}", EXIT_TOOL_FAILED
+        finally:
+            # From here on a signal is recorded, not raised: the reverts run to their end.
+            interrupts.hold()
+            self._tearing_down = True
+            self._stop_monitor.set()
+            failures = self._revert_all(reason if status != "completed" else "end of the exercise")
+            failures += [f"{a.name}: {a.revert_error}" for a in self.done if a.revert_error]
+            if failures and code in (EXIT_OK, EXIT_TARGET_MISSED):
+                status, reason, code = "tool_error", "revert failed: " + "; ".join(dict.fromkeys(failures)), EXIT_TOOL_FAILED
+            self._event("end", f"{status}: {reason}")
+            self.injector.close()
+            self.snapshots.append({"t": time.time(), "step": None, "label": "final", **self.observer.snapshot()})
+            path = write_report(self, status, reason, code)
+            unregister_run(self.id)
+            interrupts.release()
+        self.echo(f"game day {status}: {reason}")
+        self.echo(f"report: {path}")
+        return code
+
+    def _run_step(self, i: int, step: Step, res: Resolution | None) -> None:
+        name = step.name or f"step-{i}"
+        what = self._describe(step, res)
+        if step.inject is not None:
+            # Re-resolved now: ranks move, containers come and go since the plan was checked.
+            with self._lock:
+                self._refresh()
+                res = self.run.resolve_step(step.inject.target)
+            what = self._describe(step, res)
+            if not self._confirm(i, what):
+                self._event("skip", what, step=i, outcome="skipped")
+                return
+            self.observer.freeze_reference()
+            self._inject(i, name, step, res)
+        elif step.wait is not None:
+            w = step.wait
+            if w.condition is None:
+                self._sleep(w.seconds or 0)
+                self._event("wait", what, step=i, outcome="done")
+            else:
+                ok = self._until(parse_condition(w.condition), w.within_s)
+                self._event("wait", what, step=i, outcome="held" if ok else "timed out", metrics=self.observer.snapshot())
+        elif step.observe is not None:
+            t = time.time()
+            self._sleep(step.observe.seconds)
+            snap = {"t": time.time(), "step": i, "label": name, "since": t, **self.observer.snapshot()}
+            self.snapshots.append(snap)
+            self._event("observe", what, step=i, outcome="recorded", metrics=snap)
+            self.echo("  " + ", ".join(f"{k}={v:g}" for k, v in self.observer.snapshot().items()))
+        elif step.check is not None:
+            c = step.check
+            ok = self._until(parse_condition(c.condition), c.within_s)
+            snap = self.observer.snapshot()
+            self._event("check", what, step=i, outcome="passed" if ok else "failed", metrics=snap)
+            metric = parse_condition(c.condition).metric
+            self.echo(f"  check {c.condition}: {'passed' if ok else 'FAILED'} ({metric}={snap[metric]:g})")
+            if not ok and c.on_fail == "abort":
+                raise _Stop("check_failed", f"check failed: {c.condition}", EXIT_TARGET_MISSED)
+        elif step.revert is not None:
+            names = list(self.active) if step.revert == "all" else [step.revert]
+            errors = [err for n in reversed(names) if (err := self._revert(n))]
+            self._event("revert", what, step=i, outcome="error" if errors else "done")
+            if errors:
+                # A fault that would not revert is left in effect: stop, and say so loudly.
+                raise _Stop("tool_error", f"revert failed: {'; '.join(errors)}", EXIT_TOOL_FAILED)
+        elif step.ask is not None:
+            answer = self._prompt(f"  {step.ask}\n  answer> ")
+            self.notes.append({"t": time.time(), "step": i, "text": answer, "question": step.ask})
+            self._event("ask", step.ask, step=i, outcome="answered")
+
+    def _confirm(self, i: int, what: str) -> bool:
+        self.echo(f"step {i}: {what}")
+        if self.yes:
+            self.decisions.append({"t": time.time(), "step": i, "decision": "yes", "by": "--yes"})
+            return True
+        while True:
+            answer = self._prompt("  proceed? [y]es / [s]kip / [a]bort, or type a note: ").strip()
+            low = answer.lower()
+            if low in ("y", "yes"):
+                self.decisions.append({"t": time.time(), "step": i, "decision": "yes", "by": "operator"})
+                return True
+            if low in ("s", "skip"):
+                self.decisions.append({"t": time.time(), "step": i, "decision": "skip", "by": "operator"})
+                return False
+            if low in ("a", "abort"):
+                self.decisions.append({"t": time.time(), "step": i, "decision": "abort", "by": "operator"})
+                raise _Stop("aborted", "aborted by the operator", EXIT_TARGET_MISSED)
+            if answer:
+                self.notes.append({"t": time.time(), "step": i, "text": answer})
+                self.echo("  noted.")
+
+    def _prompt(self, text: str) -> str:
+        try:
+            return self.ask(text)
+        except EOFError:
+            raise _Stop("aborted", "no operator answer (end of input)", EXIT_TARGET_MISSED) from None
+
+    # -- faults ------------------------------------------------------------------------------
+    def _inject(self, i: int, name: str, step: Step, res: Resolution) -> None:
+        cls = lookup(step.inject.type)
+        params = cls.params_model.model_validate(step.inject.params).model_dump()
+        fault = cls(fault_id=f"gd{i}-{step.inject.type}", target=res.target, params=params,
+                    target_spec=dict(step.inject.target), seed=i)
+        with self._critical():
+            self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **res.target.to_dict()})
+            t = time.time()
+            active = _Active(name, fault, {}, t)
+            self.active[name] = active
+            active.record = fault.inject(self.ctx)
+            self.journal.applied(fault.fault_id, active.record)
+        self.observer.mark_inject()
+        self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=res.describe())
+        self._event("inject", self._describe(step, res), step=i, outcome="injected", fault=fault.fault_id)
+        self.echo(f"  injected {fault.type_name} on {res.describe()}")
+
+    @contextlib.contextmanager
+    def _critical(self) -> Iterator[None]:
+        """An inject or revert is never cut in half: Ctrl-C, SIGTERM and a tripped stop
+        condition (the monitor raises SIGINT in this thread) wait for its end."""
+        with self._lock:
+            interrupts.hold()
+            try:
+                yield
+            finally:
+                interrupts.release()
+        if not self._tearing_down and interrupts.take_pending() is not None:
+            raise interrupts.Interrupted("deferred")
+
+    def _revert(self, name: str, why: str = "plan step") -> str | None:
+        with self._critical():
+            active = self.active.pop(name, None)
+            if active is None:
+                return None
+            try:
+                active.fault.revert(self.ctx, active.record)
+            except Exception as exc:
+                active.revert_error = f"{type(exc).__name__}: {exc}"
+            active.t_revert = time.time()
+            self.journal.reverted(active.fault.fault_id, active.revert_error)
+            self.done.append(active)
+        self.ctx.emit("fault_reverted", fault=active.fault.fault_id)
+        self._event("reverted", f"{active.fault.type_name} ({name}): {why}", outcome="error" if active.revert_error else "done")
+        self.echo(f"  reverted {name} ({active.fault.type_name})" + (f": FAILED {active.revert_error}" if active.revert_error else ""))
+        return active.revert_error
+
+    def _revert_all(self, why: str) -> list[str]:
+        failures = []
+        for name in reversed(list(self.active)):
+            err = self._revert(name, why)
+            if err:
+                failures.append(f"{name}: {err}")
+        return failures
+
+    # -- time, metrics, stop conditions -----------------------------------------------------
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self._due_reverts()
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+    def _until(self, cond: Any, within_s: float) -> bool:
+        end = time.monotonic() + within_s
+        while True:
+            self._due_reverts()
+            if cond.holds(self.observer.snapshot()):
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.1)
+
+    def _due_reverts(self) -> None:
+        for fault in self.ctx.due_reverts():
+            for name, active in list(self.active.items()):
+                if active.fault is fault:
+                    self._revert(name, "its duration_s ended")
+
+    def _refresh(self) -> None:
+        events = self.run.refresh()
+        self.observer.take(events)
+        self.observer.containers_running = sum(1 for n in self.run._containers if self.run.status_of(n) == "running")
+
+    def _monitor(self) -> None:
+        since: dict[str, float] = {}
+        """Condition -> when it began to hold (a stop with ``for`` trips after that long)."""
+        while not self._stop_monitor.wait(MONITOR_EVERY_S):
+            try:
+                if self._lock.acquire(timeout=0.2):
+                    try:
+                        self._refresh()
+                    finally:
+                        self._lock.release()
+                snap = self.observer.snapshot()
+                now = time.monotonic()
+                for c in self.stop_conditions:
+                    if c.holds(snap):
+                        since.setdefault(str(c), now)
+                    else:
+                        since.pop(str(c), None)
+                held = next((c for c in self.stop_conditions
+                             if str(c) in since and now - since[str(c)] >= c.for_s), None)
+            except Exception as exc:  # a monitor that cannot see the run must not go quiet
+                self.tripped = f"the run cannot be observed: {type(exc).__name__}: {exc}"
+                _thread.interrupt_main()
+                return
+            if held is not None and not self._stop_monitor.is_set():
+                self.tripped = f"{held} ({held.metric}={snap[held.metric]:g})"
+                self.echo(f"\nSTOP: {self.tripped}; reverting everything")
+                # As a SIGINT in the main thread: it interrupts a wait or a prompt, and waits
+                # for an inject or a revert under way (``_critical``).
+                _thread.interrupt_main()
+                return
+
+    def _event(self, action: str, what: str, step: int | None = None, outcome: str = "", **extra: Any) -> None:
+        now = time.time()
+        self.timeline.append({"t": now, "rel_s": round(now - self.t0, 2), "step": step, "action": action,
+                              "what": what, "outcome": outcome, **extra})

@@ -1,0 +1,139 @@
+"""The ``docker`` backend on a real dockerd: kill-rank and kill-node with the metrics and
+attribution of ``local``, a ``docker pause`` freeze caught by the harness's watchdog, a
+power outage of two containers at once; and nothing of a run left behind, also after the
+controller is SIGKILLed and ``trainchaos cleanup`` runs.
+
+The four scenarios run in one suite (one module-scoped fixture, ~2 minutes on 2 cores);
+each test reads its own run's journal. The SIGKILLed controller and ``trainchaos cleanup``
+are in ``test_gameday.py``, on the game day's job (one job start fewer). The engine is ``DOCKER_HOST`` when it answers, else
+a private dockerd started for the session (``tests/integration/_dockerd.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture)
+
+pytestmark = [pytest.mark.integration]
+
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = ["kill-rank", "kill-node", "pause-node", "power-outage"]
+
+
+def _env(state: Path) -> dict[str, str]:
+    return {**os.environ, "TRAINCHAOS_STATE_DIR": str(state)}
+
+
+def _cli(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TRAINCHAOS, *argv], env=_env(cwd / "state"), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _labelled(run_id: str | None = None) -> list[str]:
+    """Containers, networks and volumes on the engine that carry the (run's) label."""
+    import docker
+
+    client = docker.DockerClient(base_url=os.environ["DOCKER_HOST"])
+    label = f"trainchaos.run={run_id}" if run_id else "trainchaos.run"
+    try:
+        return ([f"container {c.name}" for c in client.containers.list(all=True, filters={"label": label})]
+                + [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
+                + [f"volume {v.name}" for v in client.volumes.list(filters={"label": label})]
+                + [f"image {i.tags}" for i in client.images.list(filters={"label": label})])
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:  # noqa: F811
+    work = tmp_path_factory.mktemp("docker-suite")
+    # Shorter than the shipped scenarios (same faults, same targets): the test budget.
+    for name in SCENARIOS:
+        text = (REPO / "scenarios" / "docker" / f"{name}.yaml").read_text()
+        (work / f"{name}.yaml").write_text(text.replace("steps: 60", "steps: 30").replace("at_step: 25", "at_step: 12"))
+    res = _cli(work, "run", *[f"{n}.yaml" for n in SCENARIOS], "--out", "reports", timeout=600)
+    return work, res
+
+
+def _journal(work: Path, name: str) -> dict:
+    return json.loads((work / "reports" / f"docker-{name}" / "0" / "journal.json").read_text())
+
+
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("name", ["kill-rank", "kill-node"])
+def test_kills_on_containers_are_measured_and_attributed(suite, name: str) -> None:
+    work, res = suite
+    journal = _journal(work, name)
+    assert journal["status"] == "completed", (journal["error"], res.stdout[-3000:])
+    fault = journal["faults"][0]
+    m = journal["metrics"]
+    assert journal["verdict"]["passed"], journal["verdict"]
+    assert m["detection_s"] is not None and m["detection_s"] <= 3
+    assert m["recovery_s"] is not None
+    assert m["lost_steps"] is not None and 0 <= m["lost_steps"] <= 10
+    detected = [e for e in _events(work, name) if e.get("kind") == "detected" and e["t"] >= fault["t_inject"]]
+    assert detected and detected[0].get("suspect") in fault["target_srcs"]
+    if name == "kill-node":
+        # docker kill: node 1's container exited by SIGKILL (137), its rank went with it.
+        assert fault["resolved_target"]["nodes"] == [1]
+        assert m["final_world_size"] == 1
+    else:
+        assert fault["resolved_target"]["ranks"] == [1]
+        assert m["restart_count"] >= 1
+
+
+def _events(work: Path, name: str) -> list[dict]:
+    events = []
+    for path in (work / "reports" / f"docker-{name}" / "0" / "events").glob("*.jsonl"):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(events, key=lambda e: e["t"])
+
+
+@pytest.mark.timeout(660)
+def test_docker_pause_freeze_is_caught_by_the_watchdog(suite) -> None:
+    work, res = suite
+    journal = _journal(work, "pause-node")
+    assert journal["status"] == "completed", (journal["error"], res.stdout[-3000:])
+    fault = journal["faults"][0]
+    assert fault["type"] == "container_pause"
+    hangs = [e for e in _events(work, "pause-node") if e.get("kind") == "detected"
+             and e["t"] >= fault["t_inject"] and e.get("failure_class") == "hang"]
+    assert hangs, "the frozen node's rank was never reported hung"
+    assert hangs[0]["suspect"] == "rank-1"
+    assert journal["metrics"]["detection_s"] >= 1.0  # a freeze is silent: only a watchdog sees it
+
+
+@pytest.mark.timeout(660)
+def test_power_outage_kills_two_containers_at_once(suite) -> None:
+    work, res = suite
+    journal = _journal(work, "power-outage")
+    assert journal["status"] == "completed", (journal["error"], res.stdout[-3000:])
+    details = journal["faults"][0]["details"]
+    assert details["nodes"] == [1, 2]
+    assert details["kill_spread_ms"] < 1000
+    assert journal["verdict"]["passed"], journal["verdict"]
+    assert journal["metrics"]["final_world_size"] == 1
+
+
+@pytest.mark.timeout(660)
+def test_nothing_labelled_is_left_after_the_suite(suite) -> None:
+    work, res = suite
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert _labelled() == []
+    # Other tests may run beside this one on the machine: only this suite's runs and the
+    # docker kinds are this test's business.
+    run_ids = [_journal(work, name)["run_id"] for name in SCENARIOS]
+    check = _cli(work, "cleanup", "--check")
+    ours = [line for line in check.stdout.splitlines()
+            if "docker_" in line or any(run_id in line for run_id in run_ids)]
+    assert ours == [], check.stdout

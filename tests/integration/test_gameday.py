@@ -1,0 +1,322 @@
+"""``trainchaos gameday`` against a live run on a real dockerd, driven through a
+pseudo-terminal (pexpect) as an operator would: a dry run that changes nothing, a plan aimed
+at an unlabelled container refused with exit 2 (that container untouched), a confirmed
+freeze whose stop condition trips and reverts everything, the report; then the job's
+controller is SIGKILLed and ``trainchaos cleanup`` leaves no container or network of it.
+
+One job serves every test (module fixture, tests in file order): starting containers is
+the slow part.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.net.fabric import short_id
+from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture)
+
+pexpect = pytest.importorskip("pexpect")
+
+pytestmark = [pytest.mark.integration]
+
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+
+JOB = """\
+name: gd-job
+workload:
+  harness: {model: {name: mlp}, steps: 20000, step_delay_s: 0.05, checkpoint: {every_steps: 20},
+            failure: {watchdog_s: 3}}
+topology: {nodes: 2, ranks_per_node: 1}
+backend: docker
+timeout_s: 600
+"""
+
+
+def _docker():  # noqa: ANN202
+    import docker
+
+    return docker.DockerClient(base_url=os.environ["DOCKER_HOST"])
+
+
+class Job:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(work / "state"), "COLUMNS": "200"}
+        (work / "job.yaml").write_text(JOB)
+        self.controller = subprocess.Popen([*TRAINCHAOS, "run", "job.yaml", "--out", "reports"], env=self.env,
+                                           cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           stdin=subprocess.DEVNULL)
+        self.run_dir = work / "reports" / "gd-job" / "0"
+        self.run_id: str | None = None
+
+    def wait_for_steps(self, timeout: float = 150) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ranks = list((self.run_dir / "events").glob("rank-*.jsonl")) if self.run_dir.exists() else []
+            if len(ranks) >= 2 and all('"step_end"' in p.read_text() for p in ranks):
+                self.run_id = json.loads((self.run_dir / "run.json").read_text())["run_id"]
+                return
+            assert self.controller.poll() is None, "the job's controller died"
+            time.sleep(0.5)
+        pytest.fail("the job never made a step")
+
+    def cli(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*TRAINCHAOS, *argv], env=self.env, cwd=self.work, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def spawn(self, *argv: str):  # noqa: ANN201
+        return pexpect.spawn(TRAINCHAOS[0], [*TRAINCHAOS[1:], *argv], env=self.env, cwd=str(self.work),
+                             encoding="utf-8", timeout=60, dimensions=(50, 200))
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        """Container name -> (status, StartedAt) of the run's containers."""
+        client = _docker()
+        try:
+            return {c.name: (c.status, c.attrs["State"]["StartedAt"])
+                    for c in client.containers.list(all=True, filters={"label": f"trainchaos.run={self.run_id}"})}
+        finally:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:  # noqa: F811
+    job = Job(tmp_path_factory.mktemp("gameday"))
+    try:
+        job.wait_for_steps()
+        yield job
+    finally:
+        if job.controller.poll() is None:
+            job.controller.send_signal(signal.SIGTERM)
+            try:
+                job.controller.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                job.controller.kill()
+        if job.run_id:
+            job.cli("cleanup", "--run-dir", str(job.run_dir))
+
+
+def _plan(job: Job, name: str, body: str) -> str:
+    path = job.work / f"{name}.yaml"
+    path.write_text(f"name: {name}\nrun: {job.run_id}\n{body}")
+    return path.name
+
+
+@pytest.fixture
+def bystander(job: Job) -> Iterator[str]:
+    """A running container that is not the run's: its own image, no trainchaos label."""
+    client = _docker()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w"):
+        pass
+    client.api.import_image_from_data(buf.getvalue(), repository="tc-bystander", tag="latest")
+    binds = {p: {"bind": p, "mode": "ro"} for p in ("/usr", "/lib", "/lib64", "/bin") if os.path.exists(p)}
+    cont = client.containers.run("tc-bystander:latest", ["/bin/sleep", "600"], name=f"tc-bystander-{os.getpid()}",
+                                 detach=True, volumes=binds, network_mode="none")
+    try:
+        yield cont.name
+    finally:
+        cont.remove(force=True)
+        client.images.remove("tc-bystander:latest", force=True)
+        client.close()
+
+
+@pytest.mark.timeout(300)
+def test_plan_aimed_at_an_unlabelled_container_is_refused_and_it_is_untouched(job: Job, bystander: str) -> None:
+    client = _docker()
+    before = client.containers.get(bystander).attrs["State"]
+    plan = _plan(job, "stray", "steps:\n  - observe: {seconds: 1}\n"
+                 f"  - inject: {{type: container_pause, target: {{container: {bystander}}}}}\n")
+    for extra in (["--dry-run"], ["--yes"]):
+        res = job.cli("gameday", plan, *extra, "--out", "gd-stray")
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert "refusing to touch container" in res.stderr and bystander in res.stderr
+    after = client.containers.get(bystander).attrs["State"]
+    assert after["Status"] == "running" and not after["Paused"]
+    assert after["StartedAt"] == before["StartedAt"] and after["Pid"] == before["Pid"]
+    assert not (job.work / "gd-stray").exists(), "nothing may be started or written for a refused plan"
+    client.close()
+
+
+@pytest.mark.timeout(300)
+def test_operator_dry_run_confirm_stop_condition_revert_and_report(job: Job) -> None:
+    plan = _plan(job, "freeze", "window_s: 4\nstop_when: [\"dead_s > 4\"]\nsteps:\n"
+                 "  - observe: {seconds: 3}\n"
+                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
+                 "  - wait: {seconds: 120}\n")
+    node1 = f"{job.run_id}-n1"
+    states = job.states()
+
+    dry = job.spawn("gameday", plan, "--dry-run")
+    dry.expect(f"container_pause -> node 1 = container {node1} \\(running\\)")
+    dry.expect("nothing was touched")
+    dry.expect(pexpect.EOF)
+    dry.close()
+    assert dry.exitstatus == 0
+    assert job.states() == states, "a dry run changed a container"
+    assert not list(job.work.glob("gd-*")), "a dry run wrote a report"
+
+    gd = job.spawn("gameday", plan, "--out", "gd-freeze")
+    gd.expect("steps_per_s=")  # the observe step's snapshot
+    gd.expect(r"proceed\? \[y\]es")
+    gd.sendline("freezing node 1 during the on-call drill")
+    gd.expect("noted")
+    gd.expect(r"proceed\? \[y\]es")
+    assert job.states()[node1][0] == "running", "injected before the operator said yes"
+    gd.sendline("y")
+    gd.expect("injected container_pause")
+    gd.expect("STOP: dead_s > 4", timeout=90)
+    gd.expect("reverted freeze")
+    gd.expect("report: ")
+    gd.expect(pexpect.EOF)
+    gd.close()
+    assert gd.exitstatus == 1, gd.before
+
+    assert job.states()[node1][0] == "running", "the frozen container was not thawed"
+    report = json.loads((job.work / "gd-freeze" / "report.json").read_text())
+    assert report["status"] == "stopped" and "dead_s > 4" in report["reason"]
+    assert [d["decision"] for d in report["decisions"]] == ["yes"]
+    assert report["notes"][0]["text"] == "freezing node 1 during the on-call drill"
+    actions = [e["action"] for e in report["timeline"]]
+    assert actions.index("inject") < actions.index("reverted") < actions.index("end")
+    fault = report["faults"][0]
+    assert fault["type"] == "container_pause" and fault["target"]["nodes"] == [1]
+    assert fault["t_revert"] is not None and fault["revert_error"] is None
+    assert report["reference_pace"] and report["reference_pace"] > 0
+    assert (job.work / "gd-freeze" / "report.md").read_text().startswith("# Game day: freeze")
+    # The game day's own journal: applied and reverted, nothing for cleanup to do.
+    records = [json.loads(x) for x in (job.work / "gd-freeze" / "fault_journal.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in records][-1] == "reverted"
+
+
+@pytest.mark.timeout(300)
+def test_live_limits_disconnect_and_loss_take_effect_and_are_restored(job: Job) -> None:
+    plan = _plan(job, "squeeze", "steps:\n"
+                 "  - name: squeeze\n    inject: {type: container_limits, target: {node: 0},"
+                 " params: {cpus: 0.25, memory_mb: 2048}}\n"
+                 "  - ask: limits in effect?\n"
+                 "  - name: cut\n    inject: {type: container_disconnect, target: {node: 1}}\n"
+                 "  - ask: node 1 cut off?\n"
+                 "  - name: lossy\n    inject: {type: container_packet_loss, target: {node: 0}, params: {percent: 100}}\n"
+                 "  - ask: node 0 deaf?\n"
+                 "  - revert: all\n")
+    client = _docker()
+    n0, n1 = client.containers.get(f"{job.run_id}-n0"), client.containers.get(f"{job.run_id}-n1")
+    net = f"{job.run_id}-net"
+    address = n1.attrs["NetworkSettings"]["Networks"][net]["IPAddress"]
+
+    def host_config(cont):  # noqa: ANN001, ANN202
+        cont.reload()
+        return cont.attrs["HostConfig"]
+
+    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-squeeze")
+    gd.expect("limits in effect\\?")
+    hc = host_config(n0)
+    assert (hc["CpuQuota"], hc["CpuPeriod"], hc["Memory"]) == (25_000, 100_000, 2048 * 2**20)
+    gd.sendline("yes, steps slowed")
+    gd.expect("node 1 cut off\\?")
+    n1.reload()
+    assert net not in n1.attrs["NetworkSettings"]["Networks"]
+    gd.sendline("yes")
+    gd.expect("node 0 deaf\\?")
+    n0_address = n0.attrs["NetworkSettings"]["Networks"][net]["IPAddress"]
+    # Every packet node 0 receives is dropped: a SYN to a closed port gets no RST back.
+    assert _connect(n0_address) == "timeout"
+    gd.sendline("yes")
+    gd.expect(pexpect.EOF)
+    gd.close()
+    assert gd.exitstatus == 0, gd.before
+    hc = host_config(n0)
+    assert hc["CpuQuota"] in (0, -1) and hc["Memory"] >= 8 * 2**30  # no CPU limit; memory: the host's
+    n1.reload()
+    assert n1.attrs["NetworkSettings"]["Networks"][net]["IPAddress"] == address
+    assert _connect(n0_address) == "refused"  # answered again
+    attached = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    assert not [n for n in attached if n == f"tc-{short_id(job.run_id)}-c0"], attached
+    client.close()
+
+
+def _connect(address: str) -> str:
+    import socket
+
+    try:
+        socket.create_connection((address, 9), timeout=2).close()
+        return "connected"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_reverts_everything_and_exits_130(job: Job) -> None:
+    plan = _plan(job, "interrupted", "steps:\n"
+                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
+                 "  - wait: {seconds: 300}\n")
+    node1 = f"{job.run_id}-n1"
+    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-interrupted")
+    gd.expect("injected container_pause")
+    assert job.states()[node1][0] == "paused"
+    gd.sendintr()
+    gd.expect("reverted freeze")
+    gd.expect(pexpect.EOF)
+    gd.close()
+    assert gd.exitstatus == 130, gd.before
+    assert job.states()[node1][0] == "running"
+    assert json.loads((job.work / "gd-interrupted" / "report.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.timeout(300)
+def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
+    plan = _plan(job, "abandoned", "steps:\n"
+                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
+                 "  - wait: {seconds: 300}\n")
+    node1 = f"{job.run_id}-n1"
+    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-abandoned")
+    gd.expect("injected container_pause")
+    assert job.states()[node1][0] == "paused"
+    gd.kill(signal.SIGKILL)
+    gd.close(force=True)
+    assert job.states()[node1][0] == "paused", "nothing should have reverted it yet"
+    check = job.cli("cleanup", "--check")
+    assert "container_pause" in check.stdout, check.stdout
+    res = job.cli("cleanup", "--run-dir", str(job.work / "gd-abandoned"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "reverted" in res.stdout and job.states()[node1][0] == "running"
+
+
+@pytest.mark.timeout(300)
+def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(job: Job) -> None:
+    client = _docker()
+    label = {"label": f"trainchaos.run={job.run_id}"}
+
+    def left() -> list[str]:
+        return ([c.name for c in client.containers.list(all=True, filters=label)]
+                + [n.name for n in client.networks.list(filters=label)]
+                + [v.name for v in client.volumes.list(filters=label)])
+
+    os.kill(job.controller.pid, signal.SIGKILL)
+    job.controller.wait(timeout=10)
+    assert any(name.endswith("-net") for name in left()) and any(name.endswith("-n0") for name in left())
+    check = job.cli("cleanup", "--check")
+    assert check.returncode == 1 and job.run_id in check.stdout, check.stdout
+    res = job.cli("cleanup", "--run-dir", str(job.run_dir), timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert left() == []
+    assert client.images.list(filters=label) == []
+    check = job.cli("cleanup", "--check")
+    ours = [line for line in check.stdout.splitlines() if job.run_id in line or "docker_" in line]
+    assert ours == [], check.stdout
+    client.close()
