@@ -10,14 +10,16 @@ any node can die without taking the rendezvous down).
 
 Requirements on a real cluster (see docs/slurm.md): the run directory on a filesystem every
 node sees; the controller's rendezvous port reachable from the nodes; ``scontrol update``
-rights (an operator account) for the scheduler faults. The live rank -> pid map and rank
-signals work on a single machine (the local testbed, where every node is localhost); on a
-real cluster a rank's pid is on another host, and the faults that must reach it go through
-the scheduler (``scancel --signal``) instead.
+rights (an operator account) for the node faults. Signals to a rank or node go straight to
+the pid where the process runs on the controller's host (every node of the local testbed);
+elsewhere (a real cluster, or ``signal_via: srun``) through Slurm: a one-task step
+``srun --jobid --overlap -w NODE`` in the run's job runs ``chaos.cluster.slurm_signal``
+on that node, which signals only the run's processes there.
 
-What Slurm itself does (job and node state changes, requeues) is polled from ``squeue``,
-``scontrol`` and ``sinfo`` every half second and written to the timeline as ``slurm_job``
-and ``slurm_node`` events of source ``slurm``.
+What Slurm itself does (job, step and node state changes, requeues) is polled from
+``scontrol`` every half second and written to the timeline as ``slurm_job``, ``slurm_step``
+and ``slurm_node`` events of source ``slurm``; what trainchaos asks of Slurm as
+``slurm_node_update``, ``slurm_job_update`` and ``slurm_signal``.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from chaos import probe
 from chaos.cluster import register_backend
-from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, NodeStatus
+from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, NodeStatus
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
 from chaos.cluster.slurm_node import node_file
@@ -72,6 +74,11 @@ class SlurmOptions(StrictModel):
     """``--requeue``: Slurm puts the job back in the queue after a node failure."""
     sbatch_args: list[str] = Field(default_factory=list)
     """Further ``sbatch`` arguments, passed as given (``["--qos=chaos"]``)."""
+    signal_via: Literal["auto", "srun"] = "auto"
+    """How faults signal a rank or node. ``auto``: processes on the controller's host directly
+    (every node of the local testbed), the others through ``srun --jobid --overlap -w NODE``
+    into the job, which signals them on their node (a real cluster). ``srun``: always through
+    Slurm, also where a direct signal would do."""
     jobid: int | None = Field(None, ge=1)
     """Run inside this existing allocation (``salloc``/``sbatch`` job id) as one job step
     (``srun --jobid``) instead of submitting a job; the allocation itself is never cancelled.
@@ -302,7 +309,7 @@ class SlurmCluster(LocalCluster):
 
     name: ClassVar[str] = "slurm"
     summary: ClassVar[str] = ("a run is one Slurm job (sbatch + srun, one torchrun agent per node); "
-                              "scheduler faults: node DOWN, drain")
+                              "scheduler faults: node DOWN, drain, preemption (requeue)")
     options_model: ClassVar[type[StrictModel]] = SlurmOptions
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
@@ -320,6 +327,8 @@ class SlurmCluster(LocalCluster):
         self._node_names: dict[int, str] = {}
         self._touched: set[str] = set()
         self._restarts = 0
+        self._exited: set[int] = set()
+        self._spares_go = os.path.join(spec.run_dir, "slurm", "spares.go")
 
     # -- before anything starts -----------------------------------------------------------
     @classmethod
@@ -327,9 +336,19 @@ class SlurmCluster(LocalCluster):
         options = SlurmOptions.model_validate(scenario.backend.options or {})
         problems = []
         topo = scenario.topology
-        if topo.spares:
-            problems.append("slurm: spares are not supported on this backend yet; use min_nodes "
-                            "with no_kill: true for a job that goes on without a lost node")
+        if topo.spares and not options.no_kill:
+            problems.append("slurm: spares need no_kill: true (backend: {slurm: {no_kill: true}}): "
+                            "without it Slurm ends the whole job when a node fails, spares included")
+        for fault in scenario.faults:
+            if fault.type != "preempt_job":
+                continue
+            index = fault.index
+            if options.jobid is not None:
+                problems.append(f"faults[{index}]: preempt_job requeues the job, and a run inside an "
+                                f"existing allocation (slurm.jobid: {options.jobid}) has no job of its own")
+            elif not options.requeue:
+                problems.append(f"faults[{index}]: preempt_job requeues the job: submit it requeueable "
+                                "(backend: {slurm: {requeue: true}})")
         for command in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo"):
             if shutil.which(command) is None:
                 problems.append(f"slurm: {command} is not on PATH (install the Slurm client "
@@ -377,6 +396,10 @@ class SlurmCluster(LocalCluster):
         self._slurm_probe = probe.Probe(os.path.join(self.spec.run_dir, "events"), "slurm", 0)
         self._launch: dict[str, Any] = {}
         super().start()  # node-local dirs, the rendezvous store, start_node per node
+        for node in range(self.topology.nodes, self.topology.total_nodes):
+            # A spare's task waits for the job's first round (see note_event).
+            self.start_node(node)
+            self._launch[str(node)]["wait_for"] = self._spares_go
         path = os.path.join(self.spec.run_dir, "slurm", "launch.json")
         with open(path, "w", encoding="utf-8") as fh:
             json.dump({"run_id": self.spec.run_id, "nodes": self._launch}, fh, indent=1)
@@ -544,6 +567,7 @@ class SlurmCluster(LocalCluster):
                            restarts=int(fields.get("Restarts", "0") or 0), reason=fields.get("Reason"))
             self._job_state = state
             self._job_gone = state not in ACTIVE_STATES
+        self._poll_steps()
         if self.options.jobid is not None:
             # Our work is the step, not the allocation: done when its srun client is.
             self._job_gone = not HelperProcess.exists({}, getattr(self, "_step", {}))
@@ -553,6 +577,29 @@ class SlurmCluster(LocalCluster):
                 self._seen[f"node:{name}"] = (nstate, reason)
                 self._emit("slurm_node", node_name=name, state=nstate, reason=reason,
                            node=next((i for i, n in self._node_names.items() if n == name), None))
+
+    def _poll_steps(self) -> None:
+        """Job step state changes (``scontrol show step``): the srun step of the agents, the
+        batch step; in someone's allocation only the run's own step."""
+        result = slurm(["scontrol", "show", "step", self.job_id, "-o"], self.conf, timeout=5)
+        seen = set()
+        for line in result.stdout.splitlines() if result.returncode == 0 else []:
+            fields = _kv(line)
+            step = fields.get("StepId")
+            if not step or (self.options.jobid is not None and fields.get("Name") != self.spec.run_id):
+                continue
+            seen.add(step)
+            key = (fields.get("State"), fields.get("NodeList"))
+            if self._seen.get(f"step:{step}") != key:
+                self._seen[f"step:{step}"] = key
+                self._emit("slurm_step", job_id=self.job_id, step_id=step, state=key[0], nodes=key[1],
+                           restarts=self._restarts)
+        for key in [k for k in self._seen if k.startswith("step:") and k[5:] not in seen]:
+            if self._seen[key] != ("GONE", None):
+                # A step that no longer shows has ended (scontrol keeps no finished steps).
+                self._seen[key] = ("GONE", None)
+                self._emit("slurm_step", job_id=self.job_id, step_id=key[5:], state="ENDED", nodes=None,
+                           restarts=self._restarts)
 
     def node_names(self) -> dict[int, str]:
         """Node index -> the Slurm node running it (from the tasks themselves)."""
@@ -580,31 +627,102 @@ class SlurmCluster(LocalCluster):
                    by="trainchaos")
         return {"slurm_node": name, "state": state, "reason": reason, "slurm_conf": self.conf}
 
+    def requeue_job(self, why: str) -> dict[str, Any]:
+        """``scontrol requeue``: Slurm SIGTERMs every task, SIGKILLs them after KillWait and
+        puts the job back in the queue (what preemption with PreemptMode=REQUEUE does)."""
+        if not self.job_id or self.options.jobid is not None:
+            raise ToolError("only a job trainchaos submitted can be requeued, never an allocation "
+                            "it was given (backend option jobid)")
+        slurm(["scontrol", "requeue", self.job_id], self.conf, check=True)
+        self._emit("slurm_job_update", job_id=self.job_id, action="requeue", by="trainchaos", why=why,
+                   restarts_before=self._restarts)
+        return {"job_id": self.job_id, "restarts_before": self._restarts, "slurm_conf": self.conf}
+
     def signal_pid(self, pid: int, sig: int) -> bool:
-        """Only a process of this run on this machine: on a real cluster a rank's pid names a
-        process on another host, and the same number here may be anyone's."""
+        """A process of this run: a rank's worker on another host through its node (``srun``);
+        here only one of this run (the same number may be anyone's)."""
+        live = next((lr for lr in self._live.values() if lr.pid == pid), None)
+        if live is not None and self._through_srun(live.node):
+            return pid in self._srun_signal(live.node, sig, pids=[pid])
         if not any(p.pid == pid for p in find_run_processes(self.spec.run_id)):
             return False
         return super().signal_pid(pid, sig)
 
+    def signal_rank(self, rank: int, sig: int) -> list[int]:
+        live = self._live.get(rank)
+        if live is not None and self._through_srun(live.node):
+            return self._srun_signal(live.node, sig, rank=rank)
+        return super().signal_rank(rank, sig)
+
     def signal_node(self, node: int, sig: int) -> list[int]:
-        """Every process of the node (the srun task's wrapper, the agent, its workers), found
-        by run id and node: on the testbed every node is this machine."""
-        members = [p.pid for p in find_run_processes(self.spec.run_id) if p.node == node]
+        """Every process of the node (the agent, its workers; the srun task's wrapper too for
+        SIGKILL: a host that dies takes the task with it), found by run id and node."""
         info = self._node_info(node)
-        here = info.get("host") == socket.gethostname()
-        wrapper = info.get("wrapper_pid") if here else None
-        agent = info.get("agent_pid") if here else None
-        order = [pid for pid in (agent, *members) if pid]
-        if sig in FATAL_SIGNALS and sig == signal.SIGKILL and wrapper:
-            order.append(wrapper)  # a host that dies takes the task with it
-        hit = []
-        for pid in dict.fromkeys(order):
-            if self.signal_pid(int(pid), sig):
-                hit.append(int(pid))
+        wrapper, agent = info.get("wrapper_pid"), info.get("agent_pid")
+        named = [int(pid) for pid in (agent, wrapper if sig == signal.SIGKILL else None) if pid]
+        if self._through_srun(node):
+            hit = self._srun_signal(node, sig, pids=named, whole_node=True)
+        else:
+            procs = find_run_processes(self.spec.run_id)
+            ours = {p.pid for p in procs}  # a pid from the node file may be reused by now
+            members = [p.pid for p in procs if p.node == node]
+            order = [pid for pid in dict.fromkeys([*named[:1], *members, *named[1:]]) if pid in ours]
+            hit = [pid for pid in order if LocalCluster.signal_pid(self, pid, sig)]
         if sig in FATAL_SIGNALS:
             self.lost.add(node)
         return hit
+
+    def note_event(self, event: dict[str, Any]) -> None:
+        """Spares (``topology.spares``) are tasks of the job like the nodes, but their agents
+        start only once the first round has formed, as on ``local``: the rendezvous takes
+        whichever agents come first, and a spare must not take a node's place."""
+        ClusterBackend.note_event(self, event)  # not local's: it starts spares as processes
+        if (self.topology.spares and len(self._live) >= self.topology.world_size
+                and not os.path.exists(self._spares_go)):
+            with open(self._spares_go, "w", encoding="utf-8") as fh:
+                fh.write("the job's first round formed: spares may join\n")
+            self._emit("slurm_spares_released", spares=self.topology.spares)
+        src = str(event.get("src", ""))
+        if event.get("kind") == "rank_exit" and src.startswith("rank-") and src[5:].isdigit():
+            live = self._live.get(int(src[5:]))
+            if live is not None:
+                self._exited.add(live.pid)
+
+    def process_alive(self, pid: int) -> bool:
+        """A rank on another host cannot be looked up in this machine's /proc: it is alive
+        until it reported its exit or its node's task ended (a rank SIGKILLed on its own
+        counts as alive until its replacement announces itself)."""
+        live = next((lr for lr in self._live.values() if lr.pid == pid), None)
+        host = self._node_info(live.node).get("host") if live is not None else None
+        if live is None or not host or host == socket.gethostname():
+            return super().process_alive(pid)
+        return pid not in self._exited and self._returncodes.get(live.node) is None
+
+    def _through_srun(self, node: int) -> bool:
+        if self.options.signal_via == "srun":
+            return True
+        host = self._node_info(node).get("host")
+        return bool(host) and host != socket.gethostname()
+
+    def _srun_signal(self, node: int, sig: int, pids: list[int] | None = None, rank: int | None = None,
+                     whole_node: bool = False) -> list[int]:
+        """Signal on the node itself: a one-task step in the run's job on that Slurm node,
+        ``python -m chaos.cluster.slurm_signal`` (which touches only the run's processes)."""
+        name = self.slurm_node_name(node)
+        argv = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={name}",
+                f"--job-name={PREFIX}signal", "--quiet", sys.executable, "-m", "chaos.cluster.slurm_signal",
+                "--run", self.spec.run_id, "--signal", signal.Signals(sig).name,
+                *(["--node", str(node)] if whole_node else []), *(["--rank", str(rank)] if rank is not None else []),
+                *[arg for pid in pids or [] for arg in ("--pid", str(pid))]]
+        result = slurm(argv, self.conf, timeout=30)
+        try:
+            hit = json.loads(result.stdout.strip().splitlines()[-1])["pids"]
+        except (IndexError, ValueError, KeyError, TypeError) as exc:
+            raise ToolError(f"signalling node {node} ({name}) through srun failed (exit {result.returncode}): "
+                            f"{(result.stderr or result.stdout).strip()[:300]}") from exc
+        self._emit("slurm_signal", node=node, node_name=name, signal=signal.Signals(sig).name, pids=hit,
+                   rank=rank, via="srun")
+        return [int(p) for p in hit]
 
     def node_logs(self) -> dict[int, str]:
         return {int(n): e["log"] for n, e in getattr(self, "_launch", {}).items()}

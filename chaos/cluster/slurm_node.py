@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 __all__ = ["main", "node_file"]
 
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     rc_path = node_file(run_dir, node, "rc")
     if os.path.exists(rc_path):  # a requeued job starts afresh
         os.unlink(rc_path)
+    if entry.get("wait_for"):
+        # A spare: its agent joins once the job's first round formed (the controller says so).
+        while not os.path.exists(entry["wait_for"]):
+            time.sleep(0.2)
     env = {**os.environ, **entry["env"]}
     argv = list(entry["argv"])
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)

@@ -1,4 +1,5 @@
-"""Scheduler faults: what Slurm does to a job when a node fails or goes into maintenance.
+"""Scheduler faults: what Slurm does to a job when a node fails or goes into maintenance, or
+when the job is preempted.
 
 These act through the scheduler (``scontrol update NodeName=... State=DOWN|DRAIN``), so they
 run on the ``slurm`` backend only (validation says so for any other backend). Every node
@@ -6,12 +7,15 @@ state change is recorded in the fault journal before it is made (the node's Slur
 reason ``trainchaos:<run id>:<fault>``) and undone with ``State=RESUME`` on revert, on
 SIGINT/SIGTERM, and by ``trainchaos cleanup`` from the record alone; ``cleanup`` also finds
 nodes left out of service by their reason (resource kind ``slurm_node_state``).
+``preempt_job`` changes no state that outlives it: the job is requeued, which is the fault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,7 +27,7 @@ from chaos.faults.base import FaultParams, FaultType, register
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["DrainNode", "NodeDown", "SLURM_ONLY"]
+__all__ = ["DrainNode", "NodeDown", "PreemptJob", "SLURM_ONLY"]
 
 SLURM_ONLY = ("slurm",)
 
@@ -59,6 +63,18 @@ def _resume(record: dict[str, Any]) -> None:
             failures.append(f"{change['slurm_node']}: {exc}")
     if failures:
         raise ToolError("could not resume " + "; ".join(failures))
+
+
+@contextlib.contextmanager
+def _undone_on_failure(record: dict[str, Any]) -> Iterator[None]:
+    """A fault that fails half-way never returns its record, so its revert would not know
+    the nodes it already took out: those are resumed here before the error goes on."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _resume(record)
+        raise
 
 
 @dataclass
@@ -98,12 +114,13 @@ class NodeDown(_SlurmNodeFault):
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         cluster = _slurm_cluster(ctx, self)
         record: dict[str, Any] = {"node_states": [], "pids": []}
-        for node in self.target.nodes:
-            if self.params.get("kill_processes", True):
-                record["pids"] += cluster.signal_node(node, signal.SIGKILL)
-            else:
-                cluster.lost.add(node)
-            record["node_states"].append(cluster.take_node_out(node, "DOWN", self.fault_id))
+        with _undone_on_failure(record):
+            for node in self.target.nodes:
+                if self.params.get("kill_processes", True):
+                    record["pids"] += cluster.signal_node(node, signal.SIGKILL)
+                else:
+                    cluster.lost.add(node)
+                record["node_states"].append(cluster.take_node_out(node, "DOWN", self.fault_id))
         return record
 
 
@@ -126,9 +143,10 @@ class DrainNode(_SlurmNodeFault):
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         cluster = _slurm_cluster(ctx, self)
         record: dict[str, Any] = {"node_states": [], "pids": []}
-        for node in self.target.nodes:
-            record["node_states"].append(cluster.take_node_out(node, "DRAIN", self.fault_id))
-            record["pids"] += cluster.signal_node(node, signal.SIGTERM)
+        with _undone_on_failure(record):
+            for node in self.target.nodes:
+                record["node_states"].append(cluster.take_node_out(node, "DRAIN", self.fault_id))
+                record["pids"] += cluster.signal_node(node, signal.SIGTERM)
         nodes = tuple(self.target.nodes)
 
         def finish() -> None:
@@ -146,3 +164,35 @@ class DrainNode(_SlurmNodeFault):
         if timer is not None:
             timer.cancel()
         super().revert(ctx, record)
+
+
+@register
+@dataclass
+class PreemptJob(FaultType):
+    type_name: ClassVar[str] = "preempt_job"
+    family: ClassVar[str] = "scheduler"
+    failure_class: ClassVar[str] = "crash"
+    target_kinds: ClassVar[tuple[str, ...]] = ("job",)
+    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+    summary: ClassVar[str] = ("The job is preempted and requeued (scontrol requeue): SIGTERM to every "
+                              "task, SIGKILL after KillWait, back in the queue; it restarts and resumes.")
+    fidelity: ClassVar[str] = (
+        "Stands for preemption by a higher-priority job (PreemptMode=REQUEUE) or an operator "
+        "requeue: Slurm signals every task of the job (SIGTERM), kills what is left after its "
+        "KillWait, puts the job back in the queue and starts it again, possibly on other nodes. "
+        "Exercises the job's SIGTERM handling (an emergency checkpoint within the grace), the "
+        "requeue and the restart from the checkpoint, all measured as one recovery. The grace is "
+        "the cluster's KillWait, not a partition's GraceTime; the job must be submitted "
+        "requeueable (backend option requeue: true)."
+    )
+    mechanism: ClassVar[str] = "scontrol requeue JOBID"
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        cluster = ctx.cluster
+        if getattr(cluster, "name", None) != "slurm" or not hasattr(cluster, "requeue_job"):
+            raise ToolError(f"{self.type_name} acts through the Slurm scheduler: it needs "
+                            f"backend: slurm, not {getattr(cluster, 'name', '?')}")
+        return cluster.requeue_job(self.fault_id)
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing outlives the fault: the requeued job is the job, cancelled with the run."""

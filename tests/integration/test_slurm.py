@@ -5,7 +5,10 @@ Each scenario of ``scenarios/slurm/`` runs through the real ``trainchaos run`` a
 its targets with the same metrics as on ``local`` (detection, recovery, lost steps,
 attribution), with Slurm's own job and node states in the timeline; afterwards no trainchaos
 job is queued, every node is back in service and ``cleanup --check`` exits 0. A controller
-SIGKILLed while a node is DOWN is cleaned up by ``trainchaos cleanup``.
+SIGKILLed while a node is DOWN is cleaned up by ``trainchaos cleanup``. A drain with grace
+and a preemption (requeue) lose no step (the emergency checkpoint, harness.preempt); a
+spare task replaces a DOWN node; ``kill-node`` is signalled through ``srun`` into the job,
+the way a real cluster must be.
 """
 
 from __future__ import annotations
@@ -95,20 +98,36 @@ def _assert_clean(bed: SlurmTestbed, tmp_path: Path, run_id: str | None = None) 
 
 CASES = {
     # scenario file: (slurm events that must be in the timeline, world size at the end)
-    "rank-kill": ({"slurm_job"}, 2),
-    "kill-node": ({"slurm_job"}, 1),
+    "rank-kill": ({"slurm_job", "slurm_step"}, 2),
+    # Signalled the way a real cluster must (srun into the job on the node), not by local pid.
+    "kill-node": ({"slurm_job", "slurm_signal"}, 1),
     "node-down-no-kill": ({"slurm_job", "slurm_node_update"}, 1),
+    # SIGTERM first: the ranks agree on a step and checkpoint it within the grace.
     "drain-with-grace": ({"slurm_job", "slurm_node_update"}, 1),
     # Slurm ends the job (no --no-kill) and requeues it; the scheduler is the detector.
     "node-fail-requeue": ({"slurm_job", "slurm_node_update", "slurm_requeue", "detected"}, 2),
+    # A spare task of the job, released once the first round formed, replaces the DOWN node.
+    "node-down-spare": ({"slurm_job", "slurm_node_update", "slurm_spares_released"}, 2),
+    # scontrol requeue: SIGTERM to every task, an emergency checkpoint, the job back in the queue.
+    "preempt-requeue": ({"slurm_job", "slurm_job_update", "slurm_requeue", "slurm_step"}, 2),
 }
+# Scenarios whose SIGTERM warning lets the ranks checkpoint the step they agree on: no loss.
+NO_LOSS = {"drain-with-grace", "preempt-requeue"}
+BACKEND_OVERRIDE = {"kill-node": ("backend: {slurm: {no_kill: true}}",
+                                  "backend: {slurm: {no_kill: true, signal_via: srun}}")}
 
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("name", list(CASES))
 def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_path: Path, name: str) -> None:
     kinds, final_world = CASES[name]
-    result = _cli(slurm_cluster, tmp_path, "run", str(SCENARIOS / f"{name}.yaml"), "--out", str(tmp_path / "out"))
+    scenario = SCENARIOS / f"{name}.yaml"
+    if name in BACKEND_OVERRIDE:
+        old, new = BACKEND_OVERRIDE[name]
+        assert old in scenario.read_text()
+        scenario = tmp_path / f"{name}.yaml"
+        scenario.write_text((SCENARIOS / f"{name}.yaml").read_text().replace(old, new))
+    result = _cli(slurm_cluster, tmp_path, "run", str(scenario), "--out", str(tmp_path / "out"))
     output = result.stdout + result.stderr
     run_dir = next((tmp_path / "out").glob("*/0"))
     journal = json.loads((run_dir / "journal.json").read_text())
@@ -117,6 +136,10 @@ def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_pa
     metrics = journal["metrics"]
     assert metrics["detection_s"] is not None and metrics["recovery_s"] is not None, metrics
     assert metrics["lost_steps"] is not None and metrics["lost_steps"] <= 10
+    if name in NO_LOSS:
+        assert metrics["lost_steps"] == 0, metrics
+        stops = [e for e in _events(run_dir, "rank-*") if e["kind"] == "emergency_checkpoint"]
+        assert stops and all(e["ok"] for e in stops) and len({e["step"] for e in stops}) == 1, stops
     assert any(c["name"] == "attribution" and c["value"] == "correct" for c in journal["verdict"]["checks"])
     assert metrics["final_world_size"] == final_world
 
@@ -127,6 +150,16 @@ def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_pa
         requeued = [e for e in slurm_events if e["kind"] == "slurm_job" and e["restarts"] == 1]
         assert any(e["state"] == "RUNNING" for e in requeued), "the requeued job must run again"
         assert metrics["final_step"] == 40
+    if "slurm_spares_released" in kinds:
+        starts = [e for e in _events(run_dir, "rank-*") if e["kind"] == "rank_start"]
+        assert {e["node"] for e in starts if e["incarnation"] == 0} == {0, 1}, "the spare waited"
+        assert any(e["node"] == 2 and e["incarnation"] > 0 for e in starts), "the spare took the lost node's place"
+    if "slurm_signal" in kinds:
+        sent = [e for e in slurm_events if e["kind"] == "slurm_signal"]
+        assert sent[0]["via"] == "srun" and sent[0]["signal"] == "SIGKILL" and sent[0]["pids"], sent
+    if "slurm_step" in kinds:
+        assert any(e["kind"] == "slurm_step" and e["state"] == "RUNNING" and e["step_id"].endswith(".0")
+                   for e in slurm_events), "the agents' srun step in the timeline"
     if "slurm_node_update" in kinds:
         update = next(e for e in slurm_events if e["kind"] == "slurm_node_update")
         assert update["reason"].startswith(f"trainchaos:{journal['run_id']}:")

@@ -123,10 +123,12 @@ def test_preflight_checks_the_partition(tmp_path: Path, monkeypatch: pytest.Monk
     assert SlurmCluster.preflight(scenario) == expected
 
 
-def test_preflight_refuses_spares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preflight_refuses_spares_slurm_would_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_slurm(tmp_path, monkeypatch)
     scenario = _scenario(backend="slurm", topology={"nodes": 2, "ranks_per_node": 1, "spares": 1})
-    assert any("spares are not supported" in p for p in SlurmCluster.preflight(scenario))
+    assert any("slurm: spares need no_kill: true" in p for p in SlurmCluster.preflight(scenario))
+    scenario = _scenario(backend={"slurm": {"no_kill": True}}, topology={"nodes": 2, "ranks_per_node": 1, "spares": 1})
+    assert SlurmCluster.preflight(scenario) == []
 
 
 def test_the_sbatch_command_carries_the_options(tmp_path: Path) -> None:
