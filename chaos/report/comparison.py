@@ -1,0 +1,98 @@
+"""The side-by-side table of ``trainchaos run --compare KEY=V1,V2``: one row per scenario and
+value, the metrics that tell policies apart (blast radius, time to resume and to full size,
+lost steps, where the job resumed from), printed and written as ``compare.md``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from chaos.report._format import (
+    DASH,
+    atomic_write_text,
+    fmt_metric,
+    fmt_seconds,
+    fmt_steps,
+    md_table,
+    metrics_of,
+    outcome_label,
+    repeat_of,
+    scenario_name,
+)
+from chaos.variants import Variation
+
+__all__ = ["comparison_rows", "print_comparison", "write_comparison"]
+
+HEADERS = ["scenario", "value", "repeat", "status", "blast radius", "detection", "resume",
+           "full size", "lost steps", "resumed from", "goodput", "verdict"]
+
+
+def _power_fault(journal: dict[str, Any]) -> dict[str, Any]:
+    """The first fault with a blast radius (a power fault), else the first fault."""
+    faults = (metrics_of(journal) or {}).get("faults") or []
+    return next((f for f in faults if f.get("blast_nodes") is not None), faults[0] if faults else {})
+
+
+def _blast(fm: dict[str, Any]) -> str:
+    if fm.get("blast_nodes") is None:
+        return DASH
+    spread = fm.get("kill_spread_ms")
+    nodes, ranks = fm["blast_nodes"], fm.get("blast_ranks") or 0
+    return (f"{nodes} node{'s' * (nodes != 1)}, {ranks} rank{'s' * (ranks != 1)}"
+            + (f" in {spread:.1f} ms" if isinstance(spread, int | float) else ""))
+
+
+def _resumed(fm: dict[str, Any]) -> str:
+    step = fm.get("resumed_from")
+    if step is None:
+        return DASH
+    where = "/".join(str(p) for p in (fm.get("resumed_tier"), fm.get("resumed_copy")) if p)
+    return f"step {step}" + (f" ({where})" if where else "")
+
+
+def comparison_rows(journals: Iterable[dict[str, Any]], variation: Variation) -> list[list[str]]:
+    """Rows grouped by scenario, values in the order they ran."""
+    rows = []
+    for journal in journals:
+        base, value = variation.split(scenario_name(journal))
+        fm = _power_fault(journal)
+        rows.append([
+            base, value, str(repeat_of(journal)), str(journal.get("status") or DASH), _blast(fm),
+            fmt_seconds(fm.get("detection_s")), fmt_seconds(fm.get("recovery_s")),
+            fmt_seconds(fm.get("full_size_s")), fmt_steps(fm.get("lost_steps")), _resumed(fm),
+            fmt_metric(journal, "goodput"), outcome_label(journal),
+        ])
+    order = {}
+    for row in rows:
+        order.setdefault(row[0], len(order))
+    return sorted(rows, key=lambda r: order[r[0]])
+
+
+def print_comparison(journals: list[dict[str, Any]], variation: Variation,
+                     console: Console | None = None) -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=180)
+    table = Table(title=f"trainchaos comparison: {variation.key}", title_justify="left")
+    for header in HEADERS:
+        table.add_column(header, justify="right" if header in ("repeat", "lost steps") else "left")
+    previous = None
+    for row in comparison_rows(journals, variation):
+        if previous is not None and row[0] != previous:
+            table.add_section()
+        previous = row[0]
+        table.add_row(*row)
+    console.print(table)
+
+
+def write_comparison(out_dir: str, journals: list[dict[str, Any]], variation: Variation) -> str:
+    lines = [f"# Comparison: {variation.key}", "",
+             f"Each scenario ran once per value of `{variation.key}` "
+             f"({', '.join(variation.label(v) for v in variation.values)}).", "",
+             *md_table(HEADERS, comparison_rows(journals, variation)), ""]
+    return atomic_write_text(os.path.join(out_dir, "compare.md"), "\n".join(lines))

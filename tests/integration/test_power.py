@@ -1,0 +1,157 @@
+"""Power outages on real torchrun jobs (one suite, one controller):
+
+- a power domain of two nodes goes out at once: every process of both dies in one sweep
+  (the spread is recorded), the survivor detects it and blames a node of the domain, and the
+  two spares of the other domain join so the job resumes at full size;
+- a domain goes out for a few seconds without spares: the job shrinks to the one node left,
+  and when power returns the two nodes come back empty and the job grows back to full size;
+- on the emulated fabric (netns) the domain's links go down before its processes die: the
+  survivors hear silence, not resets, and call it a network failure of the right node;
+- one outage under two checkpoint placements, side by side (--compare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.net.fabric import missing_capabilities, short_id
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+SCENARIOS = REPO / "scenarios" / "power"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp / "state"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _journals(out: Path) -> dict[str, dict[str, Any]]:
+    return {j["scenario"]["name"]: j for j in
+            (json.loads(p.read_text()) for p in sorted(out.glob("*/[0-9]*/journal.json")))}
+
+
+def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:
+    events = []
+    for path in sorted((Path(journal["run_dir"]) / "events").glob("*.jsonl")):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(events, key=lambda e: e["t"])
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("power")
+    result = subprocess.run(
+        [*TRAINCHAOS, "run", str(SCENARIOS / "domain-out-with-spare.yaml"),
+         str(SCENARIOS / "domain-out-shrink-grow.yaml"), "--out", str(tmp / "out")],
+        env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    check = subprocess.run([*TRAINCHAOS, "cleanup", "--check"], env=_env(tmp), capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    return _journals(tmp / "out")
+
+
+def test_a_domain_dies_in_one_instant_and_spares_restore_full_size(suite) -> None:
+    journal = suite["domain-out-with-spare"]
+    assert journal["verdict"]["passed"], journal["verdict"]
+    (fault,) = journal["metrics"]["faults"]
+    details = journal["faults"][0]["details"]
+    # nodes 1 and 2: two agents and their two ranks, all SIGKILLed in one sweep
+    assert details["nodes"] == [1, 2] and len(details["pids"]) == 4
+    assert fault["blast_nodes"] == 2 and fault["blast_ranks"] == 2
+    assert fault["kill_spread_ms"] <= 50, fault["kill_spread_ms"]
+    assert fault["attribution"] == "correct" and fault["detected_suspect"] in ("rank-1", "rank-2")
+    events = _events(journal)
+    t0 = journal["faults"][0]["t_inject"]
+    after = [e for e in events if e["kind"] == "rank_start" and e["t"] > t0]
+    # the spares (nodes 3, 4) host ranks after the outage, at the full world size of 3
+    assert {e["node"] for e in after} >= {3, 4}, after
+    assert {e["world_size"] for e in after} == {3}
+    assert journal["metrics"]["final_world_size"] == 3 and fault["full_size_s"] is not None
+
+
+def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite) -> None:
+    journal = suite["domain-out-shrink-grow"]
+    assert journal["verdict"]["passed"], journal["verdict"]
+    (fault,) = journal["metrics"]["faults"]
+    events = _events(journal)
+    t0 = journal["faults"][0]["t_inject"]
+    sizes = [e["world_size"] for e in events if e["kind"] == "rank_start" and e["t"] > t0
+             and e["src"] == "rank-0"]
+    assert sizes[0] == 1 and sizes[-1] == 3, sizes  # shrunk to node 0 alone, then grown back
+    (restored,) = [e for e in events if e["kind"] == "power_restored"]
+    assert restored["nodes"] == [1, 2]
+    grown = [e for e in events if e["kind"] == "rank_start" and e["t"] > restored["t"]
+             and e["world_size"] == 3]
+    assert {e["node"] for e in grown} == {0, 1, 2}
+    # full size only after power came back, and later than the shrunken resume
+    assert fault["full_size_s"] is not None and fault["recovery_s"] is not None
+    assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] > fault["recovery_s"]
+    assert journal["metrics"]["final_world_size"] == 3
+
+
+@pytest.fixture(scope="module")
+def placements(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    tmp = tmp_path_factory.mktemp("placement")
+    result = subprocess.run(
+        [*TRAINCHAOS, "run", str(SCENARIOS / "only-local-copies.yaml"), "--out", str(tmp / "out"),
+         "--compare", "checkpoint.placement=local+shared,replicated+shared"],
+        env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    return result, _journals(tmp / "out"), tmp / "out"
+
+
+def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements) -> None:
+    """The outage takes node 0 and the fast tier only it held: local+shared falls back to the
+    shared checkpoint (the steps since it are lost, past the target: exit 1); replicated+shared
+    resumes from the replica a rank in the other domain kept, losing at most one interval."""
+    result, journals, out = placements
+    assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-3000:]
+    local = journals["only-local-copies--local-shared"]["metrics"]["faults"][0]
+    replicated = journals["only-local-copies--replicated-shared"]["metrics"]["faults"][0]
+    every_shared, every_local = 40, 5
+    assert local["resumed_from"] == every_shared and local["resumed_tier"] == "shared"
+    assert local["lost_steps"] == local["last_step_before"] - every_shared >= every_local
+    assert replicated["resumed_tier"] == "local" and replicated["resumed_copy"] == "replica"
+    assert replicated["resumed_from"] > every_shared and replicated["lost_steps"] <= every_local
+    assert replicated["lost_steps"] < local["lost_steps"]
+    for name in journals:
+        details = journals[name]["faults"][0]["details"]
+        # the power cut dropped what node 0's page-cache tier had not fsynced
+        assert details["local_data"] == "unfsynced" and details["unfsynced_dropped"]["0"] > 0
+    table = (out / "compare.md").read_text()
+    assert "| only-local-copies | local+shared |" in table and "| only-local-copies | replicated+shared |" in table
+    assert "trainchaos comparison: checkpoint.placement" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or bool(missing_capabilities()),
+                    reason="netns needs CAP_NET_ADMIN (root)")
+def test_on_the_fabric_the_survivors_hear_silence_and_the_node_comes_back(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*TRAINCHAOS, "run", str(SCENARIOS / "domain-out-on-fabric.yaml"), "--out", str(tmp_path / "out")],
+        env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    journal = _journals(tmp_path / "out")["domain-out-on-fabric"]
+    (fault,) = journal["metrics"]["faults"]
+    # no reset reached them: an unreachable peer (a reset would have said crash at once)
+    assert fault["detected_class"] == "network" and fault["detected_suspect"] == "rank-2"
+    assert fault["attribution"] == "correct"
+    events = _events(journal)
+    (restored,) = [e for e in events if e["kind"] == "power_restored"]
+    back = [e for e in events if e["kind"] == "rank_start" and e["t"] > restored["t"] and e["node"] == 2]
+    assert back and back[-1]["world_size"] == 3  # its link up again, a fresh agent rejoined
+    listed = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    listed += subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"tc-{short_id(journal['run_id'])}-" not in listed
