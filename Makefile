@@ -6,8 +6,11 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 # Debian packages the fault families and their tests need: network namespaces and nftables
 # (netns backend), capsh (a test drops CAP_NET_ADMIN), FUSE (storage), chromium (a test
-# renders a real run's HTML report, headless), slurm-wlm and munge (a local Slurm cluster).
-DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge
+# renders a real run's HTML report, headless), slurm-wlm and munge (a local Slurm cluster),
+# docker.io (the docker backend; its tests start a dockerd of their own) only where no docker
+# engine is installed: a client alone (e.g. /usr/local/bin/docker) cannot run containers.
+DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command -v dockerd 2>/dev/null)),,docker.io)
+DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo slurm-demo test test-unit test-integration lint bench clean
@@ -54,6 +57,7 @@ bench: install
 	$(BIN)/python benchmarks/scale_bench.py
 	$(BIN)/python benchmarks/sdc_bench.py
 	$(BIN)/python benchmarks/net_bench.py
+	$(BIN)/python benchmarks/storage_bench.py
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

@@ -71,12 +71,14 @@ def _fault_records(run_dir: str) -> list[FaultRecord]:
         if rec.get("op") != "apply" or "unresolved" in (rec.get("target") or {}):
             continue
         try:
-            failure_class = lookup(rec["type"]).failure_class
+            fault_type = lookup(rec["type"])
+            failure_class, also = fault_type.failure_class, tuple(fault_type.also_detected_as)
         except UnknownFaultType:
-            failure_class = "unknown"
+            failure_class, also = "unknown", ()
         target = rec.get("target") or {}
         srcs = [f"rank-{r}" for r in target.get("ranks", [])] + [f"node-{n}" for n in target.get("nodes", [])]
         records[rec["fault_id"]] = FaultRecord(fault_id=rec["fault_id"], type=rec["type"],
-                                               failure_class=failure_class, target_srcs=srcs,
+                                               failure_class=failure_class, also_classes=also,
+                                               target_srcs=srcs,
                                                t_inject=rec.get("t"))
     return list(records.values())

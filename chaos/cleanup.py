@@ -114,7 +114,9 @@ def _clean_unregistered(report: CleanupReport) -> None:
         kill_pids([p.pid for p in orphans])
         report.lines.append(f"killed {len(orphans)} orphaned process(es) of gone controllers: "
                             + ", ".join(f"{p.pid} ({p.run_id})" for p in orphans))
-    for kind, cls in known_kinds().items():
+    # Newest kinds first, as release_all goes newest first: a later kind's resources live in
+    # an earlier kind's (a FUSE mount inside a node's scratch directory).
+    for kind, cls in reversed(known_kinds().items()):
         for left in cls.scan():
             if left.run_id in live:
                 continue

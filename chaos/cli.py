@@ -42,16 +42,25 @@ def cli() -> None:
                    "instead of comparing (as snapshot tools do).")
 @click.option("--tolerances", "tolerances_path", default=None, metavar="FILE",
               help="Tolerances for --baseline-from [default: DIR/tolerances.yaml, else built in].")
+@click.option("--compare", "compare_spec", default=None, metavar="KEY=V1,V2,...",
+              help="Run each scenario once per value of one option and print them side by side, "
+                   "e.g. checkpoint.placement=local,replicated (a key not starting with a "
+                   "scenario key is under workload.harness).")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
-        update_baseline: bool, tolerances_path: str | None) -> None:
+        update_baseline: bool, tolerances_path: str | None, compare_spec: str | None) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import preflight, run_suite
+    from chaos.variants import VariationError, parse_variation
 
     if (update_baseline or tolerances_path) and not baseline_dir:
         raise click.UsageError("--update-baseline and --tolerances need --baseline-from DIR")
-    scenarios = load_suite(list(paths))
+    try:
+        variation = parse_variation(compare_spec) if compare_spec else None
+    except VariationError as exc:
+        raise click.UsageError(str(exc)) from None
+    scenarios = load_suite(list(paths), variation)
     if dry_run:
         _print_plans(scenarios, seed, repeat)
         return
@@ -79,6 +88,11 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
         code = EXIT_OK if outcome.passed else EXIT_TARGET_MISSED
         if gate is not None:
             code = max(code, gate.finish(out_dir, outcome.journals, suite_name, echo=click.echo))
+    if variation is not None and outcome.journals:
+        from chaos.report.comparison import print_comparison, write_comparison
+
+        print_comparison(outcome.journals, variation)
+        click.echo(f"comparison: {write_comparison(out_dir, outcome.journals, variation)}")
     if outcome.report_path:
         click.echo(f"HTML report: {outcome.report_path}")
     sys.exit(code)
@@ -134,7 +148,7 @@ def faults(verbose: bool) -> None:
 
     for name, cls in known_types().items():
         click.secho(f"{name}", bold=True, nl=False)
-        click.echo(f"  [{cls.family}; targets: {', '.join(cls.target_kinds)}; class: {cls.failure_class}"
+        click.echo(f"  [{cls.family}; targets: {cls.describe_targets()}; class: {cls.failure_class}"
                    f"{'; in-process, at_step only' if cls.in_process else ''}]")
         click.echo(f"    {cls.summary}")
         click.echo(f"    mechanism: {cls.describe_mechanism()}")
@@ -273,6 +287,27 @@ def compare(baseline: str, current: str, tolerances_path: str | None, out_path: 
         with open(out_path, "w", encoding="utf-8") as fh:
             fh.write(markdown)
     sys.exit(EXIT_OK if comparison.passed else EXIT_TARGET_MISSED)
+
+
+@cli.command()
+@click.argument("plan_path", metavar="PLAN.yaml")
+@click.option("--dry-run", is_flag=True, help="Print what each step would touch, resolved against the "
+              "live containers; change nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask before disruptive steps.")
+@click.option("--out", "out_dir", default=None, help="Report directory [default: reports/gameday/<plan>-<time>].")
+def gameday(plan_path: str, dry_run: bool, yes: bool, out_dir: str | None) -> None:
+    """Run a game-day exercise (ordered steps, confirmation, stop conditions, revert, report)
+    against a live run on the docker backend."""
+    from chaos.gameday import run_gameday
+
+    def ask(prompt: str) -> str:
+        click.echo(prompt, nl=False)
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+
+    sys.exit(run_gameday(plan_path, out_dir, dry_run=dry_run, yes=yes, echo=click.echo, ask=ask))
 
 
 def main() -> None:

@@ -24,7 +24,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "step_end": ("step", "loss"),
     "ckpt_save_start": ("step", "tier"),
     "ckpt_save_end": ("step", "tier", "bytes", "seconds", "blocked_seconds"),
-    "ckpt_load": ("step", "tier", "verified", "path", "skipped"),
+    # copy: primary or replica for the fast tier (checkpoint.placement), none for shared
+    "ckpt_load": ("step", "tier", "verified", "path", "skipped", "copy"),
+    "ckpt_placement": ("placement", "replica_rank"),
     "fault_injected": ("fault", "type", "target", "step", "mechanism"),
     "fault_reverted": ("fault", "target"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
@@ -48,6 +50,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     # the job reports from here on is teardown, never a detection.
     "job_stop": ("status",),
     "job_end": ("status", "returncode"),
+    # a power fault's nodes powered on again (fresh agents that may rejoin)
+    "power_restored": ("fault", "nodes"),
     # a rank's DataLoader worker processes (children of the rank, never its target)
     "data_workers": ("pids",),
 }

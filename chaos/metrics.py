@@ -29,7 +29,8 @@ Per fault (``FaultMetrics``)
     attribution
         ``correct``: that detection's ``suspect`` is one of ``target_srcs`` (exact match; the
         runner lists every src that is right to blame) and its ``failure_class`` equals the
-        fault's. ``wrong``: another suspect or another class. ``none``: undetected, or the
+        fault's, or one of the fault type's ``also_detected_as`` (a power cut on a fabric is
+        silence to the survivors: ``network``). ``wrong``: another suspect or another class. ``none``: undetected, or the
         detection named no suspect. ``attribution_detail`` says what was blamed and what the
         fault was.
     last_step_before
@@ -104,7 +105,10 @@ False detections (``false_detections``, ``false_detection_events``)
     detection (a process torn down by its agent for the restart that the first detection
     caused is blamed by peers that see it go; that is the restart, not a new alarm).
     Otherwise it is *false*: a healthy process was blamed (a rank called hung during a
-    latency fault, any detection in a fault-free run). A detection without a suspect is
+    latency fault, any detection in a fault-free run). A slow network fault (latency,
+    bandwidth, a slowed service: network family, class ``slow``) explains only detections of
+    class ``slow`` among its targets: a rank called hung under it is a false alarm even
+    when its node is a target (chaos/metrics_network.py). A detection without a suspect is
     neither. The count and each false event (who blamed whom, why) are reported.
 
 Run level (``RunMetrics``)
@@ -165,6 +169,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from chaos.jsonsafe import jsonable as json_safe
+from chaos.metrics_network import NETWORK_FAULT_TYPES, explains_detection, network_metrics
+from chaos.metrics_power import power_metrics
+from chaos.metrics_storage import storage_metrics
 
 __all__ = [
     "LOSS_DEV_LAST_K",
@@ -211,6 +218,8 @@ class FaultRecord:
     """The step of an ``at_step`` trigger."""
     skipped: str | None = None
     """Why the runner deliberately did not fire it (a probability roll); None otherwise."""
+    also_classes: tuple[str, ...] = ()
+    """Other classes a correct detection may name (``FaultType.also_detected_as``)."""
 
 
 @dataclass
@@ -278,6 +287,18 @@ class FaultMetrics:
     """Which detector of the job fired (the ``detected`` event's ``detector`` field)."""
     sdc_detection_steps: int | None = None
     contaminated_checkpoints: int = 0
+    # power faults (chaos/metrics_power.py)
+    blast_nodes: int | None = None
+    blast_ranks: int | None = None
+    kill_spread_ms: float | None = None
+    full_size_s: float | None = None
+    resumed_tier: str | None = None
+    resumed_copy: str | None = None
+    # network faults (chaos/metrics_network.py)
+    baseline_step_s: float | None = None
+    fault_step_s: float | None = None
+    slowdown: float | None = None
+    heal_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -339,6 +360,16 @@ class RunMetrics:
     false_detections: int = 0
     false_detection_events: list[dict[str, Any]] = field(default_factory=list)
     """Each false detection: t, by, suspect, failure_class, reason."""
+    # checkpoints and storage (definitions: chaos/metrics_storage.py)
+    ckpt_save_p50_s: float | None = None
+    ckpt_save_p95_s: float | None = None
+    ckpt_save_max_s: float | None = None
+    ckpt_blocked_s: float = 0.0
+    failed_saves: int = 0
+    abandoned_saves: int = 0
+    skipped_saves: int = 0
+    rejected_checkpoints: int = 0
+    ckpt_lost_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -510,7 +541,7 @@ def _fault_metrics(
             fm.attribution = "none"
             fm.attribution_detail = f"detected by {fm.detected_by} without naming a suspect; {was}"
         else:
-            right = suspect in targets and cls == rec.failure_class
+            right = suspect in targets and (cls == rec.failure_class or cls in rec.also_classes)
             fm.attribution = "correct" if right else "wrong"
             fm.attribution_detail = f"blamed {suspect} ({cls or 'no class'}), {was}"
 
@@ -567,6 +598,10 @@ def _fault_metrics(
 
     if corruption:
         _sdc_metrics(fm, tl, run, t_inject, detection, injected, tl.last_step(t_inject))
+    if injected is not None and "kill_spread_ms" in (injected.get("details") or {}):
+        power_metrics(fm, tl.rank_events, injected["details"], t_inject, run.world_size)
+    if rec.type in NETWORK_FAULT_TYPES:
+        network_metrics(fm, tl.rank_events, run.world_size, run.t_end, run.t_stop)
     return fm
 
 
@@ -706,6 +741,8 @@ def compute_metrics(
     _check_health(m, lineage, run_end)
     m.false_detection_events = _false_detections(tl, faults, t_injects)
     m.false_detections = len(m.false_detection_events)
+    for key, value in storage_metrics(tl.events).items():
+        setattr(m, key, value)
     if baseline is not None:
         _compare_to_baseline(m, baseline, lineage)
     return m
@@ -771,7 +808,7 @@ def _check_health(m: RunMetrics, lineage: list[tuple[int, float, float | None]],
 def _false_detections(tl: _Timeline, faults: list[FaultRecord],
                       t_injects: list[float | None]) -> list[dict[str, Any]]:
     """Detections that blamed a process no fault hit (definition: module docstring)."""
-    fired = [(t, set(rec.target_srcs)) for rec, t in zip(faults, t_injects, strict=True) if t is not None]
+    fired = [(t, set(rec.target_srcs), rec) for rec, t in zip(faults, t_injects, strict=True) if t is not None]
     false: list[dict[str, Any]] = []
     recovering_until: float | None = None  # end of the recovery the last alarm started
     for e in tl.detections:
@@ -785,7 +822,10 @@ def _false_detections(tl: _Timeline, faults: list[FaultRecord],
             recovering_until = restart_step["t"] if restart_step is not None else math.inf
         if suspect is None or consequence:
             continue
-        if any(t <= e["t"] and suspect in srcs for t, srcs in fired):
+        # A slow network blamed for a failure is a false alarm (chaos/metrics_network.py).
+        if any(t <= e["t"] and suspect in srcs
+               and explains_detection(rec.type, rec.failure_class, e.get("failure_class"))
+               for t, srcs, rec in fired):
             continue
         false.append({"t": e["t"], "by": e.get("by") or e.get("src"), "suspect": suspect,
                       "failure_class": e.get("failure_class"), "reason": e.get("reason")})

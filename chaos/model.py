@@ -144,6 +144,12 @@ class Targets:
     """Silent corruption: steps from the corruption to its detection (per corruption fault)."""
     contaminated_checkpoints: Bound | None = None
     """Silent corruption: checkpoints written between the corruption and its detection."""
+    ckpt_blocked_s: Bound | None = None
+    """Training time blocked inside checkpoint saves, seconds (chaos/metrics_storage.py)."""
+    failed_saves: Bound | None = None
+    """Failed checkpoint write attempts."""
+    rejected_checkpoints: Bound | None = None
+    """Checkpoints skipped on load as unusable (torn, truncated, corrupt)."""
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,10 @@ class _Runner:
         self.t_stop: float | None = None
         self.ever_hosted: set[int] = set()
         """Nodes that ran a rank at some point (a spare that never joined did not)."""
+        self.rank_node: dict[int, int] = {}
+        """Rank -> the node of its latest ``rank_start``."""
+        self.group_size = 0
+        """World size of the latest ``rank_start``: the group now (or last) training."""
 
     def _tool_error(self, message: str) -> None:
         self.tool_errors.append(message)
@@ -146,6 +150,9 @@ class _Runner:
                 self.cluster.note_event(ev)
                 if isinstance(ev.get("node"), int):
                     self.ever_hosted.add(ev["node"])
+                    if isinstance(ev.get("rank"), int) and isinstance(ev.get("world_size"), int):
+                        self.rank_node[ev["rank"]] = ev["node"]
+                        self.group_size = ev["world_size"]
             elif kind == "step_end":
                 step = int(ev["step"])
                 if self.t_first_step is None:
@@ -304,6 +311,7 @@ class _Runner:
             interrupts.hold()
             # Whatever the job reports from here on is caused by trainchaos stopping it.
             self.t_stop = time.time()
+            self.ctx.stopping = True
             injector.emit("job_stop", status=self.status)
             self._teardown()
             injector.emit("job_end", status=self.status)
@@ -316,18 +324,22 @@ class _Runner:
         return self._journal(events, started_at, t_start, t_end)
 
     def _job_ended(self) -> bool:
-        """Every node that is not lost has exited (a spare that never joined counts once the
-        job reported its end: it would wait in the rendezvous forever)."""
+        """Every node that is not lost has exited. Once the harness reported its end, the
+        job's outcome is its final group's: a node outside it (a spare that never joined, a
+        node cut off that came back too late to rejoin) waits in, or is refused by, a
+        rendezvous the job has closed, which says nothing about the job."""
         status = self.cluster.poll()
         finished = bool(self.event_times.get("run_end"))
+        members = ({n for r, n in self.rank_node.items() if r < self.group_size} if finished
+                   else self.ever_hosted)
         running = [n for n, s in status.items() if not s.lost and s.returncode is None
-                   and not (finished and n not in self.ever_hosted)]
+                   and not (finished and n not in members)]
         if running:
             return False
         # The harness says it finished (run_end); a user command only by its exit code.
         finished = finished or self.scenario.workload.command is not None
         counted = [s.returncode for n, s in status.items()
-                   if not s.lost and (n in self.ever_hosted or not self.ever_hosted)]
+                   if not s.lost and (n in members or not members)]
         ok = finished and all(rc == 0 for rc in counted)
         self.status = "completed" if ok else "failed"
         if not ok:
@@ -360,6 +372,7 @@ class _Runner:
             resolved = st.resolved if st and st.resolved is not None else fault.target
             records.append(FaultRecord(
                 fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
+                also_classes=tuple(fault.also_detected_as),
                 target_srcs=resolved.srcs(), t_inject=t_inject,
                 t_revert=st.t_revert if st else None, planned_step=planned.spec.trigger.at_step,
             ))

@@ -31,6 +31,7 @@ from chaos.schema.checks import cross_check
 from chaos.schema.errors import Problem, file_order, translate
 from chaos.schema.models import ScenarioDoc, SuiteDoc
 from chaos.schema.types import describe_value, model_keys
+from chaos.variants import Variation, expand_documents
 from chaos.yamlio import UNREADABLE, read_yaml
 
 __all__ = ["SCENARIO_SUFFIXES", "load_scenario", "load_suite", "parse_scenario"]
@@ -62,8 +63,9 @@ def parse_scenario(data: object, path: str) -> Scenario:
     return scenario
 
 
-def load_suite(paths: Iterable[str]) -> list[Scenario]:
-    """Scenarios of scenario files, directories and suite files, in order, each file once.
+def load_suite(paths: Iterable[str], variation: Variation | None = None) -> list[Scenario]:
+    """Scenarios of scenario files, directories and suite files, in order, each file once
+    (with a ``variation``: each once per value, see ``chaos.variants``).
 
     Problems of all files (and duplicated scenario names) are raised together.
     """
@@ -75,6 +77,8 @@ def load_suite(paths: Iterable[str]) -> list[Scenario]:
     seen: set[str] = set()
     for path in paths:
         _expand(path, documents, seen, issues, suite_stack=())
+    if variation is not None:
+        documents = expand_documents(documents, variation)
 
     scenarios: list[Scenario] = []
     for file, data in documents:

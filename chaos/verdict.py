@@ -281,6 +281,12 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
             check.reason += (f" (first: {first.get('by')} blamed {first.get('suspect')} as "
                              f"{first.get('failure_class')}: {first.get('reason')})")
         checks.append(check)
+    for name, label, unit, fmt in (("ckpt_blocked_s", "blocked by checkpoint saves", " s", _fmt_s),
+                                   ("failed_saves", "failed checkpoint writes", "", str),
+                                   ("rejected_checkpoints", "checkpoints rejected on load", "", str)):
+        bound = getattr(targets, name)
+        if bound is not None:
+            checks.append(_check_bound(name, label, getattr(metrics, name), bound, unit, fmt))
     if targets.final_state is not None:
         checks.append(_final_state(targets, metrics))
     if targets.completes:

@@ -22,8 +22,18 @@ one more thing a network fault would break, and we would still have to add our o
 with sha256 verification, the atomic rename and keep-last-K, which DCP does not provide.
 
 Async mode: ``save`` copies the state to host memory and returns; a background thread
-writes it. Training is blocked only for the copy (and for a previous write still in flight),
-which the ``ckpt_save_end`` event reports as ``blocked_seconds`` next to the write time.
+writes it. Training is blocked only for the copy (and for a previous write still in flight,
+unless ``when_busy="skip"``), which the ``ckpt_save_end`` event reports as
+``blocked_seconds`` next to the write time.
+
+Policy for a save that cannot persist (storage errors, a full disk): the write is retried
+``retries`` times (``ckpt_save_failed`` each time, ``abandoned`` on the last), then the save
+is abandoned -- its partial files removed, no ``ckpt_save_end``, so it is never reported
+as saved -- and training goes on with the older checkpoints; ``max_failed_saves`` abandoned
+saves in a row raise the last error (a job that cannot checkpoint at all risks
+unbounded loss, and must say so). A save still running after ``save_deadline_s`` calls
+``on_deadline(step, seconds, tier)``: the rank that owns the save reports it as its own
+storage failure, before a peer's collective could time out and blame it as hung.
 """
 
 from __future__ import annotations
@@ -204,6 +214,49 @@ class _BlockedTime:
         return self._value
 
 
+class _SaveDeadline:
+    """Watches the save in flight; one past its deadline is reported once, from this thread
+    (the thread doing the save may be blocked in the kernel for good)."""
+
+    def __init__(self, seconds: float, on_deadline: Callable[[int, float, str], None] | None,
+                 tier: str) -> None:
+        self.seconds = seconds
+        self.on_deadline = on_deadline
+        self.tier = tier
+        self._lock = threading.Lock()
+        self._inflight: tuple[int, float] | None = None
+        self._thread: threading.Thread | None = None
+
+    def begin(self, step: int) -> None:
+        with self._lock:
+            self._inflight = (step, time.monotonic())
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="ckpt-deadline", daemon=True)
+                self._thread.start()
+
+    def end(self) -> None:
+        with self._lock:
+            self._inflight = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(0.1, self.seconds / 4))
+            with self._lock:
+                inflight = self._inflight
+            if inflight is None:
+                continue
+            step, began = inflight
+            elapsed = time.monotonic() - began
+            if elapsed < self.seconds:
+                continue
+            with self._lock:
+                if self._inflight == inflight:
+                    self._inflight = None  # reported once
+            log.error("checkpoint save of step %d on the %s tier not done after %.1f s", step, self.tier, elapsed)
+            if self.on_deadline is not None:
+                self.on_deadline(step, elapsed, self.tier)
+
+
 class _Invalid(Exception):
     """A checkpoint failed verification; the message is the reason reported to the user."""
 
@@ -235,6 +288,13 @@ class CheckpointManager:
         emit: Emit | None = None,
         fault_point: FaultPoint | None = None,
         verify_checksum: bool = True,
+        tier: str = TIER,
+        fsync: bool = True,
+        retries: int = 0,
+        max_failed_saves: int = 1,
+        when_busy: Literal["wait", "skip"] = "wait",
+        save_deadline_s: float = 0.0,
+        on_deadline: Callable[[int, float, str], None] | None = None,
     ) -> None:
         # Keep at least 2: the newest complete checkpoint can still turn out unreadable (bits
         # flipped at rest, storage that acknowledged but lost unfsynced data, a torn write
@@ -249,6 +309,10 @@ class CheckpointManager:
             raise ValueError(f"mode {mode!r} is not allowed; allowed values: sync, async")
         if every_steps < 0 or every_seconds < 0:
             raise ValueError("every_steps and every_seconds must be >= 0")
+        if retries < 0 or max_failed_saves < 0 or save_deadline_s < 0:
+            raise ValueError("retries, max_failed_saves and save_deadline_s must be >= 0")
+        if when_busy not in ("wait", "skip"):
+            raise ValueError(f"when_busy {when_busy!r} is not allowed; allowed values: wait, skip")
         self.directory = os.path.abspath(directory)
         self.keep = keep
         self.mode = mode
@@ -260,6 +324,15 @@ class CheckpointManager:
         self.verify_checksum = verify_checksum
         """sha256 of state.pt read back after writing and verified on load; off: a load
         trusts the bytes it reads (what a job without checksums does)."""
+        self.tier = tier
+        self.fsync = fsync
+        """Off: files and directories are not fsynced (a page-cache or shm tier: fast, and
+        lost with the node's power)."""
+        self.retries = retries
+        self.max_failed_saves = max_failed_saves
+        self.when_busy = when_busy
+        self._failed_in_row = 0
+        self._deadline = _SaveDeadline(save_deadline_s, on_deadline, tier) if save_deadline_s > 0 else None
         self._last_save_time = time.monotonic()
         self._thread: threading.Thread | None = None
         self._error: tuple[int, BaseException] | None = None
@@ -302,7 +375,15 @@ class CheckpointManager:
             raise ValueError(f"state[{STEP!r}] is {state[STEP]!r} but the checkpoint step is {step}")
         _check_loadable(state, "state")
 
-        self._emit("ckpt_save_start", step=step, tier=TIER, mode=self.mode)
+        if self.mode == "async" and self.when_busy == "skip" and self._thread is not None \
+                and self._thread.is_alive():
+            # The previous write is still running (slow or stalled storage): waiting for it
+            # would stall training, so this save is skipped and the next one tries again.
+            self._emit("ckpt_save_skipped", step=step, tier=self.tier,
+                       reason="the previous write is still in flight")
+            self._last_save_time = time.monotonic()
+            return
+        self._emit("ckpt_save_start", step=step, tier=self.tier, mode=self.mode)
         blocked = _BlockedTime(entered)
         if self.mode == "sync":
             self._save(step, state, blocked, verified)
@@ -371,6 +452,26 @@ class CheckpointManager:
         except (FileNotFoundError, ValueError):
             return []
 
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints in the directory, oldest first (unverified)."""
+        return self._list_steps()
+
+    def read_step(self, step: int) -> tuple[dict[str, Any] | None, str, str | None]:
+        """(state, path, None) when checkpoint ``step`` passes verification, else (None,
+        path, reason); a checksum mismatch is reported as a ``detected`` corruption by the
+        writer, as in :meth:`load`. For loading across tiers (harness/ckpt_tiers.py)."""
+        self._join()
+        path = os.path.join(self.directory, _step_dir_name(step))
+        try:
+            return self._read_verified(path, step), path, None
+        except _Invalid as exc:
+            log.warning("skipping checkpoint %s: %s", path, exc)
+            if isinstance(exc, _ChecksumMismatch) and self.is_writer:
+                self._emit("detected", reason=f"checkpoint {os.path.basename(path)} ({self.tier} tier): {exc}",
+                           suspect=None, failure_class="corruption", detector="ckpt_checksum",
+                           checkpoint_step=step)
+            return None, path, str(exc)
+
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise its error, if it failed."""
         self._join()
@@ -406,6 +507,38 @@ class CheckpointManager:
 
     def _save(self, step: int, state: dict[str, Any], blocked: _BlockedTime,
               verified: dict[str, Any] | None = None) -> None:
+        """The retry / abandon policy around one save (module docstring)."""
+        if self._deadline is not None:
+            self._deadline.begin(step)
+        try:
+            for attempt in range(1, self.retries + 2):
+                try:
+                    self._save_once(step, state, blocked, verified)
+                except Exception as exc:
+                    abandoned = attempt > self.retries
+                    self._emit("ckpt_save_failed", step=step, tier=self.tier, attempt=attempt,
+                               abandoned=abandoned, mode=self.mode,
+                               error=f"{type(exc).__name__}: {exc}"[:300])
+                    if not abandoned:
+                        time.sleep(min(0.1 * attempt, 1.0))  # a transient error may clear
+                        continue
+                    self._failed_in_row += 1
+                    if self.max_failed_saves and self._failed_in_row >= self.max_failed_saves:
+                        # The error itself goes up (its type tells the caller what failed).
+                        exc.add_note(f"{self._failed_in_row} save(s) in a row abandoned on the "
+                                     f"{self.tier} tier (max_failed_saves={self.max_failed_saves})")
+                        raise
+                    log.error("checkpoint save of step %d abandoned after %d attempt(s): %r",
+                              step, attempt, exc)
+                    return
+                self._failed_in_row = 0
+                return
+        finally:
+            if self._deadline is not None:
+                self._deadline.end()
+
+    def _save_once(self, step: int, state: dict[str, Any], blocked: _BlockedTime,
+                   verified: dict[str, Any] | None = None) -> None:
         """Write ``state`` atomically as ``step``, then prune, then report the timings."""
         started = time.perf_counter()
         name = _step_dir_name(step)
@@ -434,14 +567,14 @@ class CheckpointManager:
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.rename(tmp, final)
-        _fsync_dir(self.directory)
+        self._sync_dir(self.directory)
         written = time.perf_counter() - started
         self._prune(step)
 
         if self.mode == "sync":  # training waited for all of it
             blocked.stop()
         self._emit(
-            "ckpt_save_end", step=step, tier=TIER, bytes=manifest["files"][STATE_FILE]["bytes"],
+            "ckpt_save_end", step=step, tier=self.tier, bytes=manifest["files"][STATE_FILE]["bytes"],
             seconds=written, blocked_seconds=blocked.seconds(), mode=self.mode, path=final,
         )
 
@@ -461,7 +594,8 @@ class CheckpointManager:
                 self._fault_point("ckpt_write", step=step)
             f.write(data[half:])
             f.flush()
-            os.fsync(f.fileno())
+            if self.fsync:
+                os.fsync(f.fileno())
         manifest = {
             "format_version": FORMAT_VERSION,
             "step": step,
@@ -482,9 +616,14 @@ class CheckpointManager:
         with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
+            if self.fsync:
+                os.fsync(f.fileno())
+        self._sync_dir(tmp)
         return manifest
+
+    def _sync_dir(self, path: str) -> None:
+        if self.fsync:
+            _fsync_dir(path)
 
     def _prune(self, newest: int) -> None:
         """Keep the ``keep`` newest checkpoints up to ``newest``; drop the rest.
@@ -508,7 +647,7 @@ class CheckpointManager:
                 continue
             shutil.rmtree(aside, ignore_errors=True)
         if drop:
-            _fsync_dir(self.directory)
+            self._sync_dir(self.directory)
 
     def _remove_stale_tmp(self) -> None:
         """Delete ``.tmp-`` directories of writers that are gone (their writes can never finish)."""
@@ -562,7 +701,7 @@ class CheckpointManager:
                 continue
             info = LoadInfo(step=step, path=path, skipped=skipped)
             self._emit(
-                "ckpt_load", step=step, tier=TIER, verified=True, path=path,
+                "ckpt_load", step=step, tier=self.tier, verified=True, path=path,
                 skipped=[list(item) for item in skipped], seconds=time.perf_counter() - started,
             )
             return state, info

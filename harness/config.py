@@ -66,8 +66,42 @@ class CheckpointConfig:
     """sync: training waits for the write; async: training waits only for a host snapshot."""
     keep: int = 3
     """Checkpoints kept (newest first); at least 2."""
+    local_every_steps: int = 0
+    """Also save to the node-local fast tier ($TRAINCHAOS_NODE_LOCAL_DIR/checkpoints) every N steps (0 = off); a load takes the newest verified checkpoint across both tiers (harness/ckpt_tiers.py)."""
+    local_fsync: bool = True
+    """fsync the fast tier's files; off: like a page-cache or shm tier, fast, and lost when the node loses power."""
+    save_retries: int = 1
+    """Retries of a failed checkpoint write before that save is abandoned (never reported as saved)."""
+    max_failed_saves: int = 3
+    """Abandoned saves in a row after which the job fails as a storage failure (0 = never: train on, unprotected)."""
+    when_busy: Literal["wait", "skip"] = "wait"
+    """A save due while the previous async write still runs: wait for it (training blocks) or skip this save."""
+    save_deadline_s: float = 0.0
+    """A save still writing after this many seconds is a storage failure of the rank that owns it (0 = off)."""
+    placement: Literal["auto", "shared", "local", "replicated", "local+shared", "replicated+shared"] = "auto"
+    """Where checkpoints live (harness/ckpt_tiers.py): shared (the durable tier), local (rank 0's node-local fast tier only), replicated (that fast tier plus a copy on a node of another power domain), or a fast tier plus shared; auto: local+shared when local_every_steps > 0, else shared. The fast tier saves every local_every_steps (every_steps when 0)."""
+
+    @property
+    def placement_parts(self) -> tuple[str, ...]:
+        """The placement as its parts: ("shared",), ("replicated", "shared")..."""
+        if self.placement == "auto":
+            return ("local", "shared") if self.local_every_steps > 0 else ("shared",)
+        return tuple(self.placement.split("+"))
+
+    @property
+    def fast_tier(self) -> bool:
+        """Whether a node-local fast tier is written."""
+        return any(p in ("local", "replicated") for p in self.placement_parts)
 
     def __post_init__(self) -> None:
+        if self.placement == "shared" and self.local_every_steps > 0:
+            raise ConfigError("checkpoint.placement: shared keeps no node-local tier, but "
+                              f"checkpoint.local_every_steps is {self.local_every_steps}: set 0, or a "
+                              "placement with a fast tier (local+shared, replicated+shared)")
+        if self.local_every_steps < 0 or self.save_retries < 0 or self.max_failed_saves < 0 \
+                or self.save_deadline_s < 0:
+            raise ConfigError("checkpoint.local_every_steps, checkpoint.save_retries, "
+                              "checkpoint.max_failed_saves and checkpoint.save_deadline_s must be >= 0")
         if self.every_steps < 0 or self.every_seconds < 0:
             raise ConfigError("checkpoint.every_steps and checkpoint.every_seconds must be >= 0")
         if self.keep < 2:
@@ -85,13 +119,23 @@ class FailureConfig:
     """Interval between the pings each rank sends every peer over its liveness socket."""
     collective_timeout_s: float = 30.0
     """Timeout of each collective and of process-group init (0 = gloo's default, 30 min)."""
+    store_timeout_s: float = 0.0
+    """Timeout of each call to the group's c10d store (init, barriers, the peer exchange); 0 = the collective timeout, at most 60 s. A store that stalls longer fails the round instead of blocking it."""
     restart_delay_s: float = 0.0
     """Sleep this long when a rank starts again after a failure, before it joins the group: a slow restart (node reboot, image pull, scheduler queue)."""
+    emergency_checkpoint: bool = True
+    """On SIGTERM with every peer alive (a drain, a preemption, scancel), the group agrees on a step, checkpoints it and leaves (harness.preempt); off: the rank leaves at once and the steps since the last checkpoint are lost."""
+    emergency_checkpoint_s: float = 15.0
+    """The most seconds from SIGTERM to the agreed stop step; past it the rank leaves without an emergency checkpoint (keep it under the scheduler's grace: Slurm's KillWait or GraceTime)."""
 
     def __post_init__(self) -> None:
-        if self.watchdog_s < 0 or self.collective_timeout_s < 0 or self.restart_delay_s < 0:
-            raise ConfigError("failure.watchdog_s, failure.collective_timeout_s and "
-                              "failure.restart_delay_s must be >= 0")
+        if self.emergency_checkpoint_s <= 0:
+            raise ConfigError(f"failure.emergency_checkpoint_s must be > 0, got {self.emergency_checkpoint_s}: "
+                              "a rank must be given some time to reach the agreed stop step")
+        if self.watchdog_s < 0 or self.collective_timeout_s < 0 or self.restart_delay_s < 0 \
+                or self.store_timeout_s < 0:
+            raise ConfigError("failure.watchdog_s, failure.collective_timeout_s, "
+                              "failure.store_timeout_s and failure.restart_delay_s must be >= 0")
         if self.heartbeat_s <= 0:
             raise ConfigError("failure.heartbeat_s must be > 0")
         if self.watchdog_s and self.watchdog_s < 2 * self.heartbeat_s:
@@ -154,6 +198,10 @@ class HarnessConfig:
     data_workers: int = 0
     """DataLoader worker processes that prepare the batches (0: the rank itself). They are
     children of the rank with its environment, as in a real job's input pipeline."""
+    data_stream: bool = False
+    """Read each step's slice of the data file from storage (as an input pipeline reading shards does), not only once at start (harness/data_path.py)."""
+    data_deadline_s: float = 0.0
+    """With data_stream: a read of the data file still running after this many seconds is a storage failure of this rank on the data path (0 = off)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
@@ -167,6 +215,17 @@ class HarnessConfig:
             raise ConfigError("warmup_steps and step_delay_s must be >= 0")
         if not 0 <= self.data_workers <= 8:
             raise ConfigError(f"data_workers must be between 0 and 8, got {self.data_workers}")
+        if self.data_deadline_s < 0:
+            raise ConfigError(f"data_deadline_s must be >= 0, got {self.data_deadline_s}")
+        if self.data_deadline_s and not self.data_stream:
+            raise ConfigError("data_deadline_s needs data_stream: true (without it the data file "
+                              "is read once, at start)")
+        deadline, collective = self.checkpoint.save_deadline_s, self.failure.collective_timeout_s
+        if deadline and collective and deadline >= collective:
+            raise ConfigError(
+                f"checkpoint.save_deadline_s ({deadline:g}) must be below failure.collective_timeout_s "
+                f"({collective:g}): a stalled sync save must be reported by its writer before a "
+                "peer's collective times out and blames it as hung")
 
     def check_world_size(self, world_size: int) -> None:
         if self.global_batch % world_size:

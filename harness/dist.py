@@ -50,12 +50,14 @@ class DistEnv:
         )
 
 
-def init_process_group(env: DistEnv, timeout_s: float) -> dist.Store:
-    """Create the gloo group; returns the store the group was built on."""
+def init_process_group(env: DistEnv, timeout_s: float, store_timeout_s: float = 0.0) -> dist.Store:
+    """Create the gloo group; returns the store the group was built on. ``store_timeout_s``
+    bounds each store call (0: the collective timeout, at most 60 s)."""
     timeout = timedelta(seconds=timeout_s) if timeout_s > 0 else _GLOO_DEFAULT_TIMEOUT
     # Store operations (and so init) get a bounded timeout even when collectives use gloo's
     # default: a missing peer at start-up must fail the round, not block it.
-    store_timeout = timedelta(seconds=min(timeout.total_seconds(), 60.0))
+    store_timeout = timedelta(seconds=store_timeout_s if store_timeout_s > 0
+                              else min(timeout.total_seconds(), 60.0))
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = int(os.environ.get("MASTER_PORT", "29500"))
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":

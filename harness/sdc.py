@@ -61,9 +61,12 @@ from harness.config import DetectConfig
 
 __all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "grad_norm", "param_digest"]
 
-ROW = 8
+ROW = 9
 """[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest present,
-digest words x4] per rank, float64."""
+digest words x4, stop vote] per rank, float64."""
+STOP_COLUMN = 8
+"""A rank's vote to stop after this step (harness.preempt): it rides on the evidence
+collective, so agreeing on a stop step costs no collective of its own."""
 _DIGEST_WORDS = 4
 _WORD_BYTES = 6  # 48-bit words: exact in a float64
 GOLDEN_BATCH = 2
@@ -205,6 +208,8 @@ class SdcMonitor:
         # again on the replay is reproducible, so not silent corruption (see ``end_step``).
         self.replayed = set(replayed)
         self.reproduced: list[Detection] = []
+        self.stop_votes: list[int] = []
+        """Ranks that voted to stop after the last step (``end_step(stop=...)``)."""
         self._table = torch.zeros(world_size, ROW, dtype=torch.float64)
 
     @property
@@ -224,14 +229,27 @@ class SdcMonitor:
         self.seconds["grad_norm"] += time.perf_counter() - t0
         return value
 
-    def end_step(self, step: int, local_loss: torch.Tensor, norm: float | None, verify: bool) -> float:
-        """The global loss of the step, after the detectors had their say (``detection``)."""
+    def end_step(self, step: int, local_loss: torch.Tensor, norm: float | None, verify: bool,
+                 stop: bool | None = None) -> float:
+        """The global loss of the step, after the detectors had their say (``detection``).
+        ``stop``: this rank's stop vote (None: no vote travels); the ranks that voted are
+        in ``stop_votes`` afterwards, the same list on every rank."""
         self.detection = None
+        self.stop_votes = []
         if not self.active:
-            total = local_loss.detach().clone()
+            if stop is None:
+                total = local_loss.detach().clone()
+                dist.all_reduce(total)
+                return float(total) / self.world_size
+            # The loss and one vote slot per rank in one all-reduce.
+            total = torch.zeros(1 + self.world_size, dtype=local_loss.dtype)
+            total[0] = local_loss.detach()
+            total[1 + self.rank] = 1.0 if stop else 0.0
             dist.all_reduce(total)
-            return float(total) / self.world_size
+            self.stop_votes = [r for r, v in enumerate(total[1:].tolist()) if v > 0]
+            return float(total[0]) / self.world_size
         row = [float(local_loss), norm if norm is not None else 0.0, 0.0, 0.0] + [0.0] * _DIGEST_WORDS
+        row.append(1.0 if stop else 0.0)
         golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
         if golden_ran:
             t0 = time.perf_counter()
@@ -252,6 +270,7 @@ class SdcMonitor:
         self._table[self.rank] = torch.tensor(row, dtype=torch.float64)
         dist.all_reduce(self._table)
         table = self._table.tolist()
+        self.stop_votes = [r for r, values in enumerate(table) if values[STOP_COLUMN] > 0]
         global_loss = math.fsum(r[0] for r in table) / self.world_size
         t0 = time.perf_counter()
         found = self._judge(step, table, global_loss, norm is not None)

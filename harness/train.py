@@ -30,8 +30,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from chaos import probe
 from harness import checkpoint as ckpt
+from harness.ckpt_tiers import agree_on_start, build_checkpoints
 from harness.config import HarnessConfig
 from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
+from harness.data_path import DataPath
 from harness.dist import (
     DistEnv,
     deterministic_allreduce_hook,
@@ -48,6 +50,7 @@ from harness.health import (
     diagnose_peers,
 )
 from harness.model import build_model, build_optimizer, state_digest
+from harness.preempt import EmergencyStop
 from harness.sdc import Detection, GoldenSelfTest, SdcMonitor
 
 __all__ = ["EXIT_CORRUPTION", "EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
@@ -90,6 +93,10 @@ class Trainer:
         self.peers: list[PeerAddress] = []
         self.watchdog: Watchdog | None = None
         self._failing = threading.Lock()
+        # SIGTERM with every peer alive: checkpoint at a step the group agrees on (harness.preempt).
+        self.stop = (EmergencyStop(env.rank, cfg.failure.emergency_checkpoint_s)
+                     if cfg.failure.emergency_checkpoint else None)
+        self._sigterm_diagnosis: list[Diagnosis] | None = None
 
     # -- failure reporting --------------------------------------------------------------
     def fail(self, reason: str, suspect: str | None, failure_class: str, code: int,
@@ -143,8 +150,14 @@ class Trainer:
         period (30 s): this rank may be the last one left on the node able to notice, so it
         checks its node-mates once and kills a hung one, reporting it, before leaving.
         """
+        if self.stop is not None and self.stop.request(signum, self._every_peer_alive):
+            return  # training goes on to the agreed stop step (harness.preempt)
         local = [p for p in self.peers if p.node == self.env.node]
-        hung = [d for d in diagnose_peers(local, timeout_s=1.0) if d.failure_class == "hang"] if local else []
+        if self._sigterm_diagnosis is not None:  # every peer was just diagnosed: no second wait
+            mates = {p.rank for p in local}
+            hung = [d for d in self._sigterm_diagnosis if d.failure_class == "hang" and d.rank in mates]
+        else:
+            hung = [d for d in diagnose_peers(local, timeout_s=1.0) if d.failure_class == "hang"] if local else []
         if hung:
             diag = hung[0]
             self.fail(f"stopping on SIGTERM: {diag.detail}", f"rank-{diag.rank}", "hang", 128 + signum,
@@ -152,6 +165,32 @@ class Trainer:
         probe.emit("rank_exit", code=128 + signum, reason="terminated by torchrun (SIGTERM)")
         probe.get().close()
         os._exit(128 + signum)
+
+    def _every_peer_alive(self) -> bool:
+        if self.watchdog is not None and self.watchdog.first_death() is not None:
+            return False
+        self._sigterm_diagnosis = diagnose_peers(self.peers, timeout_s=1.0)
+        return not self._sigterm_diagnosis
+
+    def _emergency_checkpoint(self, saved: bool) -> None:
+        """The agreed stop step, checkpointed and written before ``leave`` goes on."""
+        if not saved:
+            self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
+        self.checkpoints.wait()
+
+    def _on_data_stall(self, path: str, seconds: float) -> None:
+        """This rank's input pipeline is stuck on storage: a data-path failure of this rank,
+        not a hang for a peer's collective to time out on."""
+        self.fail(f"data loader stalled: a read of {path} not done after {seconds:.1f} s "
+                  f"(data_deadline_s={self.cfg.data_deadline_s:g})", probe.src(), "storage",
+                  EXIT_FAILURE, detector="data_deadline", path="data", file=path)
+
+    def _on_save_deadline(self, step: int, seconds: float, tier: str) -> None:
+        """A save this rank owns is stuck (stalled storage): its own storage failure, reported
+        before a peer's collective times out on it and calls it a hang."""
+        self.fail(f"checkpoint save of step {step} on the {tier} tier not done after {seconds:.1f} s "
+                  f"(checkpoint.save_deadline_s={self.cfg.checkpoint.save_deadline_s:g})",
+                  probe.src(), "storage", EXIT_FAILURE, detector="save_deadline", step=step, tier=tier)
 
     def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
@@ -185,7 +224,7 @@ class Trainer:
             # deterministic already, and the call imports torch._inductor (2.4 s per rank
             # start here, paid again on every restart).
             torch.use_deterministic_algorithms(True)
-        store = init_process_group(env, cfg.failure.collective_timeout_s)
+        store = init_process_group(env, cfg.failure.collective_timeout_s, cfg.failure.store_timeout_s)
         liveness = LivenessServer(env.rank, node_address())
         self.peers = exchange_peers(store, env, liveness.port)
         TerminationGuard(self._on_sigterm)
@@ -199,6 +238,8 @@ class Trainer:
         tokens = self.vocab.encode(text)
         self.sampler = DeterministicSampler(tokens, cfg.model.seq_len, cfg.global_batch, cfg.seed)
         self.feed = LoaderFeed(self.sampler, cfg.data_workers) if cfg.data_workers else self.sampler
+        # Reads of the data file during training, under a deadline (harness.data_path).
+        self.data_path = DataPath.for_config(cfg, self._on_data_stall)
         self._announced_workers: list[int] = []
         model = build_model(cfg.model, self.vocab.size, cfg.seed)
         self.raw_model = model
@@ -206,21 +247,15 @@ class Trainer:
         self.model.register_comm_hook(None, deterministic_allreduce_hook)
         self.optimizer = build_optimizer(model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
-        directory = cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints")
-        self.checkpoints = ckpt.CheckpointManager(
-            directory,
-            keep=cfg.checkpoint.keep,
-            mode=cfg.checkpoint.mode,
-            every_steps=cfg.checkpoint.every_steps,
-            every_seconds=cfg.checkpoint.every_seconds,
-            is_writer=env.rank == 0,
-            emit=probe.emit,
-            fault_point=probe.fault_point,
-            verify_checksum=cfg.detect.ckpt_checksum,
-        )
+        # One tier, or a node-local fast tier beside the shared one (harness.ckpt_tiers).
+        self.checkpoints = build_checkpoints(cfg, env.rank, emit=probe.emit, fault_point=probe.fault_point,
+                                             on_deadline=self._on_save_deadline, share=_broadcast_from,
+                                             gather=_gather_objects)
         self.step = 0
         self.last_loss = float("nan")
         loaded = self.checkpoints.load(allow_fresh_start=cfg.allow_fresh_start)
+        if isinstance(self.checkpoints, ckpt.CheckpointManager):  # tiers agree by construction
+            loaded = agree_on_start(self.checkpoints, loaded, _gather_steps)
         if loaded is not None:
             state, _info = loaded
             self._restore(state)
@@ -269,6 +304,8 @@ class Trainer:
         """One optimizer step; returns the global loss. ``verify``: the state is about to be
         checkpointed, so the replicas' digests are compared at this step too."""
         step = self.step + 1
+        if self.data_path is not None:
+            self.data_path.read(self.sampler.cursor)
         x, y = self.feed.next_batch()
         if isinstance(self.feed, LoaderFeed) and self.feed.worker_pids != self._announced_workers:
             # Who the rank's loader workers are, so that a kill can be checked to hit the rank.
@@ -286,7 +323,8 @@ class Trainer:
         self.scheduler.step()
         # The logged loss is the global mean, identical on every rank; it travels with the
         # corruption detectors' evidence in one collective (harness.sdc).
-        return self.sdc.end_step(step, loss.detach(), norm, verify)
+        return self.sdc.end_step(step, loss.detach(), norm, verify,
+                                 stop=self.stop.vote() if self.stop is not None else None)
 
     def _on_corruption(self, detection: Detection) -> None:
         """Every rank reached this verdict at the same step: report it, quarantine the
@@ -313,6 +351,8 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
         started = time.perf_counter()
+        if self.stop is not None:
+            self.stop.open()
         while self.step < cfg.steps:
             next_step = self.step + 1
             probe.fault_point("step_begin", step=next_step, model=self.raw_model)
@@ -329,6 +369,11 @@ class Trainer:
                 time.sleep(cfg.step_delay_s)
             if saving:
                 self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
+            if self.stop is not None and self.stop.tally(self.step, self.sdc.stop_votes) and self.step < cfg.steps:
+                self.stop.leave(lambda saved=saving: self._emergency_checkpoint(saved), dist.barrier,
+                                self.watchdog.stop if self.watchdog is not None else None)
+        if self.stop is not None:
+            self.stop.close()
         self.checkpoints.close()
         train_s = time.perf_counter() - started
         # A restart that resumes from the final checkpoint trains nothing: the loss comes
@@ -337,6 +382,27 @@ class Trainer:
         return {"step": self.step, "loss": self.last_loss, "digest": state_digest(self.raw_model),
                 "weights_finite": probe.weights_finite(self.raw_model), "train_s": round(train_s, 6),
                 "detector_s": self.sdc.detector_seconds()}
+
+
+def _gather_steps(step: int) -> list[int]:
+    """Every rank's ``step``."""
+    steps = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size())]
+    dist.all_gather(steps, torch.tensor([step]))
+    return [int(s) for s in steps]
+
+
+def _broadcast_from(obj: Any, src: int) -> Any:
+    """Rank ``src``'s object on every rank (a checkpoint that rank read, or why it could not)."""
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
+
+
+def _gather_objects(obj: Any) -> list[Any]:
+    """Every rank's object, in rank order (where each rank's checkpoints are)."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def _preimport_in_background() -> None:

@@ -32,6 +32,7 @@ def register_backend(cls: type[ClusterBackend]) -> type[ClusterBackend]:
 
 
 def _load_builtin() -> None:
+    import chaos.cluster.docker  # noqa: F401  (the docker backend and its resource kinds)
     import chaos.cluster.local  # noqa: F401  (registers itself)
     import chaos.cluster.netns  # noqa: F401
     import chaos.cluster.slurm  # noqa: F401

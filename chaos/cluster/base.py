@@ -38,6 +38,7 @@ __all__ = [
     "LiveRank",
     "NoOptions",
     "NodeStatus",
+    "PowerCut",
     "ResolvedTarget",
     "RunSpec",
     "TargetUnavailable",
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
+FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"
+"""The node's power domain (else its rack) for the job: where a replica must not go."""
 
 
 class NoOptions(StrictModel):
@@ -83,6 +86,15 @@ class NodeStatus:
 
 
 @dataclass(frozen=True)
+class PowerCut:
+    """What a power cut of a set of nodes killed, and how far apart the kills were."""
+
+    pids: list[int]
+    spread_s: float
+    """From the first kill to the last: a real outage hits every node at the same instant."""
+
+
+@dataclass(frozen=True)
 class LiveRank:
     rank: int
     node: int
@@ -101,6 +113,8 @@ class ResolvedTarget:
     nodes: tuple[int, ...] = ()
     pids: dict[int, int] = field(default_factory=dict)
     """rank -> pid of its live worker (empty for a target resolved from the topology only)."""
+    links: tuple[tuple[int, int], ...] = ()
+    """Directed links [from, to] of a ``{links: ...}`` target (``nodes`` holds their ends)."""
 
     def srcs(self) -> list[str]:
         """Event sources blamed by a correct attribution (``rank-3``, ``node-1``)."""
@@ -115,8 +129,11 @@ class ResolvedTarget:
         return " ".join(parts) or "job"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ranks": list(self.ranks), "nodes": list(self.nodes),
-                "pids": {str(r): p for r, p in self.pids.items()}}
+        out: dict[str, Any] = {"ranks": list(self.ranks), "nodes": list(self.nodes),
+                               "pids": {str(r): p for r, p in self.pids.items()}}
+        if self.links:
+            out["links"] = [list(link) for link in self.links]
+        return out
 
 
 def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | None:
@@ -130,6 +147,10 @@ def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | 
         return tuple(topology.racks[target["rack"]])
     if "power_domain" in target:
         return tuple(topology.power_domains[target["power_domain"]])
+    if "job" in target:
+        return tuple(range(topology.nodes))
+    if "links" in target:
+        return tuple(sorted({int(n) for link in target["links"] for n in link}))
     return None
 
 
@@ -176,6 +197,14 @@ class ClusterBackend(ABC):
         SIGKILL. Resources are released by the runner afterwards, in reverse order."""
 
     # -- nodes ----------------------------------------------------------------------------
+    def failure_domain(self, node: int) -> str:
+        """The node's power domain, else its rack, else empty (each node on its own)."""
+        for groups in (self.topology.power_domains, self.topology.racks):
+            for name, members in groups.items():
+                if node in members:
+                    return name
+        return ""
+
     @abstractmethod
     def node_address(self, node: int) -> str:
         """The address the node's processes use (and listen on)."""
@@ -225,6 +254,34 @@ class ClusterBackend(ABC):
         """Signal the node's agent and every process of it at once; a fatal signal marks the
         node lost. Returns the pids signalled."""
 
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
+        """Every process of ``nodes`` killed at once, no handler run, the nodes marked lost.
+        Backends that can gather all the processes first and then kill them in one sweep
+        override this; here each node is signalled in turn."""
+        pids: list[int] = []
+        t_first = t_last = time.perf_counter()
+        for i, node in enumerate(nodes):
+            t = time.perf_counter()
+            pids += self.signal_node(node, _signal.SIGKILL)
+            t_first, t_last = (t, t) if i == 0 else (t_first, t)
+        return PowerCut(pids, t_last - t_first)
+
+    def power_on(self, node: int) -> None:
+        """Power back on a node that ``power_off`` took down: a fresh agent, nothing of the
+        old processes, the node's local disk as the outage left it."""
+        raise ToolError(f"backend {self.name} cannot bring a node back after a power cut")
+
+    def drop_unfsynced(self, node: int) -> int | None:
+        """Drop what was written on the node's local disk but never fsynced, as a power cut
+        does; returns the files rolled back, or None when nothing tracks unfsynced data
+        there (the page cache survives a process kill: nothing is lost then)."""
+        return None
+
+    def wipe_local_data(self, node: int) -> int:
+        """Everything on the node's local disk gone (a power cut that takes the disk's
+        content with it); returns the bytes removed."""
+        raise ToolError(f"backend {self.name} has no node-local disk to wipe")
+
     def signal_rank(self, rank: int, sig: int) -> list[int]:
         live = self.rank_process(rank)
         if live is None:
@@ -246,6 +303,12 @@ class ClusterBackend(ABC):
                         f"ranks {sorted(self.live_ranks()) or 'none'}); nothing was injected")
                 pids[rank] = live.pid
             return ResolvedTarget(ranks=ranks, pids=pids)
+        if "job" in target:
+            # The job as it runs now: whichever nodes and ranks are alive.
+            live = self.live_ranks()
+            running = tuple(sorted(n for n, s in self.poll().items() if s.returncode is None and not s.lost))
+            return ResolvedTarget(ranks=tuple(sorted(live)), nodes=running,
+                                  pids={r: lr.pid for r, lr in sorted(live.items())})
         nodes = node_group(target, self.topology)
         if nodes is None:
             raise ToolError(f"cannot resolve target {target!r}")
@@ -256,7 +319,8 @@ class ClusterBackend(ABC):
                 "(already down); nothing was injected")
         on_nodes = {r: lr for r, lr in self.live_ranks().items() if lr.node in nodes}
         return ResolvedTarget(ranks=tuple(sorted(on_nodes)), nodes=nodes,
-                              pids={r: lr.pid for r, lr in sorted(on_nodes.items())})
+                              pids={r: lr.pid for r, lr in sorted(on_nodes.items())},
+                              links=tuple((int(a), int(b)) for a, b in target.get("links", ())))
 
 
 FATAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _signal.SIGABRT,
@@ -272,6 +336,9 @@ class InjectionContext:
     injector: Probe
     resources: RunResources | None = None
     scheduled_reverts: list[tuple[float, FaultType]] = field(default_factory=list)
+    stopping: bool = False
+    """Set once the run is being torn down: a revert then undoes what the fault changed but
+    starts nothing (a node whose power was due back later stays off)."""
 
     def emit(self, kind: str, **fields: Any) -> None:
         self.injector.emit(kind, **fields)

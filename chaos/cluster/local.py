@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,15 +30,19 @@ from typing import ClassVar
 from chaos import probe
 from chaos.cluster import register_backend
 from chaos.cluster.base import (
+    FAILURE_DOMAIN_ENV,
     FATAL_SIGNALS,
     RUN_ID_ENV,
     ClusterBackend,
     LiveRank,
     NodeStatus,
+    PowerCut,
     TargetUnavailable,
 )
-from chaos.cluster.resources import scratch_base, tmp_dir_for
+from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
+from chaos.storage.control import MountControl
+from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
 
 __all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
 
@@ -73,6 +78,8 @@ class LocalCluster(ClusterBackend):
         os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
         for node in range(self.topology.total_nodes):
             self.acquire_node_dirs(node)
+        # The storage fault layer over the checkpoint tiers, when the scenario has storage faults.
+        acquire_storage_mounts(self, self.node_local_dir)
         self.serve_rendezvous(LOOPBACK)
         for node in range(self.topology.nodes):
             self.start_node(node)
@@ -145,6 +152,8 @@ class LocalCluster(ClusterBackend):
             probe.ENV_NODE: str(node),
             "TRAINCHAOS_NODE_ADDR": self.node_address(node),
             NODE_LOCAL_ENV: local_dir,
+            # Where a checkpoint replica must go to survive this node's outage (harness.ckpt_tiers).
+            FAILURE_DOMAIN_ENV: self.failure_domain(node),
             # A fresh store per rendezvous round: see harness/dist.py.
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
             # torchrun's and the job's temp files go to the node's own temp dir (a run-scoped
@@ -231,9 +240,70 @@ class LocalCluster(ClusterBackend):
     def signal_node(self, node: int, sig: int) -> list[int]:
         """torchrun starts its workers in sessions of their own, so a process-group kill of
         the agent would leave them running: the node is found by its environment instead."""
-        agent = self.nodes[node].proc.pid
-        members = [p.pid for p in find_run_processes(self.spec.run_id) if p.node == node]
-        hit = [pid for pid in [agent] + [p for p in members if p != agent] if self.signal_pid(pid, sig)]
+        hit = [pid for pid in self._node_pids(node) if self.signal_pid(pid, sig)]
         if sig in FATAL_SIGNALS:
             self.nodes[node].lost = True
         return hit
+
+    def _node_pids(self, node: int, found: list | None = None) -> list[int]:
+        """The node's agent first, then every other process of the run on that node."""
+        agent = self.nodes[node].proc.pid
+        members = [p.pid for p in (found if found is not None else find_run_processes(self.spec.run_id))
+                   if p.node == node and p.pid != agent]
+        return [agent, *members]
+
+    # -- power ----------------------------------------------------------------------------
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
+        """One scan of /proc for the whole domain, then one sweep of SIGKILLs: the nodes die
+        within a millisecond of each other, as they do when their power goes."""
+        found = find_run_processes(self.spec.run_id)
+        victims = [pid for node in nodes if node in self.nodes for pid in self._node_pids(node, found)]
+        for node in nodes:
+            if node in self.nodes:
+                self.nodes[node].lost = True
+        t_first = time.perf_counter()
+        hit = [pid for pid in victims if self.signal_pid(pid, signal.SIGKILL)]
+        return PowerCut(hit, time.perf_counter() - t_first)
+
+    def power_on(self, node: int) -> None:
+        """A fresh agent on the node: it joins the rendezvous like any new node (a spare when
+        the job is at full size, a grow back when it had shrunk)."""
+        old = self.nodes.get(node)
+        if old is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.proc.wait(timeout=5)  # reap the dead agent before its place is taken
+        self.start_node(node)
+
+    def drop_unfsynced(self, node: int) -> int | None:
+        """Through the storage fault layer mounted over the node's fast checkpoint tier (the
+        runner mounts it for a power fault with ``local_data: unfsynced``), after its
+        processes are dead: nothing writes any more."""
+        control = MountControl(control_dir(self.spec.run_dir, tier_label("local", node)))
+        if not control.state().get("ready"):
+            return None
+        return int(control.drop_unfsynced().get("dropped_files", 0))
+
+    def wipe_local_data(self, node: int) -> int:
+        root = self.node_local_dir(node)
+        removed = 0
+        for entry in os.scandir(root) if os.path.isdir(root) else []:
+            if entry.name == OWNER_FILE:
+                continue  # the resource's own marker: cleanup still needs it
+            removed += _tree_bytes(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        return removed
+
+
+def _tree_bytes(path: str) -> int:
+    if not os.path.isdir(path) or os.path.islink(path):
+        return os.lstat(path).st_size if os.path.lexists(path) else 0
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total

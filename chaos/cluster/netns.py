@@ -24,11 +24,14 @@ never changes the host's firewall: on such a host, allow forwarding on ``tc-*`` 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from chaos.cluster import register_backend
+from chaos.cluster.base import PowerCut
 from chaos.cluster.local import LocalCluster
-from chaos.net import fabric
+from chaos.net import fabric, linkemu
+from chaos.net import toxiproxy as toxi
+from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
     from chaos.model import Scenario
@@ -39,21 +42,49 @@ NODE_HOST_OFFSET = 10
 FABRIC_MTU = 9000
 
 
+class NetnsOptions(StrictModel):
+    """``backend: {netns: {...}}``: the emulated fabric's options."""
+
+    proxy_services: list[Literal["rendezvous"]] = []
+    """TCP services put behind a Toxiproxy proxy, so that ``toxic`` faults can act on them:
+    ``rendezvous`` (the agents' c10d store; they reach it through the proxy only). The proxy
+    lives on ``TOXIPROXY_URL``'s server when that is set, else on the run's embedded one."""
+
+
 @register_backend
 class NetnsCluster(LocalCluster):
     name: ClassVar[str] = "netns"
     summary: ClassVar[str] = ("local, with each node in its own network namespace on an emulated "
                               "fabric (veth + bridge, 198.18.0.0/15); for network faults; needs "
                               "CAP_NET_ADMIN")
+    options_model: ClassVar[type[StrictModel]] = NetnsOptions
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
         self.subnet = None
         self.gateway = ""
+        self._emulator: linkemu.LinkEmulatorClient | None = None
+        self.options = NetnsOptions.model_validate(spec.options or {})
+        self.toxiproxy_url: str | None = None
+        self.proxies: dict[str, str] = {}
+        """Service -> the name of its proxy on ``toxiproxy_url``'s server."""
+        self.agent_rdzv_port = 0
 
     @classmethod
     def preflight(cls, scenario: Scenario) -> list[str]:
-        return [f"netns: {line}" for line in fabric.missing_capabilities()]
+        problems = [f"netns: {line}" for line in fabric.missing_capabilities()]
+        if scenario is None:
+            return problems
+        if any(f.type == "latency" for f in scenario.faults) and not os.path.exists("/dev/net/tun"):
+            problems.append("netns: latency faults need the TUN driver (/dev/net/tun is missing; "
+                            "modprobe tun, or give the container the device)")
+        services = NetnsOptions.model_validate(scenario.backend.options or {}).proxy_services
+        for i, fault in enumerate(scenario.faults):
+            wanted = (fault.params or {}).get("proxy", "rendezvous") if fault.type == "toxic" else None
+            if wanted is not None and wanted not in services:
+                problems.append(f"faults[{i}].params.proxy: {wanted!r} is not behind a proxy; add it to "
+                                f"backend: {{netns: {{proxy_services: [{wanted}]}}}}")
+        return problems
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -76,8 +107,28 @@ class NetnsCluster(LocalCluster):
         # The store listens on the bridge's address only: reachable from every node's
         # namespace, from nowhere beyond the run's fabric.
         self.serve_rendezvous(self.gateway)
+        if self.options.proxy_services:
+            self._start_proxies()
         for node in range(self.topology.nodes):
             self.start_node(node)
+
+    def _start_proxies(self) -> None:
+        """Every proxied service behind a Toxiproxy proxy on the bridge's address (reachable
+        from the nodes only), on ``TOXIPROXY_URL``'s server or the run's embedded one."""
+        self.toxiproxy_url = toxi.external_url()
+        if self.toxiproxy_url is None:
+            details = self.resources.acquire("toxiproxy_server", {
+                "host": "127.0.0.1", "port_file": os.path.join(self.spec.run_dir, "toxiproxy.port"),
+                "log": os.path.join(self.spec.run_dir, "logs", "toxiproxy.log")})
+            self.toxiproxy_url = details["url"]
+        for service in self.options.proxy_services:
+            name = f"trainchaos-{fabric.short_id(self.spec.run_id)}-{service}"
+            details = self.resources.acquire("toxiproxy_proxy", {
+                "url": self.toxiproxy_url, "name": name, "listen": f"{self.gateway}:0",
+                "upstream": f"{self.gateway}:{self.rdzv_port}"})
+            self.proxies[service] = name
+            if service == "rendezvous":
+                self.agent_rdzv_port = int(details["listen"].rsplit(":", 1)[1])
 
     def namespace(self, node: int) -> str:
         return fabric.node_namespace(self.spec.run_id, node)
@@ -90,10 +141,31 @@ class NetnsCluster(LocalCluster):
         """The bridge's end of the node's link (root namespace)."""
         return fabric.fabric_names(self.spec.run_id, node)[0]
 
+    def emulator_interface(self, node: int) -> str:
+        """The link emulator's TUN device in the node's namespace."""
+        return linkemu.tun_name(fabric.short_id(self.spec.run_id), node)
+
+    def link_emulator(self) -> linkemu.LinkEmulatorClient:
+        """The run's userspace link emulator, started (as a run-scoped resource) by the first
+        fault that needs it: a run without a latency fault never has one."""
+        if self._emulator is None:
+            ports = [[n, self.namespace(n), self.emulator_interface(n), self.node_interface(n)]
+                     for n in range(self.topology.total_nodes)]
+            self.resources.acquire("link_emulator", {
+                "ports": ports, "mtu": FABRIC_MTU,
+                "log": os.path.join(self.spec.run_dir, "logs", "link-emulator.log")})
+            self._emulator = linkemu.LinkEmulatorClient(self.spec.run_id)
+        return self._emulator
+
+    @property
+    def running_emulator(self) -> linkemu.LinkEmulatorClient | None:
+        """The emulator's client if one was started (a revert never starts one)."""
+        return self._emulator
+
     def agent_command(self, node: int) -> list[str]:
         argv = super().agent_command(node)
         i = argv.index("--rdzv-endpoint")
-        argv[i + 1] = f"{self.gateway}:{self.rdzv_port}"
+        argv[i + 1] = f"{self.gateway}:{self.agent_rdzv_port or self.rdzv_port}"
         return ["ip", "netns", "exec", self.namespace(node), *argv]
 
     def node_env(self, node: int) -> dict[str, str]:
@@ -110,6 +182,18 @@ class NetnsCluster(LocalCluster):
         exit) is not the job's outcome."""
         if node in self.nodes:
             self.nodes[node].lost = True
+
+    # -- power ----------------------------------------------------------------------------
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
+        """The links go first: a node without power sends no FIN or RST, so its peers must
+        notice it by silence, as in a real outage, not by the kernel closing its sockets."""
+        for node in nodes:
+            fabric.ip("link", "set", self.host_interface(node), "down")
+        return super().power_off(nodes)
+
+    def power_on(self, node: int) -> None:
+        fabric.ip("link", "set", self.host_interface(node), "up")
+        super().power_on(node)
 
     # -- nodes ----------------------------------------------------------------------------
     def node_address(self, node: int) -> str:

@@ -34,7 +34,7 @@ __all__ = [
 
 FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow"]
 FAILURE_CLASSES: tuple[str, ...] = ("crash", "hang", "device", "network", "storage", "corruption", "slow")
-TargetKind = Literal["rank", "node"]
+TargetKind = Literal["rank", "node", "job"]
 
 
 class FaultParams(StrictModel):
@@ -69,6 +69,16 @@ class FaultType(ABC):
     """The type's parameters; the fault receives them as ``params``, a plain dict with the
     defaults filled in (``params_model(...).model_dump()``)."""
     target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
+    target_keys: ClassVar[tuple[str, ...] | None] = None
+    """The only target forms the type takes (``("power_domain",)``: ``{power_domain: NAME}``
+    or ``{random: power_domain}``); None: every form of its ``target_kinds``."""
+    also_detected_as: ClassVar[tuple[FailureClass, ...]] = ()
+    """Other classes a correct detection may name besides ``failure_class``: what the fault
+    looks like from the survivors when they cannot know more (a node without power on a
+    fabric is silent: unreachable, a ``network`` failure to its peers)."""
+    cuts_nodes: ClassVar[bool] = False
+    """Takes whole nodes out for good (or for ``duration_s``): validation checks that enough
+    nodes are left for the job (``min_nodes``, spares) unless it is expected to stop."""
     # in-process faults are delivered by the probe and fire exactly at the step (at_step only)
     in_process: ClassVar[bool] = False
     mechanism: ClassVar[str] = ""
@@ -94,6 +104,11 @@ class FaultType(ABC):
         if cls.mechanism:
             return cls.mechanism
         return "in-process, by the probe at the exact step" if cls.in_process else "by the injector"
+
+    @classmethod
+    def describe_targets(cls) -> str:
+        """What the type takes as a target, in a few words: ``rank``, ``node``, ``rack``."""
+        return ", ".join(cls.target_keys or cls.target_kinds)
 
     @classmethod
     def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
@@ -181,6 +196,7 @@ point group)."""
 def _load_builtin() -> None:
     # Importing the package registers every built-in fault family.
     import chaos.faults  # noqa: F401
+    import chaos.faults.container  # noqa: F401  (docker backend's container faults)
 
     _load_plugins()
 

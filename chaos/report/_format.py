@@ -183,6 +183,24 @@ def planned_target_text(planned: dict[str, Any]) -> str:
     return DASH
 
 
+def blast_radius_text(fm: dict[str, Any]) -> str:
+    """A power fault's reach and the way back, in one line; empty for other faults."""
+    if fm.get("blast_nodes") is None:
+        return ""
+    text = f"{fm['blast_nodes']} node(s) and {fm.get('blast_ranks') or 0} rank(s) lost"
+    spread = as_number(fm.get("kill_spread_ms"), finite=True)
+    if spread is not None:
+        text += f", all within {spread:.1f} ms"
+    if fm.get("resumed_from") is not None:
+        where = ", ".join(f"{k} {fm[k2]}" for k, k2 in (("tier", "resumed_tier"), ("copy", "resumed_copy"))
+                          if fm.get(k2))
+        text += (f"; resumed after {fmt_seconds(fm.get('recovery_s'))} from step {fm['resumed_from']}"
+                 + (f" ({where})" if where else ""))
+    full = fm.get("full_size_s")
+    text += f"; full size again after {fmt_seconds(full)}" if full is not None else "; never back to full size"
+    return text
+
+
 def final_state_text(journal: dict[str, Any]) -> str:
     """Correctness in a few words: ``bitwise match``, ``differs (loss dev 0.3%)``,
     ``loss dev 0.12%`` (world size changed: no bitwise comparison), ``not finite``; a dash

@@ -25,6 +25,7 @@ from chaos.report._format import (
     DASH,
     atomic_write_text,
     attribution_text,
+    blast_radius_text,
     check_reason,
     fault_metrics,
     fidelity_of,
@@ -376,6 +377,11 @@ def _run_faults(journal: dict[str, Any]) -> list[str]:
         ])
     out.append(_table(["fault", "type", "target", "injected at step", "detection", "detected by",
                        "attribution", "recovery", "catch-up", "lost steps"], rows))
+    for fid in ids:
+        line = blast_radius_text(per_fault.get(fid, {}))
+        if line:
+            out.append(f'<p class="blast" data-fault="{escape(fid)}"><strong>Blast radius of '
+                       f"<code>{escape(fid)}</code>:</strong> {escape(line)}</p>")
     for fid in ids:
         entry = records.get(fid) or plan.get(fid) or {}
         text = fidelity_of(entry)

@@ -100,6 +100,8 @@ def _targets(doc: TargetsDoc | None) -> records.Targets:
         goodput=_bound(doc.goodput), false_detections=_bound(doc.false_detections),
         sdc_detection_steps=_bound(doc.sdc_detection_steps),
         contaminated_checkpoints=_bound(doc.contaminated_checkpoints),
+        ckpt_blocked_s=_bound(doc.ckpt_blocked_s), failed_saves=_bound(doc.failed_saves),
+        rejected_checkpoints=_bound(doc.rejected_checkpoints),
         attribution=doc.attribution, completes=doc.completes, **extra,
     )
 

@@ -44,12 +44,14 @@ from harness.config import ConfigError, HarnessConfig, config_from_mapping
 __all__ = ["cross_check"]
 
 _LEVEL = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "node",
-          "power_domain": "node"}
+          "power_domain": "node", "job": "job", "links": "link"}
 _WORD = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "rack",
-         "power_domain": "power domain"}
+         "power_domain": "power domain", "job": "job", "links": "link"}
 _FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
           "node": "{node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME} or "
-                  "{random: node|rack|power_domain}"}
+                  "{random: node|rack|power_domain}",
+          "job": "{job: true}",
+          "link": "{links: [[FROM, TO], ...]}"}
 _GROUPS = {"rack": ("racks", "racks: {r1: [0, 1], r2: [2, 3]}"),
            "power_domain": ("power_domains", "power_domains: {pd-a: [0, 1], pd-b: [2, 3]}")}
 _HARNESS_WHERE = "workload.harness"
@@ -127,6 +129,8 @@ class _Checker:
         for index, fault in faults:
             self.fault(("faults", index), fault, topology, harness)
         self.fault_names(faults)
+        if topology is not None and targets.get("completes", True):
+            self.nodes_left(faults, topology)
         if targets.get("final_state") is not None and top.get("baseline") is False:
             self.add(("targets", "final_state"), "compares against the fault-free baseline run: "
                      "set baseline: true at the top level")
@@ -287,6 +291,19 @@ class _Checker:
                      f"{' or '.join(fault_type.target_kinds)}, not a {word}; use "
                      + "; ".join(_FORMS[k] for k in fault_type.target_kinds if k in _FORMS))
             return
+        if key == "job" and value is not True:
+            self.add((*loc, key), "a job target is {job: true}: the whole job")
+            return
+        form = value if key == "random" else key
+        only = fault_type.target_keys if fault_type is not None else None
+        if only and form not in only:
+            self.add((*loc, key), f"{fault_type.type_name} targets a "
+                     f"{' or '.join(_WORD[k] for k in only)}, not a {_WORD.get(form, form)}; use "
+                     + " or ".join(f"{{{k}: NAME}} or {{random: {k}}}" for k in only))
+            return
+        if key == "links":
+            self.links((*loc, key), value, topology)
+            return
         if topology is None:
             return
         if key in ("rank", "ranks", "node", "nodes"):
@@ -309,6 +326,16 @@ class _Checker:
                 self.add((*loc, key), f"unknown {_WORD[kind]} {value!r}"
                          f"{close_match(value, groups)} known: {', '.join(groups)}")
 
+    def links(self, loc: Path, links: list[list[int]], topology: records.Topology | None) -> None:
+        """Each directed link joins two different nodes of the topology."""
+        for i, (a, b) in enumerate(links):
+            if a == b:
+                self.add((*loc, i), f"a link from node {a} to itself; a link joins two different nodes")
+            elif topology is not None:
+                for j, node in enumerate((a, b)):
+                    if node >= topology.total_nodes:
+                        self.add((*loc, i, j), f"node {node} does not exist: {_nodes_text(topology)}")
+
     def trigger(self, loc: Path, trigger: TriggerDoc, fault_type: type[FaultType] | None,
                 harness: HarnessConfig | None) -> None:
         kind = trigger_kind(trigger)
@@ -323,6 +350,50 @@ class _Checker:
             self.add((*loc, kind), f"step {trigger.at_step} is never reached: the command trains "
                      f"{self.command_steps} steps (workload.steps), so at_step must be between "
                      f"1 and {self.command_steps - 1}")
+
+    def nodes_left(self, faults: list[tuple[int, dict[str, Any]]], topology: records.Topology) -> None:
+        """Faults that take nodes out for good must leave the job the nodes it needs, spares
+        included, or the scenario must say the job is expected to stop. Power that returns
+        within the rendezvous' join timeout leaves the job waiting, not dead."""
+        from chaos.cluster.base import node_group
+        from chaos.faults.power import REJOIN_WAIT_S
+
+        need = topology.min_nodes or topology.nodes
+        down: set[int] = set()
+        for index, fault in faults:
+            try:
+                fault_type = lookup(fault.get("type", ""))
+            except UnknownFaultType:
+                continue
+            target = fault.get("target")
+            if not fault_type.cuts_nodes or target is None:
+                continue
+            (key,) = target.model_fields_set
+            value = getattr(target, key)
+            try:
+                if key == "random" and value in _GROUPS:
+                    # Drawn at plan time: the largest group is what must be survivable.
+                    groups = getattr(topology, _GROUPS[value][0]).values()
+                    nodes = max((tuple(g) for g in groups), key=len, default=None)
+                else:
+                    nodes = node_group({key: value}, topology)
+            except KeyError:
+                continue  # an unknown rack or domain: reported at the target already
+            duration = (fault.get("params") or {}).get("duration_s")
+            if nodes is None or (duration is not None and duration < REJOIN_WAIT_S):
+                continue
+            down |= set(nodes)
+            left = topology.total_nodes - len(down)
+            if left < need:
+                self.add(("faults", index, "target", key),
+                         f"takes node{'s' if len(down) > 1 else ''} {', '.join(map(str, sorted(down)))} "
+                         f"down and leaves {left} of {topology.total_nodes} nodes (spares "
+                         f"included), fewer than the job needs ({need}: "
+                         f"{'topology.min_nodes' if topology.min_nodes else 'topology.nodes'}): "
+                         "add topology.spares, lower topology.min_nodes, bring power back "
+                         f"within {REJOIN_WAIT_S:g} s (params.duration_s), or say the job is "
+                         "expected to stop (targets: {completes: false})")
+                return
 
     def fault_names(self, faults: list[tuple[int, dict[str, Any]]]) -> None:
         first: dict[str, int] = {}

@@ -55,7 +55,8 @@ _SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("`trigger.random`", RandomDoc, ""),
     ("`trigger.poisson`", PoissonDoc, ""),
     ("`targets`", TargetsDoc, "Bounds (detection_s, recovery_s, catchup_s, lost_steps, "
-     "false_detections, sdc_detection_steps, contaminated_checkpoints) are `{max, min}` "
+     "false_detections, sdc_detection_steps, contaminated_checkpoints, ckpt_blocked_s, "
+     "failed_saves, rejected_checkpoints) are `{max, min}` "
      "mappings; goodput's are fractions."),
     ("Bound: `{max, min}`", BoundDoc, ""),
     ("Fraction bound: `{max, min}`", FractionBoundDoc, ""),
@@ -181,7 +182,7 @@ def _fault_types_section() -> list[str]:
     for name, cls in known_types().items():
         triggers = "at_step only (in-process)" if cls.in_process else "any"
         out += [f"#### `{name}`", "", _doc(cls.summary), "",
-                f"Targets: {', '.join(cls.target_kinds)}. Triggers: {triggers}.", "",
+                f"Targets: {cls.describe_targets()}. Triggers: {triggers}.", "",
                 *_model_table(cls.params_model, "param"), ""]
     return out
 

@@ -55,6 +55,11 @@ MAX_REPEAT = 100
 EventKind = Literal[tuple(_EVENT_KIND_NAMES)]  # type: ignore[valid-type]
 RankList = index_list("rank")
 NodeList = index_list("node")
+LinkList = Annotated[
+    list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]],
+    Field(min_length=1),
+    Expect("a non-empty list of directed links [from, to] (node numbers)"),
+]
 
 
 def _default(record: type, name: str) -> Any:
@@ -180,6 +185,11 @@ class TargetDoc(StrictModel):
     """Every node of a rack declared under topology.racks."""
     power_domain: str = optional_key(min_length=1)
     """Every node of a power domain declared under topology.power_domains."""
+    links: LinkList = optional_key()
+    """Directed links between nodes, [[from, to], ...] (``[[0, 1], [1, 0]]``: both ways
+    between nodes 0 and 1), for the network faults that act on links."""
+    job: bool = optional_key()
+    """The whole job, ``{job: true}`` (false is refused): for faults that act on the job itself (preempt_job)."""
     random: Annotated[Literal["rank", "node", "rack", "power_domain"],
                       Noun("random target")] = optional_key()
     """A seeded random pick of a rank, node, rack or power domain."""
@@ -267,7 +277,7 @@ class FaultDoc(StrictModel):
     """Unique among the faults; names the fault in reports (default: f<index>-<type>)."""
     target: TargetDoc
     """Which rank(s) or node(s) to hit: exactly one of {rank: R}, {ranks: [R, ...]},
-    {node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME},
+    {node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME}, {links: [[FROM, TO], ...]},
     {random: rank|node|rack|power_domain}."""
     trigger: TriggerDoc
     """When to inject: exactly one of at_step, at_time, after_event, random, poisson."""
@@ -365,6 +375,14 @@ class TargetsDoc(StrictModel):
     contaminated_checkpoints: BoundDoc = optional_key()
     """Silent corruption: checkpoints written between the corruption and its detection (to
     the end of the run when undetected). {max: 0}: no corrupted state was ever checkpointed."""
+    ckpt_blocked_s: BoundDoc = optional_key()
+    """Training time blocked inside checkpoint saves over the run, seconds (the write in
+    sync mode; the snapshot and any wait for the previous write in async mode)."""
+    failed_saves: BoundDoc = optional_key()
+    """Failed checkpoint write attempts (`ckpt_save_failed`); {min: 1}: a storage fault
+    during a save must be surfaced, not swallowed."""
+    rejected_checkpoints: BoundDoc = optional_key()
+    """Distinct checkpoints skipped on load as unusable (torn, truncated, checksum mismatch)."""
     completes: bool = _default(records.Targets, "completes")
     """The run must reach its last step within timeout_s."""
 

@@ -24,7 +24,7 @@ CASES: dict[str, tuple[str, str]] = {
     "unknown_fault_type.yaml": (
         "faults[0].type",
         "unknown fault type 'kil_rank'; did you mean 'kill_rank'? known: bandwidth, bitflip, "
-        "checkpoint_bitrot, crash_during_checkpoint",
+        "checkpoint_bitrot, container_disconnect",
     ),
     "rank_out_of_range.yaml": (
         "faults[0].target.rank", "rank 7 does not exist: the job has 4 ranks (0-3)"),
@@ -92,7 +92,7 @@ CASES: dict[str, tuple[str, str]] = {
         "the topology declares no racks; declare them under topology, e.g. racks: {r1: [0, 1]"),
     "rack_target_on_rank_fault.yaml": (
         "faults[0].target.rack", "kill_rank targets a rank, not a rack; use {rank: R}"),
-    "unknown_backend.yaml": ("backend", "unknown backend 'locl'; did you mean 'local'? known: local"),
+    "unknown_backend.yaml": ("backend", "unknown backend 'locl'; did you mean 'local'? known: docker, local"),
     "backend_unknown_option.yaml": (
         "backend.local.hosts", "unknown local option 'hosts': backend local takes no options"),
     "bitflip_unknown_tensor.yaml": (

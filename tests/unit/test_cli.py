@@ -247,8 +247,8 @@ def test_faults_lists_every_registered_type_with_params_and_fidelity() -> None:
         block = blocks[name]
         header = block[0]
         assert cls.family in header and cls.failure_class in header
-        for kind in cls.target_kinds:
-            assert kind in header
+        for kind in cls.target_keys or cls.target_kinds:
+            assert f"targets: {cls.describe_targets()};" in header and kind in header
         assert f"    {cls.summary}" in block
         for param, info in cls.params_model.model_fields.items():
             assert any(line.startswith(f"    param {param} (") for line in block), f"{name}: param {param} missing"
