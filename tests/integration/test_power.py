@@ -71,7 +71,9 @@ def test_a_domain_dies_in_one_instant_and_spares_restore_full_size(suite) -> Non
     # nodes 1 and 2: two agents and their two ranks, all SIGKILLed in one sweep
     assert details["nodes"] == [1, 2] and len(details["pids"]) == 4
     assert fault["blast_nodes"] == 2 and fault["blast_ranks"] == 2
-    assert fault["kill_spread_ms"] <= 50, fault["kill_spread_ms"]
+    # four kill(2) calls in a row take microseconds; the bound leaves room for a busy host
+    # preempting the controller mid-sweep, and is still far below a heartbeat
+    assert fault["kill_spread_ms"] <= 250, fault["kill_spread_ms"]
     assert fault["attribution"] == "correct" and fault["detected_suspect"] in ("rank-1", "rank-2")
     events = _events(journal)
     t0 = journal["faults"][0]["t_inject"]

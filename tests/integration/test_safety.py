@@ -282,7 +282,10 @@ def test_signal_mid_fault_reverts_everything_and_exits_130(sandbox: Sandbox, sig
 
 @pytest.mark.timeout(INJECT_WAIT_S + 90)
 def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbox) -> None:
-    scenario = sandbox.scenario("controller-killed")
+    # No watchdog and no collective timeout: the job stays stuck on the frozen rank until
+    # cleanup acts. With them, its own restart (SIGTERM, then SIGKILL to the frozen rank) can
+    # end every process while the test inspects the leftovers, and nothing is left to kill.
+    scenario = sandbox.scenario("controller-killed", failure={"watchdog_s": 0, "collective_timeout_s": 0})
     proc = sandbox.start_run(scenario)
     fault = wait_for_fault(sandbox, proc, scenario)
     run_dir = sandbox.run_dir(scenario)
