@@ -456,8 +456,11 @@ def test_cleanup_never_touches_live_runs_of_parallel_suites(sandbox: Sandbox) ->
     """Two suites run at once on one machine (a CI runner with two jobs); a `cleanup` in the
     middle must leave both alone: their controllers are alive. Each run keeps to its own
     processes, ports and files."""
-    first = sandbox.scenario("parallel-a")
-    second = sandbox.scenario("parallel-b")
+    # Jobs stuck on their frozen ranks (no watchdog, no collective timeout): a job's own
+    # restart would change its pids while cleanup runs and look like cleanup touched it.
+    stuck = {"watchdog_s": 0, "collective_timeout_s": 0}
+    first = sandbox.scenario("parallel-a", failure=stuck)
+    second = sandbox.scenario("parallel-b", failure=stuck)
     proc_a, proc_b = sandbox.start_run(first), sandbox.start_run(second)
     fault_a = wait_for_fault(sandbox, proc_a, first)
     fault_b = wait_for_fault(sandbox, proc_b, second)
