@@ -119,6 +119,15 @@ def _not_found() -> type[Exception]:
 # --------------------------------------------------------------------------- resource kinds
 
 
+def _get(collection: Any, name: str) -> Any | None:
+    """The object ``name`` of an engine collection (images, networks, containers), or None
+    when the engine has no such object."""
+    try:
+        return collection.get(name)
+    except _not_found():
+        return None
+
+
 @register_kind
 class DockerImage(ResourceKind):
     """The run's image when none is given: an empty filesystem (``docker import`` of an empty
@@ -142,20 +151,15 @@ class DockerImage(ResourceKind):
 
     @classmethod
     def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        try:
-            image = client(spec["host"]).images.get(f"{spec['name']}:latest")
-        except _not_found():
+        image = _get(client(spec["host"]).images, f"{spec['name']}:latest")
+        if image is None:
             return
         owned(image, spec.get("run_id"), "image")
         client(spec["host"]).images.remove(image.id, force=True)
 
     @classmethod
     def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        try:
-            client(spec["host"]).images.get(f"{spec['name']}:latest")
-            return True
-        except _not_found():
-            return False
+        return _get(client(spec["host"]).images, f"{spec['name']}:latest") is not None
 
     @classmethod
     def scan(cls) -> list[Leftover]:
@@ -192,9 +196,8 @@ class DockerNetwork(ResourceKind):
 
     @classmethod
     def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        try:
-            net = client(spec["host"]).networks.get(spec["name"])
-        except _not_found():
+        net = _get(client(spec["host"]).networks, spec["name"])
+        if net is None:
             return
         owned(net, spec.get("run_id"), "network")
         net.reload()
@@ -206,11 +209,7 @@ class DockerNetwork(ResourceKind):
 
     @classmethod
     def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        try:
-            client(spec["host"]).networks.get(spec["name"])
-            return True
-        except _not_found():
-            return False
+        return _get(client(spec["host"]).networks, spec["name"]) is not None
 
     @classmethod
     def scan(cls) -> list[Leftover]:
@@ -240,9 +239,8 @@ class DockerContainer(ResourceKind):
 
     @classmethod
     def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        try:
-            cont = client(spec["host"]).containers.get(spec["name"])
-        except _not_found():
+        cont = _get(client(spec["host"]).containers, spec["name"])
+        if cont is None:
             return
         owned(cont, spec.get("run_id"), "container")
         # A paused container cannot be killed: thaw it first (a game day may have frozen it).
@@ -252,11 +250,7 @@ class DockerContainer(ResourceKind):
 
     @classmethod
     def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        try:
-            client(spec["host"]).containers.get(spec["name"])
-            return True
-        except _not_found():
-            return False
+        return _get(client(spec["host"]).containers, spec["name"]) is not None
 
     @classmethod
     def scan(cls) -> list[Leftover]:
@@ -273,8 +267,7 @@ class DockerContainer(ResourceKind):
 
 def container_of(host: str, name: str, run_id: str) -> Any:
     """The run's container ``name`` on ``host``, checked against the run's label."""
-    try:
-        cont = client(host).containers.get(name)
-    except _not_found():
-        raise ToolError(f"container {name} is gone from {host}") from None
+    cont = _get(client(host).containers, name)
+    if cont is None:
+        raise ToolError(f"container {name} is gone from {host}")
     return owned(cont, run_id, "container")
