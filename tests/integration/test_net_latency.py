@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from chaos.aborted import RUN_RECORD
 from chaos.net.fabric import missing_capabilities, short_id
-from chaos.procs import find_run_processes, kill_pids
+from chaos.procs import find_run_processes
+from tests.integration._sigkill import sigkilled_after_apply
 
 pytestmark = [
     pytest.mark.integration,
@@ -106,23 +104,9 @@ def test_latency_on_every_link_slows_steps_raises_no_alarm_and_heals(tmp_path: P
 @pytest.mark.timeout(150)
 def test_sigkilled_controller_leaves_emulator_that_cleanup_removes(tmp_path: Path) -> None:
     (tmp_path / "long.yaml").write_text(SCENARIO.format(name="netns-latency-long", steps=3000, extra=""))
-    controller = subprocess.Popen([*TRAINCHAOS, "run", "long.yaml", "--out", "reports"], env=_env(tmp_path),
-                                  cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  stdin=subprocess.DEVNULL)
     run_dir = tmp_path / "reports" / "netns-latency-long" / "0"
-    run_id = None
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            journal = run_dir / "fault_journal.jsonl"
-            if journal.exists() and '"applied"' in journal.read_text():
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the latency fault was never applied")
-        run_id = json.loads((run_dir / RUN_RECORD).read_text())["run_id"]
-        os.kill(controller.pid, signal.SIGKILL)
-        controller.wait(timeout=10)
+    with sigkilled_after_apply([*TRAINCHAOS, "run", "long.yaml", "--out", "reports"], _env(tmp_path), tmp_path,
+                               run_dir, "latency fault") as run_id:
         left = _left(run_id)
         assert any(f"tc-{short_id(run_id)}-e0" in line for line in left), left
         assert any("chaos.net.linkemu" in line for line in left), left
@@ -133,8 +117,3 @@ def test_sigkilled_controller_leaves_emulator_that_cleanup_removes(tmp_path: Pat
         assert _left(run_id) == []
         check = _cli(tmp_path, "cleanup", "--check")
         assert check.returncode == 0, check.stdout
-    finally:
-        if controller.poll() is None:
-            controller.kill()
-        if run_id:
-            kill_pids([p.pid for p in find_run_processes(run_id)])

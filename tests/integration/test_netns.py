@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from chaos.aborted import RUN_RECORD
 from chaos.net.fabric import missing_capabilities, short_id
-from chaos.procs import find_run_processes, kill_pids
+from chaos.procs import find_run_processes
+from tests.integration._sigkill import sigkilled_after_apply
 
 pytestmark = [
     pytest.mark.integration,
@@ -124,23 +122,9 @@ def test_sigkilled_controller_leaves_fabric_that_cleanup_removes(tmp_path: Path)
         + "topology: {nodes: 2, ranks_per_node: 1}\nbackend: netns\n"
         "faults:\n  - type: partition\n    target: {node: 1}\n    trigger: {at_step: 20}\n"
         "    params: {shape: one_way}\ntimeout_s: 120\n")
-    controller = subprocess.Popen([*TRAINCHAOS, "run", "long.yaml", "--out", "reports"], env=_env(tmp_path),
-                                  cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  stdin=subprocess.DEVNULL)
     run_dir = tmp_path / "reports" / "netns-long" / "0"
-    run_id = None
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            journal = run_dir / "fault_journal.jsonl"
-            if journal.exists() and '"applied"' in journal.read_text():
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the partition was never applied")
-        run_id = json.loads((run_dir / RUN_RECORD).read_text())["run_id"]
-        os.kill(controller.pid, signal.SIGKILL)
-        controller.wait(timeout=10)
+    with sigkilled_after_apply([*TRAINCHAOS, "run", "long.yaml", "--out", "reports"], _env(tmp_path), tmp_path,
+                               run_dir, "partition") as run_id:
         assert _fabric_left(run_id), "the fabric should still be there after a SIGKILL"
         check = _cli(tmp_path, "cleanup", "--check")
         assert check.returncode == 1, check.stdout
@@ -150,11 +134,6 @@ def test_sigkilled_controller_leaves_fabric_that_cleanup_removes(tmp_path: Path)
         assert not find_run_processes(run_id)
         check = _cli(tmp_path, "cleanup", "--check")
         assert check.returncode == 0, check.stdout
-    finally:
-        if controller.poll() is None:
-            controller.kill()
-        if run_id:
-            kill_pids([p.pid for p in find_run_processes(run_id)])
 
 
 @pytest.mark.timeout(60)
