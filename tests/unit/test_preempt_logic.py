@@ -6,12 +6,10 @@ SIGTERMs, the resume) is in tests/integration/test_preempt.py."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from harness.config import ConfigError, DetectConfig, FailureConfig
@@ -133,17 +131,6 @@ def test_the_option_is_checked() -> None:
     assert FailureConfig().emergency_checkpoint is True
     with pytest.raises(ConfigError, match="emergency_checkpoint_s must be > 0"):
         FailureConfig(emergency_checkpoint_s=0)
-
-
-@pytest.fixture
-def one_rank_group():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("detectors_on", [True, False])

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 
-import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
@@ -131,17 +128,6 @@ def test_golden_self_test_tests_the_arithmetic_not_the_training_weights():
 
 
 # --------------------------------------------------------------------------- one rank, for real
-
-
-@pytest.fixture
-def one_rank_group():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_end_step_returns_the_loss_and_records_what_a_checkpoint_was_verified_with(one_rank_group):
