@@ -18,7 +18,7 @@ drive (a straggler's slowdown, a stuck bit) until it ends.
 Without ``TRAINCHAOS_EVENTS_DIR`` in the environment the probe is detached: every call is a
 cheap no-op, so a script instrumented with it runs unchanged outside trainchaos.
 
-This module imports only the standard library: it is loaded into every rank and must not
+This module imports only the standard library (and ``chaos.contract``, which imports nothing): it is loaded into every rank and must not
 slow start-up or pull in the framework.
 """
 
@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from chaos import contract
 
 __all__ = [
     "ENV_EVENTS_DIR",
@@ -57,10 +59,10 @@ __all__ = [
     "weights_finite",
 ]
 
-ENV_EVENTS_DIR = "TRAINCHAOS_EVENTS_DIR"
-ENV_FAULTS_FILE = "TRAINCHAOS_PROBE_FAULTS"
-ENV_SRC = "TRAINCHAOS_SRC"
-ENV_NODE = "TRAINCHAOS_NODE"
+ENV_EVENTS_DIR = contract.EVENTS_DIR_ENV
+ENV_FAULTS_FILE = contract.PROBE_FAULTS_ENV
+ENV_SRC = contract.SRC_ENV
+ENV_NODE = contract.NODE_ENV
 
 # The message a real Xid 79 / illegal-address fault surfaces with in PyTorch, so that a
 # harness's error classifier sees what it would see on a GPU.

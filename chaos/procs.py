@@ -12,10 +12,12 @@ import signal
 import time
 from dataclasses import dataclass
 
+from chaos import contract
+
 __all__ = ["CONTROLLER_ENV", "ProcInfo", "controller_alive", "controller_tag", "find_run_processes",
            "kill_pids", "process_start_time", "process_state"]
 
-CONTROLLER_ENV = "TRAINCHAOS_CONTROLLER"
+CONTROLLER_ENV = contract.CONTROLLER_ENV
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def process_start_time(pid: int) -> int | None:
 
 def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
     """Live processes of the run ``run_id`` (or of any trainchaos run when None)."""
-    needle = f"TRAINCHAOS_RUN_ID={run_id}".encode() if run_id else b"TRAINCHAOS_RUN_ID="
+    needle = f"{contract.RUN_ID_ENV}={run_id}".encode()
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
@@ -94,8 +96,8 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
         except OSError:
             cmd = ""
         found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd, ppid=st[2],
-                              node=_env_int(env, b"TRAINCHAOS_NODE="), rank=_env_int(env, b"RANK="),
-                              run_id=_env_str(env, b"TRAINCHAOS_RUN_ID="),
+                              node=_env_int(env, contract.NODE_ENV.encode() + b"="), rank=_env_int(env, b"RANK="),
+                              run_id=_env_str(env, contract.RUN_ID_ENV.encode() + b"="),
                               controller=_env_str(env, CONTROLLER_ENV.encode() + b"=")))
     return found
 

@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any
 
+from chaos import contract
 from chaos.procs import controller_alive, controller_tag
 
 __all__ = ["FaultJournal", "active_runs", "append_record", "read_records", "run_is_live",
@@ -22,7 +23,7 @@ __all__ = ["FaultJournal", "active_runs", "append_record", "read_records", "run_
 def state_base() -> str:
     """Where trainchaos keeps machine-wide state (``TRAINCHAOS_STATE_DIR``, else the XDG state
     directory): the active-run registry and node-local scratch space."""
-    return os.environ.get("TRAINCHAOS_STATE_DIR") or os.path.join(
+    return os.environ.get(contract.STATE_DIR_ENV) or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "trainchaos"
     )
 

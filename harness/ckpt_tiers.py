@@ -34,18 +34,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from chaos import contract
 from harness.checkpoint import CheckpointCorruptError, CheckpointManager, LoadInfo
 from harness.config import HarnessConfig
 
 __all__ = ["LOCAL_SUBDIR", "TieredCheckpoints", "agree_on_start", "build_checkpoints", "local_tier_dir",
            "pick_replica"]
 
-LOCAL_SUBDIR = "checkpoints"
+LOCAL_SUBDIR = contract.LOCAL_TIER_SUBDIR
 REPLICA_SUBDIR = "replica"
 """The replica's copies, inside the fast tier's directory (one mount of the node-local disk)."""
-NODE_LOCAL_ENV = "TRAINCHAOS_NODE_LOCAL_DIR"
-NODE_ENV = "TRAINCHAOS_NODE"
-FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"
+NODE_LOCAL_ENV = contract.NODE_LOCAL_DIR_ENV
+NODE_ENV = contract.NODE_ENV
+FAILURE_DOMAIN_ENV = contract.FAILURE_DOMAIN_ENV
 PRIMARY, REPLICA, SHARED = "primary", "replica", "shared"
 Share = Callable[[Any, int], Any]
 """The object of the given source rank on every rank (a broadcast from it)."""

@@ -22,6 +22,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from chaos import contract
 from harness.health import PeerAddress
 
 __all__ = ["DistEnv", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
@@ -45,7 +46,7 @@ class DistEnv:
             rank=int(env.get("RANK", "0")),
             world_size=int(env.get("WORLD_SIZE", "1")),
             local_rank=int(env.get("LOCAL_RANK", "0")),
-            node=int(env.get("TRAINCHAOS_NODE", env.get("GROUP_RANK", "0"))),
+            node=int(env.get(contract.NODE_ENV, env.get("GROUP_RANK", "0"))),
             restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         )
 
@@ -94,7 +95,7 @@ def bound_listen_fd(host: str, port: int) -> int:
 
 def node_address() -> str:
     """The address peers reach this rank on: the node's own, where the backend set one."""
-    return os.environ.get("TRAINCHAOS_NODE_ADDR") or "127.0.0.1"
+    return os.environ.get(contract.NODE_ADDR_ENV) or "127.0.0.1"
 
 
 def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[PeerAddress]:

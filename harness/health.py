@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chaos import contract
+
 __all__ = ["Diagnosis", "LivenessServer", "PeerAddress", "Watchdog", "diagnose", "diagnose_peers"]
 
 
@@ -254,7 +256,7 @@ class Watchdog:
 
 
 def _own_node() -> int:
-    return int(os.environ.get("TRAINCHAOS_NODE", os.environ.get("GROUP_RANK", "-1")))
+    return int(os.environ.get(contract.NODE_ENV, os.environ.get("GROUP_RANK", "-1")))
 
 
 def own_link_cut(diagnoses: list[Diagnosis], remote: list[PeerAddress]) -> Diagnosis | None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from chaos import contract
 from chaos.errors import ToolError
 from chaos.model import Topology
 from chaos.schema.types import StrictModel
@@ -45,8 +46,8 @@ __all__ = [
     "node_group",
 ]
 
-RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
-FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"
+RUN_ID_ENV = contract.RUN_ID_ENV
+FAILURE_DOMAIN_ENV = contract.FAILURE_DOMAIN_ENV
 """The node's power domain (else its rack) for the job: where a replica must not go."""
 
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, LiveRank, NodeStatus, PowerCut
 from chaos.cluster.docker_engine import (
@@ -212,7 +213,7 @@ class DockerCluster(LocalCluster):
         """What the node's processes need, not the controller's whole environment (a user's
         image has its own PATH, HOME, libraries)."""
         env = super().node_env(node)
-        keep = {k: v for k, v in env.items() if os.environ.get(k) != v or k.startswith("TRAINCHAOS_")}
+        keep = {k: v for k, v in env.items() if os.environ.get(k) != v or k.startswith(contract.ENV_PREFIX)}
         if self.options.image is None:
             keep["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin",
                                             "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar
 
-from chaos import probe
+from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import (
     FAILURE_DOMAIN_ENV,
@@ -46,7 +46,7 @@ from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
 
 __all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
 
-NODE_LOCAL_ENV = "TRAINCHAOS_NODE_LOCAL_DIR"
+NODE_LOCAL_ENV = contract.NODE_LOCAL_DIR_ENV
 LOOPBACK = "127.0.0.1"
 
 
@@ -148,9 +148,9 @@ class LocalCluster(ClusterBackend):
         env.update({
             RUN_ID_ENV: self.spec.run_id,
             CONTROLLER_ENV: controller_tag(),
-            probe.ENV_EVENTS_DIR: os.path.join(self.spec.run_dir, "events"),
-            probe.ENV_NODE: str(node),
-            "TRAINCHAOS_NODE_ADDR": self.node_address(node),
+            contract.EVENTS_DIR_ENV: os.path.join(self.spec.run_dir, "events"),
+            contract.NODE_ENV: str(node),
+            contract.NODE_ADDR_ENV: self.node_address(node),
             NODE_LOCAL_ENV: local_dir,
             # Where a checkpoint replica must go to survive this node's outage (harness.ckpt_tiers).
             FAILURE_DOMAIN_ENV: self.failure_domain(node),
@@ -164,7 +164,7 @@ class LocalCluster(ClusterBackend):
             "LOGLEVEL": "INFO",
         })
         if self.spec.probe_faults_file:
-            env[probe.ENV_FAULTS_FILE] = self.spec.probe_faults_file
+            env[contract.PROBE_FAULTS_ENV] = self.spec.probe_faults_file
         env.update(self.spec.extra_env)
         return env
 

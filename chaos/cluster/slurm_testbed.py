@@ -30,9 +30,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from chaos import contract
+
 __all__ = ["SlurmTestbed", "TESTBED_ENV", "missing_binaries", "running_testbed"]
 
-TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
+TESTBED_ENV = contract.SLURM_TESTBED_ENV
 PARTITION = "trainchaos"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
 

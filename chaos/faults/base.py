@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from chaos import contract
 from chaos.cluster.base import ResolvedTarget
 from chaos.schema.types import StrictModel
 
@@ -187,7 +188,7 @@ def register(cls: type[FaultType]) -> type[FaultType]:
     return cls
 
 
-PLUGINS_ENV = "TRAINCHAOS_PLUGINS"
+PLUGINS_ENV = contract.PLUGINS_ENV
 """Comma-separated modules imported before fault types are looked up: a team's own fault
 types register themselves on import (so do packages under the ``trainchaos.faults`` entry
 point group)."""

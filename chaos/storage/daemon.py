@@ -15,6 +15,7 @@ import threading
 import time
 import traceback
 
+from chaos import contract
 from chaos.storage.control import POLL_S, RULES_FILE, STATE_FILE, read_json, write_json_atomic
 from chaos.storage.faultfs import FaultFS
 from chaos.storage.rules import Caller, Rule, RuleSet
@@ -51,7 +52,7 @@ def _read_caller(tid: int) -> Caller:
         value = env.get(key, b"")
         return int(value) if value.isdigit() else None
 
-    return Caller(rank=num(b"RANK"), node=num(b"TRAINCHAOS_NODE"))
+    return Caller(rank=num(b"RANK"), node=num(contract.NODE_ENV.encode()))
 
 
 class _Controller(threading.Thread):

@@ -27,6 +27,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos import contract
 from chaos.cluster.resources import Leftover, ResourceKind, register_kind
 from chaos.errors import ToolError
 from chaos.procs import (
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["FuseMount", "STORAGE_RUN_ENV", "acquire_storage_mounts", "control_dir", "mounted",
            "storage_plan"]
 
-STORAGE_RUN_ENV = "TRAINCHAOS_STORAGE_RUN_ID"
+STORAGE_RUN_ENV = contract.STORAGE_RUN_ID_ENV
 READY_TIMEOUT_S = 15.0
 _FSNAME = re.compile(r"(trainchaos-[0-9a-f]+)-[\w.-]+")
 TIERS: tuple[str, ...] = ("shared", "local", "data")
@@ -122,7 +123,7 @@ class FuseMount(ResourceKind):
             raise ToolError(f"{path} is already a fault-layer mount")
         os.makedirs(path, exist_ok=True)
         os.makedirs(control, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k != "TRAINCHAOS_RUN_ID"}
+        env = {k: v for k, v in os.environ.items() if k != contract.RUN_ID_ENV}
         env.update({STORAGE_RUN_ENV: run_id, CONTROLLER_ENV: controller_tag()})
         argv = [sys.executable, "-m", "chaos.storage.daemon", path, control, spec["fsname"]]
         if spec.get("track_unfsynced"):
@@ -254,7 +255,7 @@ def shared_checkpoint_dir(run_dir: str, harness: dict[str, Any] | None) -> str:
     return configured if os.path.isabs(configured) else os.path.join(run_dir, configured or "checkpoints")
 
 
-LOCAL_TIER_SUBDIR = "checkpoints"
+LOCAL_TIER_SUBDIR = contract.LOCAL_TIER_SUBDIR
 """The node-local tier lives in ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints`` (harness/ckpt_tiers.py)."""
 
 

@@ -1,0 +1,71 @@
+"""The names the chaos controller and the training job agree on, in one place.
+
+Both sides read them from here: the controller (backends export the variables, faults and
+cleanup find processes by them) and the job (``chaos.probe`` in every rank, the bundled
+``harness``). A name spelled twice drifts; a rename here is a rename on both sides.
+
+Standard library only, and nothing imported at all: the probe loads this module into every
+rank of a user's job.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONTROLLER_ENV",
+    "ENV_PREFIX",
+    "EVENTS_DIR_ENV",
+    "FAILURE_DOMAIN_ENV",
+    "LOCAL_TIER_SUBDIR",
+    "NODE_ADDR_ENV",
+    "NODE_ENV",
+    "NODE_LOCAL_DIR_ENV",
+    "PLUGINS_ENV",
+    "PROBE_FAULTS_ENV",
+    "RESOURCE_ENV",
+    "RUN_ID_ENV",
+    "SLURM_TESTBED_ENV",
+    "SRC_ENV",
+    "STATE_DIR_ENV",
+    "STORAGE_RUN_ID_ENV",
+]
+
+# -- environment of every process of a run (exported by the backend, read by the job) --------
+
+ENV_PREFIX = "TRAINCHAOS_"
+"""Every name below starts with it (a container backend passes all of them through)."""
+
+RUN_ID_ENV = "TRAINCHAOS_RUN_ID"
+"""The run's id: the only mark by which trainchaos finds (and ever signals) a process."""
+CONTROLLER_ENV = "TRAINCHAOS_CONTROLLER"
+"""``<pid>:<start time>`` of the controller that started the process (orphans are found by it)."""
+NODE_ENV = "TRAINCHAOS_NODE"
+"""The simulated node the process runs on (an int)."""
+NODE_ADDR_ENV = "TRAINCHAOS_NODE_ADDR"
+"""The address the node's ranks bind and advertise (a netns node's own; else 127.0.0.1)."""
+NODE_LOCAL_DIR_ENV = "TRAINCHAOS_NODE_LOCAL_DIR"
+"""The node's local disk: lost with the node (a power cut), unlike the run's shared dir."""
+FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"
+"""The node's failure domain (power domain or rack; empty: the node alone)."""
+EVENTS_DIR_ENV = "TRAINCHAOS_EVENTS_DIR"
+"""Where the probe writes events; unset, the probe is detached (every call a no-op)."""
+PROBE_FAULTS_ENV = "TRAINCHAOS_PROBE_FAULTS"
+"""The JSON file of in-process faults the probe of each rank must fire."""
+SRC_ENV = "TRAINCHAOS_SRC"
+"""Overrides the probe's event source name (default ``rank-<RANK>``)."""
+
+LOCAL_TIER_SUBDIR = "checkpoints"
+"""The node-local checkpoint tier: ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``."""
+
+# -- controller side only (named here so that every TRAINCHAOS_* name has one home) ----------
+
+RESOURCE_ENV = "TRAINCHAOS_RESOURCE"
+"""The name of a run-scoped helper process (a proxy, an emulator) the controller started."""
+STORAGE_RUN_ID_ENV = "TRAINCHAOS_STORAGE_RUN_ID"
+"""The run id a FUSE fault-layer daemon carries instead of RUN_ID_ENV: stopping the nodes
+must not kill the mount under them."""
+PLUGINS_ENV = "TRAINCHAOS_PLUGINS"
+"""Comma-separated modules to import for their fault types."""
+STATE_DIR_ENV = "TRAINCHAOS_STATE_DIR"
+"""Where trainchaos keeps machine-wide state (live runs, journals of applied faults)."""
+SLURM_TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
+"""The root of a running local Slurm testbed; its daemons and job steps carry it."""
