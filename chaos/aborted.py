@@ -73,12 +73,13 @@ def _fault_records(run_dir: str) -> list[FaultRecord]:
         try:
             fault_type = lookup(rec["type"])
             failure_class, also = fault_type.failure_class, tuple(fault_type.also_detected_as)
+            family: str | None = fault_type.family
         except UnknownFaultType:
-            failure_class, also = "unknown", ()
+            failure_class, also, family = "unknown", (), None
         target = rec.get("target") or {}
         srcs = [f"rank-{r}" for r in target.get("ranks", [])] + [f"node-{n}" for n in target.get("nodes", [])]
         records[rec["fault_id"]] = FaultRecord(fault_id=rec["fault_id"], type=rec["type"],
-                                               failure_class=failure_class, also_classes=also,
+                                               failure_class=failure_class, also_classes=also, family=family,
                                                target_srcs=srcs,
                                                t_inject=rec.get("t"))
     return list(records.values())

@@ -67,7 +67,7 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     preflight(scenarios)
     gate = None
     if baseline_dir:
-        from chaos.compare import BaselineGate
+        from chaos.gate import BaselineGate
 
         gate = BaselineGate.prepare(baseline_dir, [sc.name for sc in scenarios], update_baseline,
                                     tolerances_path)
@@ -270,7 +270,7 @@ def compare(baseline: str, current: str, tolerances_path: str | None, out_path: 
     """Compare two suite outputs (each a directory with suite.json): every scenario's metric
     medians within tolerances. Prints a Markdown table; exit 1 on a regression, 0 otherwise,
     2 when the inputs cannot be compared (a scenario missing on one side)."""
-    from chaos.compare import (
+    from chaos.gate import (
         compare_suites,
         load_suite_summary,
         load_tolerances,

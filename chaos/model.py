@@ -7,7 +7,8 @@ its defaults from these records; ``chaos.schema.build`` turns a validated file i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal
 
 __all__ = ["Backend", "Bound", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger", "Workload"]
@@ -124,32 +125,51 @@ class Bound:
     min: float | None = None
 
 
-@dataclass(frozen=True)
-class Targets:
-    detection_s: Bound | None = None
-    recovery_s: Bound | None = None
-    catchup_s: Bound | None = None
-    lost_steps: Bound | None = None
-    goodput: Bound | None = None
-    final_state: Literal["matches_baseline", "loss_within"] | None = None
-    loss_tolerance: float = 0.05
-    """For ``final_state: loss_within``: max relative deviation from the baseline loss."""
-    attribution: Literal["correct"] | None = None
-    """``correct``: the first detection must blame the faulty rank/node and failure class."""
-    completes: bool = True
-    """The run must reach its last step within ``timeout_s``."""
-    false_detections: Bound | None = None
-    """Detections that blame a process no fault hit (``{max: 0}``: no false alarms)."""
-    sdc_detection_steps: Bound | None = None
-    """Silent corruption: steps from the corruption to its detection (per corruption fault)."""
-    contaminated_checkpoints: Bound | None = None
-    """Silent corruption: checkpoints written between the corruption and its detection."""
-    ckpt_blocked_s: Bound | None = None
-    """Training time blocked inside checkpoint saves, seconds (chaos/metrics_storage.py)."""
-    failed_saves: Bound | None = None
-    """Failed checkpoint write attempts."""
-    rejected_checkpoints: Bound | None = None
-    """Checkpoints skipped on load as unusable (torn, truncated, corrupt)."""
+class _TargetsBase:
+    """Access to a target's bound by metric key, whether or not it is a field (see Targets)."""
+
+    def bound(self, key: str) -> Bound | None:
+        """The bound set on metric ``key``; None when the scenario sets none."""
+        if key in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            value = getattr(self, key)
+            return value if isinstance(value, Bound) else None
+        return self.__dict__.get("_more_bounds", {}).get(key)
+
+    @classmethod
+    def with_bounds(cls, bounds: Mapping[str, Bound | None], **modes: Any) -> Any:
+        """Targets from ``{metric key: bound}`` and the non-bound targets (final_state...). A
+        key without a field (a metric family registered after this module was imported, in a
+        test) is kept aside: ``bound`` finds it, the journal's scenario dict does not list it."""
+        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        targets = cls(**modes, **{k: v for k, v in bounds.items() if k in names})
+        more = {k: v for k, v in bounds.items() if k not in names and v is not None}
+        object.__setattr__(targets, "_more_bounds", more)
+        return targets
+
+
+def _targets_class() -> type:
+    """``Targets``: the non-bound targets, then one ``Bound | None`` field per metric of the
+    catalogue that can be a target (``chaos.metrics.catalogue.target_specs``), so that a new
+    metric with a target is one entry in its family's list, here as in the schema."""
+    from chaos.metrics.catalogue import target_specs
+
+    modes: list[tuple[str, Any, Any]] = [
+        ("final_state", "Literal['matches_baseline', 'loss_within'] | None", field(default=None)),
+        # For ``final_state: loss_within``: max relative deviation from the baseline loss.
+        ("loss_tolerance", float, field(default=0.05)),
+        # ``correct``: the first detection must blame the faulty rank/node and failure class.
+        ("attribution", "Literal['correct'] | None", field(default=None)),
+        # The run must reach its last step within ``timeout_s``.
+        ("completes", bool, field(default=True)),
+    ]
+    bounds = [(s.key, "Bound | None", field(default=None)) for s in target_specs()]
+    return make_dataclass("Targets", modes + bounds, bases=(_TargetsBase,), frozen=True,
+                          namespace={"__module__": __name__, "__doc__": "What a run must achieve: "
+                                     "the bound of each metric target (None: not a target), and "
+                                     "final_state, attribution and completes."})
+
+
+Targets = _targets_class()
 
 
 @dataclass(frozen=True)

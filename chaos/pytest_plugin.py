@@ -44,7 +44,14 @@ if TYPE_CHECKING:
 
 __all__ = ["RunResult", "ScenarioFailed", "ScenarioResult", "TrainchaosRunner", "run_scenarios"]
 
-_PROPERTIES = ("detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "false_detections")
+
+
+def _properties() -> list[str]:
+    """The metrics recorded as JUnit properties: the gated ones of the catalogue (what
+    `trainchaos compare` follows), without those the gate only shows (wall time)."""
+    from chaos.metrics.catalogue import gated
+
+    return [s.key for s in gated() if s.tolerance is not None and s.tolerance.gate]
 
 
 # ----------------------------------------------------------------------------- typed results
@@ -57,11 +64,13 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
 
 def _metrics(data: Any) -> RunMetrics | None:
     from chaos.metrics import FaultMetrics, RunMetrics
+    from chaos.metrics.catalogue import specs
 
     if not isinstance(data, dict):
         return None
-    metrics = _from_dict(RunMetrics, data)
-    metrics.faults = [_from_dict(FaultMetrics, f) for f in data.get("faults") or [] if isinstance(f, dict)]
+    family_keys = frozenset(s.key for s in specs())  # a family's metric without a field
+    metrics = RunMetrics.from_dict(data, family_keys)
+    metrics.faults = [FaultMetrics.from_dict(f, family_keys) for f in data.get("faults") or [] if isinstance(f, dict)]
     return metrics
 
 
@@ -302,7 +311,7 @@ class ScenarioItem(pytest.Item):
         config.stash[_JOURNALS].extend(r.journal for r in result.runs)
         for run in result.runs:
             suffix = f"[{run.repeat}]" if len(result.runs) > 1 else ""
-            for key in _PROPERTIES:
+            for key in _properties():
                 value = getattr(run.metrics, key, None) if run.metrics else None
                 if value is not None:
                     self.user_properties.append((f"{key}{suffix}", value))

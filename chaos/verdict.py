@@ -2,7 +2,8 @@
 
 ``judge`` turns a scenario's ``Targets`` and one run's ``RunMetrics`` into a ``Verdict``: a
 list of ``Check``s, each with the measured value, the bound and a sentence a user can act on
-("f0-kill_rank: recovery 14.2 s > target 10 s"). Per-fault targets are checked once per fired
+("f0-kill_rank: recovery 14.2 s > target 10 s"). Every metric target comes from the metric
+catalogue (``chaos.metrics.catalogue``): its label, unit and wording are written there. Per-fault targets are checked once per fired
 fault, so a run with two faults has two ``recovery_s`` checks. The verdict passes when every
 check does.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.metrics import FaultMetrics, RunMetrics, json_safe
+from chaos.metrics import FaultMetrics, MetricSpec, RunMetrics, json_safe
+from chaos.metrics.catalogue import target_specs
 from chaos.model import Bound, Targets
 
 __all__ = ["Check", "Verdict", "judge"]
@@ -21,9 +23,9 @@ __all__ = ["Check", "Verdict", "judge"]
 @dataclass
 class Check:
     name: str
-    """The target checked: detection_s, recovery_s, catchup_s, lost_steps, goodput,
-    false_detections, final_state, attribution, completes, fault_fired, training_health,
-    sdc_detection_steps, contaminated_checkpoints."""
+    """The target checked: a metric's key (``chaos.metrics.catalogue``: detection_s,
+    recovery_s, goodput...), or final_state, attribution, completes, fault_fired,
+    training_health."""
     ok: bool
     value: Any
     """What was measured (None when it could not be: undetected, never recovered...)."""
@@ -54,21 +56,9 @@ class Verdict:
 # -- formatting -------------------------------------------------------------------------
 
 
-def _fmt_s(x: float) -> str:
-    """Seconds with 1-2 decimals: 0.8, 0.35, 14.2."""
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    s = f"{x:.2f}"
-    return s[:-1] if s.endswith("0") else s
-
-
 def _fmt_bound(b: float) -> str:
     """A target as the user wrote it: 2, 0.5, 15."""
     return str(int(b)) if float(b).is_integer() else f"{b:g}"
-
-
-def _fmt_ratio(x: float) -> str:
-    return f"{x:.2f}" if x >= 0.01 else f"{x:.2g}"
 
 
 def _bound_text(bound: Bound, unit: str) -> str:
@@ -84,53 +74,51 @@ def _bound_dict(bound: Bound) -> dict[str, float | None]:
     return {"min": bound.min, "max": bound.max}
 
 
-def _check_bound(
-    name: str, label: str, value: float, bound: Bound, unit: str, fmt: Any,
-    fault: str | None = None,
-) -> Check:
+def _check_bound(spec: MetricSpec, value: Any, bound: Bound, fault: str | None = None) -> Check:
     prefix = f"{fault}: " if fault else ""
-    v = fmt(value)
+    unit = spec.unit_suffix()
+    v = spec.fmt_verdict(value)
     if bound.max is not None and value > bound.max:
-        reason = f"{prefix}{label} {v}{unit} > target {_fmt_bound(bound.max)}{unit}"
-        return Check(name, False, value, _bound_dict(bound), reason, fault)
+        reason = f"{prefix}{spec.label} {v} > target {_fmt_bound(bound.max)}{unit}"
+        return Check(spec.key, False, value, _bound_dict(bound), reason, fault)
     if bound.min is not None and value < bound.min:
-        reason = f"{prefix}{label} {v}{unit} < target {_fmt_bound(bound.min)}{unit}"
-        return Check(name, False, value, _bound_dict(bound), reason, fault)
-    reason = f"{prefix}{label} {v}{unit} {_bound_text(bound, unit)}"
-    return Check(name, True, value, _bound_dict(bound), reason, fault)
+        reason = f"{prefix}{spec.label} {v} < target {_fmt_bound(bound.min)}{unit}"
+        return Check(spec.key, False, value, _bound_dict(bound), reason, fault)
+    reason = f"{prefix}{spec.label} {v} {_bound_text(bound, unit)}"
+    return Check(spec.key, True, value, _bound_dict(bound), reason, fault)
+
+
+def _metric_check(spec: MetricSpec, bound: Bound, owner: Any, fault: str | None) -> Check:
+    """One metric target against its value on ``owner`` (a FaultMetrics or the RunMetrics)."""
+    value = getattr(owner, spec.key, None)
+    if value is None:
+        why = spec.missing_reason(owner) if spec.missing_reason else f"{spec.label} unknown"
+        if fault is not None:  # per fault, the sentence quotes the target missed
+            why += f" (target {spec.key} {_bound_text(bound, spec.unit_suffix())})"
+        return Check(spec.key, False, None, _bound_dict(bound), why, fault)
+    check = _check_bound(spec, value, bound, fault)
+    if spec.detail is not None:
+        check.reason += spec.detail(owner, value)
+    return check
+
+
+def _targeted(targets: Targets, scope: str) -> list[tuple[MetricSpec, Bound]]:
+    """The catalogue's metrics of ``scope`` that the scenario sets a bound on, in order."""
+    found = []
+    for spec in target_specs():
+        bound = targets.bound(spec.key)
+        if spec.scope == scope and bound is not None:
+            found.append((spec, bound))
+    return found
 
 
 # -- per-fault checks -------------------------------------------------------------------
 
 
 def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
-    checks: list[Check] = []
     fid = fm.fault_id
-    how = "restarted but never completed a step" if fm.restarted else "no productive step after the fault"
-    # (target name, label, value, unit, formatter, why the value is missing)
-    bounded = [
-        ("detection_s", "detection", fm.detection_s, " s", _fmt_s, f"fault {fid} undetected"),
-        ("recovery_s", "recovery", fm.recovery_s, " s", _fmt_s, f"fault {fid} never recovered: {how}"),
-        ("catchup_s", "catch-up", fm.catchup_s, " s", _fmt_s,
-         f"fault {fid} never caught up to step {fm.last_step_before}"),
-        ("lost_steps", "lost steps", fm.lost_steps, "", str,
-         f"fault {fid}: lost steps unknown, training never resumed"),
-    ]
-    for name, label, value, unit, fmt, missing in bounded:
-        bound = getattr(targets, name)
-        if bound is None:
-            continue
-        if value is None:
-            checks.append(Check(name, False, None, _bound_dict(bound),
-                                f"{missing} (target {name} {_bound_text(bound, unit)})", fid))
-            continue
-        check = _check_bound(name, label, value, bound, unit, fmt, fid)
-        if name == "lost_steps":
-            check.reason += (f" (last step {fm.last_step_before}, resumed from {fm.resumed_from})"
-                             if fm.restarted else " (no restart)")
-        checks.append(check)
-    if fm.failure_class == "corruption":
-        checks.extend(_sdc_checks(targets, fm))
+    checks = [_metric_check(spec, bound, fm, fid) for spec, bound in _targeted(targets, "fault")
+              if spec.applies is None or spec.applies(fm)]
     if targets.attribution == "correct":
         if fm.attribution == "correct":
             checks.append(Check("attribution", True, "correct", "correct",
@@ -144,35 +132,8 @@ def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
     return checks
 
 
-def _sdc_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
-    """Silent-corruption targets, checked for faults of class corruption only."""
-    checks: list[Check] = []
-    fid = fm.fault_id
-    bound = targets.sdc_detection_steps
-    if bound is not None:
-        if fm.sdc_detection_steps is None:
-            checks.append(Check("sdc_detection_steps", False, None, _bound_dict(bound),
-                                f"fault {fid} undetected: no corruption detector fired "
-                                f"(target sdc_detection_steps {_bound_text(bound, '')})", fid))
-        else:
-            check = _check_bound("sdc_detection_steps", "corruption detected after",
-                                 fm.sdc_detection_steps, bound, " steps", str, fid)
-            check.reason += f" (by {fm.detector or fm.detected_by or 'unknown'})"
-            checks.append(check)
-    bound = targets.contaminated_checkpoints
-    if bound is not None:
-        check = _check_bound("contaminated_checkpoints", "contaminated checkpoints",
-                             fm.contaminated_checkpoints, bound, "", str, fid)
-        if fm.sdc_detection_steps is None:
-            check.reason += " (undetected: counted to the end of the run)"
-        checks.append(check)
-    return checks
-
-
 def _has_fault_targets(t: Targets) -> bool:
-    return any(x is not None for x in (t.detection_s, t.recovery_s, t.catchup_s, t.lost_steps,
-                                       t.attribution, t.sdc_detection_steps,
-                                       t.contaminated_checkpoints))
+    return t.attribution is not None or bool(_targeted(t, "fault"))
 
 
 # -- run-level checks -------------------------------------------------------------------
@@ -266,27 +227,7 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
         if fm.fired:
             checks.extend(_fault_checks(targets, fm))
 
-    if targets.goodput is not None:
-        if metrics.goodput is None:
-            checks.append(Check("goodput", False, None, _bound_dict(targets.goodput),
-                                "goodput unknown: no step completed"))
-        else:
-            checks.append(_check_bound("goodput", "goodput", metrics.goodput, targets.goodput,
-                                       "", _fmt_ratio))
-    if targets.false_detections is not None:
-        check = _check_bound("false_detections", "false detections", metrics.false_detections,
-                             targets.false_detections, "", str)
-        if metrics.false_detection_events:
-            first = metrics.false_detection_events[0]
-            check.reason += (f" (first: {first.get('by')} blamed {first.get('suspect')} as "
-                             f"{first.get('failure_class')}: {first.get('reason')})")
-        checks.append(check)
-    for name, label, unit, fmt in (("ckpt_blocked_s", "blocked by checkpoint saves", " s", _fmt_s),
-                                   ("failed_saves", "failed checkpoint writes", "", str),
-                                   ("rejected_checkpoints", "checkpoints rejected on load", "", str)):
-        bound = getattr(targets, name)
-        if bound is not None:
-            checks.append(_check_bound(name, label, getattr(metrics, name), bound, unit, fmt))
+    checks.extend(_metric_check(spec, bound, metrics, None) for spec, bound in _targeted(targets, "run"))
     if targets.final_state is not None:
         checks.append(_final_state(targets, metrics))
     if targets.completes:

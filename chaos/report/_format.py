@@ -14,21 +14,11 @@ import tempfile
 from typing import Any, Literal
 
 from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
+from chaos.metrics.catalogue import missing_label, spec
 
 Outcome = Literal["pass", "fail", "error"]
 
 DASH = "—"
-
-# What a None value of a run-level metric means when the run had metrics and injected faults.
-MISSING_LABELS: dict[str, str] = {
-    "detection_s": "undetected",
-    "recovery_s": "not recovered",
-    "catchup_s": "not caught up",
-    "lost_steps": "unknown",
-    "goodput": "unknown",
-    "wall_s": "unknown",
-}
-
 
 # ---------------------------------------------------------------------------- journal access
 
@@ -281,19 +271,29 @@ def fmt_value(value: Any) -> str:
 
 
 def fmt_metric(journal: dict[str, Any], key: str) -> str:
-    """A run-level metric for tables: ``undetected`` where None means that, else a dash."""
+    """A run-level metric for tables, formatted as its kind in the metric catalogue says:
+    ``undetected`` where None means that (a run with faults), else a dash."""
     if key == "wall_s":
         return fmt_seconds(wall_s_of(journal))
     if metrics_of(journal) is None:
         return DASH
-    value = metric(journal, key)
-    missing = MISSING_LABELS.get(key, DASH) if had_faults(journal) else DASH
-    if key in ("lost_steps", "final_step", "restart_count", "false_detections"):
+    return fmt_metric_value(key, metric(journal, key), missing_label(key, DASH) if had_faults(journal) else DASH)
+
+
+def fmt_metric_value(key: str, value: Any, missing: str = DASH) -> str:
+    """A value of metric ``key`` in its kind: seconds, a count, a fraction in %, else as is."""
+    found = spec(key)
+    kind = found.kind if found is not None else ("seconds" if key.endswith("_s") else "value")
+    if kind == "count":
         return fmt_steps(value, missing)
-    if key == "goodput":
+    if kind == "fraction":
         return fmt_fraction(value, missing)
-    if key.endswith("_s"):
+    if kind == "seconds":
         return fmt_seconds(value, missing)
+    if value is None:
+        return missing
+    if found is not None and found.unit and as_number(value) is not None:
+        return f"{fmt_value(float(value))} {found.unit}"  # lost work: 12.5 rank·s
     return fmt_value(value)
 
 

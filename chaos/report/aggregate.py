@@ -11,19 +11,17 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from chaos.metrics.catalogue import gated, missing_label
 from chaos.report._format import (
-    DASH,
-    MISSING_LABELS,
     atomic_write_text,
     attribution_text,
     final_state_text,
-    fmt_fraction,
     fmt_metric,
-    fmt_seconds,
-    fmt_steps,
+    fmt_metric_value,
     had_faults,
     jsonable,
     md_table,
@@ -37,11 +35,18 @@ from chaos.report._format import (
     wall_s_of,
 )
 
-__all__ = ["AGGREGATE_METRICS", "aggregate", "render_suite_md", "suite_name_of", "write_suite_report"]
+__all__ = ["AGGREGATE_METRICS", "aggregate", "aggregate_metrics", "formatter", "render_suite_md", "suite_name_of", "write_suite_report"]
 
-AGGREGATE_METRICS: tuple[str, ...] = (
-    "detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput", "false_detections", "wall_s",
-)
+
+
+def aggregate_metrics() -> tuple[str, ...]:
+    """The metrics aggregated across repeats: the regression gate's (``MetricSpec.tolerance``
+    in the catalogue), so the suite tables show what the gate compares."""
+    return tuple(s.key for s in gated())
+
+
+AGGREGATE_METRICS: tuple[str, ...] = aggregate_metrics()
+"""Those known at import (built-in and installed families); ``aggregate_metrics()`` is current."""
 SUITE_JSON = "suite.json"
 SUITE_MD = "suite.md"
 
@@ -80,7 +85,7 @@ def aggregate(journals: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "errors": outcomes.count("error"),
             "statuses": statuses,
             "reasons": list(seen_reasons),
-            "metrics": {key: _stats(runs, key) for key in AGGREGATE_METRICS},
+            "metrics": {key: _stats(runs, key) for key in aggregate_metrics()},
         })
     return rows
 
@@ -102,7 +107,7 @@ def _stats(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     notes = []
     if none_with_metrics:
         # "undetected" only means something when a fault was injected.
-        label = MISSING_LABELS.get(key, "missing") if any(had_faults(j) for j in runs) else "missing"
+        label = missing_label(key) if any(had_faults(j) for j in runs) else "missing"
         notes.append(f"{label} in {none_with_metrics}/{total}")
     if no_metrics:
         notes.append(f"no metrics in {no_metrics}/{total}")
@@ -142,7 +147,7 @@ def write_suite_report(
             "reasons": reasons(j),
             "run_dir": j.get("run_dir"),
             "wall_s": wall_s_of(j),
-            "metrics": {key: metric(j, key) for key in AGGREGATE_METRICS if key != "wall_s"},
+            "metrics": {key: metric(j, key) for key in aggregate_metrics() if key != "wall_s"},
         }
         for j in journals
     ]
@@ -197,9 +202,9 @@ def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = Non
     metric_rows = []
     for row in aggregate(journals):
         first = True
-        for key in AGGREGATE_METRICS:
+        for key in aggregate_metrics():
             stats = row["metrics"][key]
-            fmt = _formatter(key)
+            fmt = formatter(key)
             metric_rows.append([
                 row["scenario"] if first else "",
                 f"{row['passed']}/{row['repeats']}" if first else "",
@@ -213,11 +218,6 @@ def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = Non
     return "\n".join(lines)
 
 
-def _formatter(key: str):
-    if key in ("lost_steps", "false_detections"):
-        return fmt_steps
-    if key == "goodput":
-        return fmt_fraction
-    if key.endswith("_s"):
-        return fmt_seconds
-    return lambda v: DASH if v is None else str(v)
+def formatter(key: str) -> Callable[[Any], str]:
+    """How the suite tables show a value of metric ``key`` (a dash when None)."""
+    return lambda value: fmt_metric_value(key, value)

@@ -20,6 +20,7 @@ import re
 from html import escape
 from typing import Any
 
+from chaos.metrics.catalogue import specs
 from chaos.report.runview import Mark, RunView
 
 __all__ = ["loss_svg", "suite_metrics_svg", "timeline_svg", "MARK_STYLE"]
@@ -254,14 +255,20 @@ def loss_svg(view: RunView, fault_steps: list[tuple[str, int]]) -> str | None:
     return _to_svg(fig, "loss", titles)
 
 
-SUITE_PANELS: tuple[tuple[str, str, float], ...] = (
-    # metric, axis label, scale (goodput is a fraction, shown in %)
-    ("detection_s", "detection (s)", 1.0),
-    ("recovery_s", "recovery (s)", 1.0),
-    ("catchup_s", "catch-up (s)", 1.0),
-    ("lost_steps", "lost steps", 1.0),
-    ("goodput", "goodput (%)", 100.0),
-)
+def suite_panels() -> tuple[tuple[str, str, float], ...]:
+    """(metric, axis label, scale) of each panel: the catalogue's metrics with a
+    ``figure_scale`` (a fraction is shown in %), labelled with their unit."""
+    panels = []
+    for spec in specs():
+        if spec.figure_scale is None:
+            continue
+        unit = "%" if spec.kind == "fraction" else spec.unit
+        panels.append((spec.key, f"{spec.label} ({unit})" if unit else spec.label, spec.figure_scale))
+    return tuple(panels)
+
+
+SUITE_PANELS: tuple[tuple[str, str, float], ...] = suite_panels()
+"""Those known at import; ``suite_panels()`` is current."""
 _OUTCOME_COLORS = {"pass": "#2ca02c", "fail": "#d62728", "error": "#9e9e9e"}
 
 
@@ -269,7 +276,7 @@ def suite_metrics_svg(rows: list[dict[str, Any]]) -> str | None:
     """One panel per metric: a dot per repeat (green pass, red fail, grey no verdict), a bar at
     the median and a red tick at the scenario's target. ``rows``: one per scenario, each
     ``{"scenario", "values": {metric: [(repeat, value, outcome)]}, "targets": {metric: bound}}``."""
-    panels = [p for p in SUITE_PANELS if any(r["values"].get(p[0]) for r in rows)]
+    panels = [p for p in suite_panels() if any(r["values"].get(p[0]) for r in rows)]
     if not rows or not panels:
         return None
     import statistics
@@ -295,7 +302,7 @@ def suite_metrics_svg(rows: list[dict[str, Any]]) -> str | None:
                 for side in ("max", "min"):
                     if isinstance(bound.get(side), (int, float)):
                         ax.hlines(bound[side] * scale, x - 0.35, x + 0.35, color="#d62728", lw=1.2, ls="--")
-        ax.set_ylim(0, 100 if key == "goodput" else None)  # every metric here is >= 0
+        ax.set_ylim(0, 100 if scale == 100.0 else None)  # every metric here is >= 0; a fraction in %
         ax.set_title(label, fontsize=9, loc="left")
         ax.set_xticks(range(len(names)), labels=names, rotation=20, ha="right", fontsize=7)
         ax.set_xlim(-0.6, len(names) - 0.4)

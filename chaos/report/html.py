@@ -21,6 +21,7 @@ from typing import Any
 
 from chaos import __version__
 from chaos.events import read_events
+from chaos.metrics.catalogue import fmt_compared, spec
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -30,8 +31,9 @@ from chaos.report._format import (
     fault_metrics,
     fidelity_of,
     final_state_text,
-    fmt_fraction,
+    finite_number,
     fmt_metric,
+    fmt_metric_value,
     fmt_seconds,
     fmt_steps,
     fmt_value,
@@ -224,16 +226,15 @@ def _bound_bar(value: Any, bound: Any, ok: bool) -> str:
 
 def _comparison(comparison: dict[str, Any]) -> list[str]:
     """The regression gate's table (``trainchaos compare``), regressions first."""
-    from chaos.compare import format_value
-
     rows = [r for r in comparison.get("rows") or [] if isinstance(r, dict) and (r.get("result") != "n/a" or r.get("note"))]
     rows.sort(key=lambda r: r.get("result") != "regression")
     regressions = comparison.get("regressions") or []
     head = (f"{len(regressions)} regression(s): " + "; ".join(regressions)) if regressions else "no regression"
     cells = [[escape(str(r.get("scenario"))), f"<code>{escape(str(r.get('metric')))}</code>",
-              escape(format_value(str(r.get("metric")), r.get("baseline"))),
-              escape(format_value(str(r.get("metric")), r.get("current"))), escape(str(r.get("note") or "")),
-              escape(format_value(str(r.get("metric")), r.get("allowance"))),
+              escape(fmt_compared(str(r.get("metric")), finite_number(r.get("baseline")))),
+              escape(fmt_compared(str(r.get("metric")), finite_number(r.get("current")))),
+              escape(str(r.get("note") or "")),
+              escape(fmt_compared(str(r.get("metric")), finite_number(r.get("allowance")))),
               '<span class="missed">REGRESSION</span>' if r.get("result") == "regression" else escape(str(r.get("result")))]
              for r in rows]
     classes = ["fail" if r.get("result") == "regression" else "" for r in rows]
@@ -248,14 +249,10 @@ def _check_value(name: Any, value: Any) -> str:
     """A measured value in the check's unit: seconds, steps, a percentage, a short digest."""
     key = str(name or "")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if key.endswith("_s"):
-            return fmt_seconds(value)
-        if key == "goodput":
-            return fmt_fraction(value)
-        if key in ("lost_steps", "false_detections"):
-            return fmt_steps(value)
         if key == "final_state":
             return f"loss dev {value * 100:.3g}%"
+        if spec(key) is not None or key.endswith("_s"):
+            return fmt_metric_value(key, value)
     if key == "final_state" and isinstance(value, str) and len(value) > 16:
         return f"digest {value[:12]}…"
     return fmt_value(value)
@@ -440,7 +437,7 @@ def write_suite_html(out_dir: str, journals: list[dict[str, Any]], suite_name: s
 def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: str | None = None,
                       run_dirs: list[str] | None = None, comparison: dict[str, Any] | None = None) -> str:
     from chaos.report import figures
-    from chaos.report.aggregate import AGGREGATE_METRICS, _formatter, aggregate
+    from chaos.report.aggregate import aggregate, aggregate_metrics, formatter
 
     outcomes = [outcome(j) for j in journals]
     passed = outcomes.count("pass")
@@ -489,7 +486,7 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
         runs = [j for j in journals if scenario_name(j) == row["scenario"]]
         values: dict[str, list[tuple[int, float, str]]] = {}
         for j in runs:
-            for key, *_ in figures.SUITE_PANELS:
+            for key, *_ in figures.suite_panels():
                 value = (metrics_of(j) or {}).get(key)
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
                     values.setdefault(key, []).append((repeat_of(j), float(value), outcome(j)))
@@ -503,9 +500,9 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
     metric_rows = []
     for row in agg:
         first = True
-        for key in AGGREGATE_METRICS:
+        for key in aggregate_metrics():
             stats = row["metrics"][key]
-            fmt = _formatter(key)
+            fmt = formatter(key)
             metric_rows.append([
                 escape(row["scenario"]) if first else "", f"{row['passed']}/{row['repeats']}" if first else "",
                 f"<code>{key}</code>", escape(fmt(stats["median"])), escape(fmt(stats["min"])),

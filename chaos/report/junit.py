@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from typing import Any
 
+from chaos.metrics.catalogue import gated
 from chaos.report._format import (
     atomic_write_text,
     attribution_text,
@@ -97,9 +98,10 @@ def _system_out(journal: dict[str, Any]) -> list[str]:
         f"status: {journal.get('status') or 'unknown'}",
         f"seed: {journal.get('seed', '-')}",
     ]
-    for key, label in (("detection_s", "detection"), ("recovery_s", "recovery"),
-                       ("catchup_s", "catch-up"), ("lost_steps", "lost steps"),
-                       ("goodput", "goodput"), ("wall_s", "wall time")):
-        lines.append(f"{label}: {fmt_metric(journal, key)}")
+    # The gated metrics of the catalogue (what `trainchaos compare` follows); false alarms are
+    # a line of their own below the attribution.
+    for spec in gated():
+        if spec.key != "false_detections":
+            lines.append(f"{spec.label}: {fmt_metric(journal, spec.key)}")
     lines.append(f"attribution: {attribution_text(journal)}")
     return lines

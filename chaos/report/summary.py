@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from chaos.metrics.catalogue import specs
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -35,24 +36,20 @@ __all__ = ["SUMMARY_NAME", "render_summary", "write_summary"]
 
 SUMMARY_NAME = "summary.md"
 
-# (key, label, meaning) of the run-level metrics table; the meanings follow DESIGN.md.
-_METRIC_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("detection_s", "Detection time", "first `detected` event after injection − injection"),
-    ("recovery_s", "Recovery time", "first productive step of the new incarnation − injection"),
-    ("catchup_s", "Catch-up time", "until the pre-fault step is reached again"),
-    ("lost_steps", "Lost steps", "last step before the fault − step resumed from"),
-    ("goodput", "Goodput", "productive step time / wall time"),
-    ("lost_work_rank_s", "Lost work", "rank-seconds not spent on productive steps"),
-    ("wall_s", "Wall time", "whole run"),
-    ("completed", "Completed", "reached the last step within the timeout"),
-    ("final_step", "Final step", ""),
-    ("restart_count", "Restarts", "group restarts of the job"),
-    ("false_detections", "False detections", "detections that blamed a process no fault hit"),
-    ("final_state", "Final state", "correctness against the fault-free baseline"),
-    ("digest_match", "Final state matches baseline", "bitwise digest of the final weights"),
-    ("max_rel_loss_dev", "Max relative loss deviation", "vs the baseline over the last steps"),
-    ("final_digest", "Final digest", ""),
-)
+# The run-level metrics table: the catalogue's metrics that have a row title, in catalogue
+# order, and final_state (a verdict on correctness, not a metric) after false detections.
+_FINAL_STATE_ROW = ("final_state", "Final state", "correctness against the fault-free baseline")
+
+
+def _row_specs() -> list[tuple[str, str, str]]:
+    """(key, title, meaning) of each row, in order."""
+    rows: list[tuple[str, str, str]] = []
+    for spec in specs():
+        if spec.title:
+            rows.append((spec.key, spec.title, spec.meaning))
+        if spec.key == "false_detections":
+            rows.append(_FINAL_STATE_ROW)
+    return rows
 
 
 def metric_rows(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -60,16 +57,10 @@ def metric_rows(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
     and the HTML page show the same rows."""
     metrics = metrics_of(journal) or {}
     rows = []
-    for key, label, meaning in _METRIC_ROWS:
+    for key, label, meaning in _row_specs():
         if key not in metrics and key not in ("wall_s", "final_state"):
             continue
-        if key == "final_state":
-            text = final_state_text(journal)
-        elif key == "lost_work_rank_s":
-            value = metrics.get(key)
-            text = DASH if value is None else f"{fmt_value(float(value))} rank·s"
-        else:
-            text = fmt_metric(journal, key)
+        text = final_state_text(journal) if key == "final_state" else fmt_metric(journal, key)
         rows.append((label, text, meaning))
     return rows
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from chaos import model as records
 from chaos.faults.base import lookup
+from chaos.metrics.catalogue import target_specs
 from chaos.schema.models import (
     BoundDoc,
     FaultDoc,
@@ -94,16 +95,9 @@ def _targets(doc: TargetsDoc | None) -> records.Targets:
         extra = {"final_state": "loss_within", "loss_tolerance": float(doc.final_state.loss_within)}
     elif doc.final_state is not None:
         extra = {"final_state": doc.final_state}
-    return records.Targets(
-        detection_s=_bound(doc.detection_s), recovery_s=_bound(doc.recovery_s),
-        catchup_s=_bound(doc.catchup_s), lost_steps=_bound(doc.lost_steps),
-        goodput=_bound(doc.goodput), false_detections=_bound(doc.false_detections),
-        sdc_detection_steps=_bound(doc.sdc_detection_steps),
-        contaminated_checkpoints=_bound(doc.contaminated_checkpoints),
-        ckpt_blocked_s=_bound(doc.ckpt_blocked_s), failed_saves=_bound(doc.failed_saves),
-        rejected_checkpoints=_bound(doc.rejected_checkpoints),
-        attribution=doc.attribution, completes=doc.completes, **extra,
-    )
+    # Every metric target of the catalogue is a key of the document (chaos.schema.models).
+    bounds = {spec.key: _bound(getattr(doc, spec.key, None)) for spec in target_specs()}
+    return records.Targets.with_bounds(bounds, attribution=doc.attribution, completes=doc.completes, **extra)
 
 
 def backend_choice(choice: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -16,10 +16,19 @@ import dataclasses
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    create_model,
+    model_validator,
+)
 
 from chaos import model as records
 from chaos.events import KINDS as _EVENT_KIND_NAMES
+from chaos.metrics.catalogue import target_specs
 from chaos.schema.types import NAME_RULE, Expect, Name, Noun, StrictModel, index_list
 
 __all__ = [
@@ -341,25 +350,23 @@ def _name_or_mapping(value: Any) -> str:
     return "mapping" if isinstance(value, dict) else "name"
 
 
-class TargetsDoc(StrictModel):
+def _metric_targets() -> type[StrictModel]:
+    """One optional key per metric of the catalogue that can be a target
+    (``chaos.metrics.catalogue.target_specs``): a ``{max, min}`` bound, or a bound on a
+    fraction; its description is the metric's ``target_doc``."""
+    forms = {"bound": BoundDoc, "fraction_bound": FractionBoundDoc}
+    keys: dict[str, Any] = {
+        spec.key: (forms[spec.target or "bound"], Field(None, description=" ".join(spec.target_doc.split())))
+        for spec in target_specs()
+    }
+    return create_model("MetricTargetsDoc", __base__=StrictModel, **keys)
+
+
+class TargetsDoc(_metric_targets()):  # type: ignore[misc]
     """What a run must achieve; every key is optional."""
 
     key_noun = "target"
 
-    detection_s: BoundDoc = optional_key()
-    """Fault injected -> first `detected` event, seconds."""
-    recovery_s: BoundDoc = optional_key()
-    """Fault injected -> first productive step after it, seconds."""
-    catchup_s: BoundDoc = optional_key()
-    """Fault injected -> the step reached before the fault is reached again, seconds."""
-    lost_steps: BoundDoc = optional_key()
-    """Last step completed before the fault - step training resumed from."""
-    goodput: FractionBoundDoc = optional_key()
-    """Productive step time / wall time of the run, 0..1."""
-    false_detections: BoundDoc = optional_key()
-    """`detected` events that name as the failing process one that no fault hit (false
-    alarms); processes stopped as a consequence of a fault (torn down by their agent for a
-    restart, or by trainchaos's teardown) do not count. {max: 0}: no false alarms."""
     final_state: Annotated[
         Annotated[Literal["matches_baseline"], Tag("name")] | Annotated[LossWithinDoc, Tag("mapping")],
         Discriminator(_name_or_mapping),
@@ -369,20 +376,6 @@ class TargetsDoc(StrictModel):
     matches_baseline (bitwise equal final model) or {loss_within: X}."""
     attribution: Annotated[Literal["correct"], Noun("attribution target")] = optional_key()
     """correct: the first detection must blame the faulty rank/node and failure class."""
-    sdc_detection_steps: BoundDoc = optional_key()
-    """Silent corruption (bitflip, checkpoint_bitrot): steps from the corruption to the
-    first `corruption` detection; undetected fails it."""
-    contaminated_checkpoints: BoundDoc = optional_key()
-    """Silent corruption: checkpoints written between the corruption and its detection (to
-    the end of the run when undetected). {max: 0}: no corrupted state was ever checkpointed."""
-    ckpt_blocked_s: BoundDoc = optional_key()
-    """Training time blocked inside checkpoint saves over the run, seconds (the write in
-    sync mode; the snapshot and any wait for the previous write in async mode)."""
-    failed_saves: BoundDoc = optional_key()
-    """Failed checkpoint write attempts (`ckpt_save_failed`); {min: 1}: a storage fault
-    during a save must be surfaced, not swallowed."""
-    rejected_checkpoints: BoundDoc = optional_key()
-    """Distinct checkpoints skipped on load as unusable (torn, truncated, checksum mismatch)."""
     completes: bool = _default(records.Targets, "completes")
     """The run must reach its last step within timeout_s."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chaos.cli import main
-from chaos.compare import (
+from chaos.gate import (
     DEFAULT_TOLERANCES,
     BaselineGate,
     ComparisonInputError,

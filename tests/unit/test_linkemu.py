@@ -15,7 +15,7 @@ from chaos.cluster.base import InjectionContext, ResolvedTarget
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import lookup
 from chaos.faults.network import _directed_links
-from chaos.metrics_network import network_metrics, step_durations
+from chaos.metrics.families.network import network_metrics, step_durations
 from chaos.model import Topology
 from chaos.net import linkemu
 from chaos.scenario import load_scenario
@@ -255,7 +255,8 @@ def test_a_rank_called_hung_under_a_slow_network_is_a_false_alarm() -> None:
     everyone = ["rank-0", "rank-1", "node-0", "node-1"]
 
     def false_alarms(fault_type: str, failure_class: str) -> list[str]:
-        faults = [FaultRecord("f0", fault_type, failure_class, everyone, t_inject=5.0)]
+        family = lookup(fault_type).family  # as the runner records it
+        faults = [FaultRecord("f0", fault_type, failure_class, everyone, t_inject=5.0, family=family)]
         return [f["failure_class"] for f in compute_metrics(events + [hung, slow], faults, run).false_detection_events]
 
     # Every node is a target of the latency fault, and still: nothing was down.

@@ -400,7 +400,7 @@ def test_a_healthy_rank_blamed_without_any_fault_on_it_is_a_false_detection():
     tl.detect(10.5, suspect="rank-1", failure_class="hang", by="rank-0")
     tl.detect(10.6, suspect="rank-2", by="rank-3")  # torn down by the restart: a consequence
     tl.start(14.0, inc=1).steps(14.0, 11, 20, inc=1)
-    latency = kill("f0-latency", t=5.0, targets=("rank-3",), cls="network")
+    latency = kill("f0-latency", t=5.0, targets=("rank-3",), cls="network", family="network")
     m = compute_metrics(tl.sorted(), [latency], run_info(steps=20, t_end=25.0))
     assert m.false_detections == 1
     assert m.false_detection_events[0]["suspect"] == "rank-1"

@@ -14,13 +14,17 @@ full_size_s
 resumed_tier / resumed_copy
     Which checkpoint tier the first recovering incarnation loaded from (the harness's
     ``ckpt_load.tier``), and whose copy (``ckpt_load.copy``: the node's own or a replica).
+
+Registered as the ``power`` metric family (the faults of ``chaos.faults.power``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["power_metrics"]
+from chaos.metrics.family import FaultContext, MetricFamily
+
+__all__ = ["FAMILY", "power_metrics"]
 
 
 def power_metrics(fm: Any, rank_events: list[dict[str, Any]], details: dict[str, Any],
@@ -40,3 +44,14 @@ def power_metrics(fm: Any, rank_events: list[dict[str, Any]], details: dict[str,
     if load is not None:
         fm.resumed_tier = load.get("tier")
         fm.resumed_copy = load.get("copy")
+
+
+def _fault_metrics(ctx: FaultContext) -> None:
+    details = (ctx.injected or {}).get("details")
+    if isinstance(details, dict):  # the injector's record of the outage
+        power_metrics(ctx.metrics, ctx.timeline.rank_events, details, ctx.metrics.t_inject, ctx.run.world_size)
+
+
+# Its fields (blast_nodes ... resumed_copy) are FaultMetrics fields, kept there so that
+# journals keep their key order; they are not targets.
+FAMILY = MetricFamily("power", fault_metrics=_fault_metrics)

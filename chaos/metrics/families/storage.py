@@ -26,6 +26,9 @@ Definitions (every journal has them; a run without checkpoints has zeros and Non
     lowest rank's ``ckpt_load`` events (a rank may load twice when the group agrees on an
     older step), the newest checkpoint any of them rejected minus the step of the last one,
     summed over incarnations. 0 when every load took the newest checkpoint.
+
+Registered as the ``storage`` metric family: run-wide (every run that checkpoints has them),
+with the targets ``ckpt_blocked_s``, ``failed_saves`` and ``rejected_checkpoints``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ import math
 import re
 from typing import Any
 
-__all__ = ["STORAGE_FIELDS", "storage_metrics"]
+from chaos.metrics.family import MetricFamily, RunContext
+from chaos.metrics.spec import MetricSpec
+
+__all__ = ["FAMILY", "STORAGE_FIELDS", "storage_metrics"]
 
 STORAGE_FIELDS: tuple[str, ...] = ("ckpt_save_p50_s", "ckpt_save_p95_s", "ckpt_save_max_s",
                                    "ckpt_blocked_s", "failed_saves", "abandoned_saves",
@@ -92,3 +98,23 @@ def storage_metrics(events: list[dict[str, Any]]) -> dict[str, Any]:
         "rejected_checkpoints": len(rejected),
         "ckpt_lost_steps": lost,
     }
+
+
+def _run_metrics(ctx: RunContext) -> dict[str, Any]:
+    return storage_metrics(ctx.timeline.events)
+
+
+FAMILY = MetricFamily(
+    "storage",
+    specs=(
+        MetricSpec("ckpt_blocked_s", "blocked by checkpoint saves", "seconds", "s", target="bound",
+                   target_doc="Training time blocked inside checkpoint saves over the run, seconds (the write in\n"
+                              "sync mode; the snapshot and any wait for the previous write in async mode)."),
+        MetricSpec("failed_saves", "failed checkpoint writes", "count", target="bound",
+                   target_doc="Failed checkpoint write attempts (`ckpt_save_failed`); {min: 1}: a storage fault\n"
+                              "during a save must be surfaced, not swallowed."),
+        MetricSpec("rejected_checkpoints", "checkpoints rejected on load", "count", target="bound",
+                   target_doc="Distinct checkpoints skipped on load as unusable (torn, truncated, checksum mismatch)."),
+    ),
+    run_metrics=_run_metrics,
+)

@@ -1,0 +1,86 @@
+"""Silent-corruption metrics (faults of failure class ``corruption``: bitflip,
+checkpoint_bitrot, io_corrupt), definitions in ``chaos.metrics``'s docstring, "Silent
+corruption": how many steps until a corruption detector noticed (``sdc_detection_steps``) and
+how many checkpoints of corrupted state were written meanwhile (``contaminated_checkpoints``);
+per fault, and the worst over the run's corruption faults.
+
+How a corruption is detected and where its recovery is measured from stays in the engine
+(``chaos.metrics.per_fault``): it is the failure class ``corruption``, which any family's
+fault can have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.metrics.family import FaultContext, MetricFamily, RunContext
+from chaos.metrics.spec import MetricSpec
+from chaos.metrics.timeline import int_or_none
+
+__all__ = ["FAMILY"]
+
+
+def _corruption(fault: Any) -> bool:
+    return fault.failure_class == "corruption"
+
+
+def _fault_metrics(ctx: FaultContext) -> None:
+    """sdc_detection_steps and contaminated_checkpoints of one corruption fault."""
+    fm, tl, run, detection, injected = ctx.metrics, ctx.timeline, ctx.run, ctx.detection, ctx.injected
+    t_inject = fm.t_inject
+    last_before = tl.last_step(t_inject)
+    corrupted_at = fm.injected_step if fm.injected_step is not None else (last_before or 0) + 1
+    t_detect = detection["t"] if detection is not None else run.t_end
+    if detection is not None:
+        at_detect = int_or_none(detection.get("step"))
+        if at_detect is None:
+            at_detect = tl.last_step(t_detect, inclusive=True)
+        if at_detect is not None:
+            fm.sdc_detection_steps = max(at_detect - corrupted_at, 0)
+    if injected is None or injected.get("mechanism") != "probe":
+        return  # a file rotting at rest: checkpoints written meanwhile are clean
+    fm.contaminated_checkpoints = len({
+        int(e["step"]) for e in tl.rank_events
+        if e.get("kind") in ("ckpt_save_start", "ckpt_save_end") and t_inject <= e["t"] <= t_detect
+        and int_or_none(e.get("step")) is not None and int(e["step"]) >= corrupted_at
+    })
+
+
+def _run_metrics(ctx: RunContext) -> dict[str, Any]:
+    """The worst over the fired corruption faults; nothing when there was none."""
+    sdc = [fm for fm in ctx.metrics.faults if fm.fired and _corruption(fm)]
+    if not sdc:
+        return {}
+    known = [fm.sdc_detection_steps for fm in sdc if fm.sdc_detection_steps is not None]
+    return {"sdc_detection_steps": max(known) if known else None,
+            "contaminated_checkpoints": max(fm.contaminated_checkpoints for fm in sdc)}
+
+
+def _undetected(fm: Any) -> str:
+    return f"fault {fm.fault_id} undetected: no corruption detector fired"
+
+
+def _by_detector(fm: Any, _value: Any) -> str:
+    return f" (by {fm.detector or fm.detected_by or 'unknown'})"
+
+
+def _counted_to_end(fm: Any, _value: Any) -> str:
+    return " (undetected: counted to the end of the run)" if fm.sdc_detection_steps is None else ""
+
+
+FAMILY = MetricFamily(
+    "sdc",
+    specs=(
+        MetricSpec("sdc_detection_steps", "corruption detected after", "count", "steps", "fault",
+                   target="bound", applies=_corruption, missing_reason=_undetected, detail=_by_detector,
+                   target_doc="Silent corruption (bitflip, checkpoint_bitrot): steps from the corruption to the\n"
+                              "first `corruption` detection; undetected fails it."),
+        MetricSpec("contaminated_checkpoints", "contaminated checkpoints", "count", scope="fault",
+                   target="bound", applies=_corruption, detail=_counted_to_end,
+                   target_doc="Silent corruption: checkpoints written between the corruption and its detection (to\n"
+                              "the end of the run when undetected). {max: 0}: no corrupted state was ever checkpointed."),
+    ),
+    fault_metrics=_fault_metrics,
+    run_metrics=_run_metrics,
+    applies=_corruption,
+)

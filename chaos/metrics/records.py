@@ -1,0 +1,243 @@
+"""The inputs and outputs of ``compute_metrics``: what the runner knows of each fault and of
+the run, and the metrics of each fault and of the whole run.
+
+The outputs' fields are the journal's ``metrics`` dict (``to_dict``), which tests and the
+stored regression baselines read: a field's name, order and meaning are part of that format.
+A metric family registered later (``chaos.metrics.family``) adds its values without a field
+here: they are kept in ``family_values`` and written flat after the fields, so a journal reads
+the same whichever module measured a value. The built-in families' fields (silent corruption,
+power, network, storage) stay declared here, commented with their family: as fields they keep
+their place in the journal's key order, and typed attributes for the tests and the pytest
+plugin's users; their values are computed by their family (``chaos.metrics.families``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from chaos.jsonsafe import jsonable as json_safe
+
+__all__ = ["Attribution", "BaselineInfo", "FaultMetrics", "FaultRecord", "RunInfo", "RunMetrics",
+           "RunStatus", "json_safe"]
+
+RunStatus = Literal["completed", "hung", "failed", "interrupted", "tool_error", "aborted"]
+Attribution = Literal["correct", "wrong", "none"]
+
+
+class _FamilyValues:
+    """Values of registered metric families that have no dataclass field: read as attributes,
+    written flat into ``to_dict`` after the fields, read back by ``from_dict``."""
+
+    family_values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: a family value, else a plain AttributeError.
+        values = self.__dict__.get("family_values")
+        if values is not None and name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def set_value(self, key: str, value: Any) -> None:
+        """Set a metric by key: its field when it has one, else a family value."""
+        if key in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+            setattr(self, key, value)
+        else:
+            self.family_values[key] = value
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)  # type: ignore[call-overload]
+        data.pop("family_values", None)
+        if "faults" in data:  # nested FaultMetrics: flattened the same way
+            data["faults"] = [f.to_dict() for f in self.faults]
+        data.update(self.family_values)
+        return json_safe(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], family_keys: frozenset[str] = frozenset()) -> Any:
+        """From a journal's dict: known fields, and the keys of ``family_keys`` (the registered
+        families' metrics) as family values; anything else is ignored (an older or newer
+        journal). Nested fault metrics are left as dicts: the caller converts them."""
+        names = {f.name for f in fields(cls)} - {"family_values"}  # type: ignore[arg-type]
+        obj = cls(**{k: v for k, v in data.items() if k in names})
+        obj.family_values.update({k: v for k, v in data.items() if k in family_keys and k not in names})
+        return obj
+
+# -- inputs -----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultRecord:
+    """One planned fault as the runner saw it (built by the runner, one per planned fault)."""
+
+    fault_id: str
+    """``FaultSpec.fault_id`` (``f0-kill_rank``); in-process faults' events carry it as ``fault``."""
+    type: str
+    """Registered fault type name."""
+    failure_class: str
+    """The class a correct detection names (``FaultType.failure_class``)."""
+    target_srcs: list[str]
+    """Every src it is right to blame (``ResolvedTarget.srcs()``: ranks and their nodes)."""
+    t_inject: float | None = None
+    """When the injector reported the fault in effect; None if it never fired or fired in-process."""
+    t_revert: float | None = None
+    """When the fault was removed; None if it never was before the run ended."""
+    planned_step: int | None = None
+    """The step of an ``at_step`` trigger."""
+    skipped: str | None = None
+    """Why the runner deliberately did not fire it (a probability roll); None otherwise."""
+    also_classes: tuple[str, ...] = ()
+    """Other classes a correct detection may name (``FaultType.also_detected_as``)."""
+    family: str | None = None
+    """The fault type's family (``FaultType.family``): which metric families measure it."""
+
+
+@dataclass
+class RunInfo:
+    status: RunStatus
+    """completed | hung | failed | interrupted (the runner's word on how the job ended)."""
+    t_start: float
+    """When the job was started (controller clock)."""
+    t_end: float
+    """When the workload ended (before the end-of-run cleanup reverted faults)."""
+    steps_target: int
+    """The step the run must reach."""
+    world_size: int
+    """Ranks the run was started with."""
+    timeout_s: float | None = None
+    """The scenario's timeout, quoted in reasons for a hung run."""
+    t_stop: float | None = None
+    """When trainchaos began stopping the job (teardown); later events are its doing."""
+
+
+@dataclass
+class BaselineInfo:
+    digest: str | None
+    """Final weights digest of the fault-free run (``run_end.digest``)."""
+    losses: dict[int, float]
+    """Step -> loss of the fault-free run (keys may be strings when read back from JSON)."""
+    world_size: int
+    health_problem: str | None = None
+    """Why the baseline itself is not a sound reference (non-finite loss or weights)."""
+
+
+# -- outputs ----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultMetrics(_FamilyValues):
+    fault_id: str
+    type: str
+    failure_class: str
+    target_srcs: list[str]
+    fired: bool
+    skipped: str | None = None
+    t_inject: float | None = None
+    t_revert: float | None = None
+    planned_step: int | None = None
+    injected_step: int | None = None
+    """Step reported by the ``fault_injected`` event, else the planned step."""
+    detection_s: float | None = None
+    detected_by: str | None = None
+    detection_reason: str | None = None
+    detected_suspect: str | None = None
+    detected_class: str | None = None
+    attribution: Attribution = "none"
+    attribution_detail: str = ""
+    recovery_s: float | None = None
+    restarted: bool = False
+    restarts_after: int = 0
+    restarts_caused: int = 0
+    """Group restarts whose cause is this fault (see ``RunMetrics.restarts``)."""
+    catchup_s: float | None = None
+    last_step_before: int | None = None
+    resumed_from: int | None = None
+    lost_steps: int | None = None
+    detector: str | None = None
+    """Which detector of the job fired (the ``detected`` event's ``detector`` field)."""
+    sdc_detection_steps: int | None = None
+    contaminated_checkpoints: int = 0
+    # power faults (chaos/metrics/families/power.py)
+    blast_nodes: int | None = None
+    blast_ranks: int | None = None
+    kill_spread_ms: float | None = None
+    full_size_s: float | None = None
+    resumed_tier: str | None = None
+    resumed_copy: str | None = None
+    # network faults (chaos/metrics/families/network.py)
+    baseline_step_s: float | None = None
+    fault_step_s: float | None = None
+    slowdown: float | None = None
+    heal_s: float | None = None
+    family_values: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Metrics of registered families without a field here (see the module docstring)."""
+
+
+@dataclass
+class RunMetrics(_FamilyValues):
+    status: str
+    t_start: float
+    t_end: float
+    wall_s: float
+    steps_target: int
+    world_size: int
+    final_world_size: int
+    timeout_s: float | None = None
+    completed: bool = False
+    final_step: int | None = None
+    final_digest: str | None = None
+    final_loss: float | None = None
+    restart_count: int = 0
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    """Each group restart: t, incarnation, last_step_before, resumed_from, lost_steps, cause."""
+    lost_steps_total: int = 0
+    unexplained_restarts: int = 0
+    productive_s: float = 0.0
+    goodput: float | None = None
+    lost_work_rank_s: float | None = None
+    faults: list[FaultMetrics] = field(default_factory=list)
+    faults_fired: int = 0
+    # worst case over fired faults
+    detection_s: float | None = None
+    recovery_s: float | None = None
+    catchup_s: float | None = None
+    lost_steps: int | None = None
+    undetected: bool = False
+    unrecovered: bool = False
+    # correctness against the baseline
+    has_baseline: bool = False
+    baseline_digest: str | None = None
+    baseline_world_size: int | None = None
+    world_size_changed: bool | None = None
+    digest_match: bool | None = None
+    max_rel_loss_dev: float | None = None
+    loss_dev_steps: list[int] = field(default_factory=list)
+    nonfinite_loss_step: int | None = None
+    baseline_health_problem: str | None = None
+    # training health
+    healthy: bool = True
+    health_problem: str | None = None
+    first_nonfinite_step: int | None = None
+    # silent corruption (worst over fired corruption faults)
+    sdc_detection_steps: int | None = None
+    contaminated_checkpoints: int | None = None
+    detector_overhead_pct: float | None = None
+    """Time the job's corruption detectors took, in % of the rest of its step time, as the
+    job reports it (``run_end.detector_s`` / ``train_s``: the last incarnation of rank 0)."""
+    detector_seconds: dict[str, float] = field(default_factory=dict)
+    # false alarms
+    false_detections: int = 0
+    false_detection_events: list[dict[str, Any]] = field(default_factory=list)
+    """Each false detection: t, by, suspect, failure_class, reason."""
+    # checkpoints and storage (definitions: chaos/metrics/families/storage.py)
+    ckpt_save_p50_s: float | None = None
+    ckpt_save_p95_s: float | None = None
+    ckpt_save_max_s: float | None = None
+    ckpt_blocked_s: float = 0.0
+    failed_saves: int = 0
+    abandoned_saves: int = 0
+    skipped_saves: int = 0
+    rejected_checkpoints: int = 0
+    ckpt_lost_steps: int = 0
+    family_values: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Metrics of registered families without a field here (see the module docstring)."""
