@@ -92,8 +92,7 @@ ALLOWED_CYCLE_EDGES: dict[Edge, str] = {
     ("chaos.cluster.base", "chaos.faults.base"): "seams",
     ("chaos.storage.mounts", "chaos.faults.storage"): "seams",
     ("chaos.storage.mounts", "chaos.faults.base"): "seams",
-    # compare <-> report/html (metrics); gameday report <-> session (gameday).
-    ("chaos.compare", "chaos.report.html"): "metrics",
+    # gameday report <-> session (gameday).
     ("chaos.gameday.report", "chaos.gameday.session"): "gameday",
     # The report package's rebuild entry point and rebuild's use of the package's writers.
     ("chaos.report", "chaos.report.rebuild"): "records",
