@@ -1,249 +1,174 @@
-"""One proxy of the embedded Toxiproxy server: a listener, and per accepted connection a
-connection to the upstream with two directions (``upstream``: client to server,
-``downstream``: server to client), each a reader thread and a writer thread that runs the
-direction's toxics (``chaos.net.toxiproxy.toxics``) on every chunk.
+"""One proxy of the embedded Toxiproxy server: a listener, its toxic chains (one per
+direction) and the connections through it (``chaos.net.toxiproxy.link``).
 
-Disabling a proxy ("down") closes its listener and every connection through it, as
-upstream does: clients see their connections end and new connects refused.
+As upstream: a started proxy reports the address it listens on as the socket has it
+(``localhost:8080`` becomes ``127.0.0.1:8080``, port 0 the port it got); a stopped one keeps
+the last address. Disabling a proxy closes its listener and every connection through it:
+clients see their connections end and new connects refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
-import random
+import errno
+import os
 import socket
-import struct
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.net.toxiproxy.toxics import ATTRIBUTES, Chunk, ConnectionToxicState, apply_toxic
+from chaos.net.toxiproxy.link import Connection
+from chaos.net.toxiproxy.toxics import Toxic
 
-__all__ = ["Proxy", "Toxic", "split_hostport"]
+__all__ = ["ListenError", "Proxy", "format_address", "resolve_listen", "split_hostport"]
 
-CHUNK = 32 * 1024
-
-
-@dataclass
-class Toxic:
-    name: str
-    type: str
-    stream: str = "downstream"
-    toxicity: float = 1.0
-    attributes: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        attrs = {k: int(self.attributes.get(k) or 0) for k in ATTRIBUTES[self.type]}
-        return {"name": self.name, "type": self.type, "stream": self.stream, "toxicity": self.toxicity,
-                "attributes": attrs}
+DIRECTIONS = ("upstream", "downstream")
+DIAL_TIMEOUT_S = 5.0
 
 
-def split_hostport(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"not host:port: {text!r}")
-    return host.strip("[]"), int(port)
+class ListenError(Exception):
+    """The proxy cannot listen: the message is upstream's (Go's ``listen tcp ...``)."""
 
 
-class _Direction:
-    def __init__(self, conn: _Connection, name: str, src: socket.socket, dst: socket.socket) -> None:
-        self.conn, self.name, self.src, self.dst = conn, name, src, dst
-        self.queue: queue.Queue[Chunk | None] = queue.Queue(maxsize=1024)
-        self.states: dict[str, ConnectionToxicState] = {}
-        self.rng = random.Random()
-        self.reader: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.reader = threading.Thread(target=self._read, daemon=True, name=f"toxi-read-{self.name}")
-        self.reader.start()
-        threading.Thread(target=self._write, daemon=True, name=f"toxi-write-{self.name}").start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = self.src.recv(CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                self.queue.put(None)
-                return
-            self.queue.put(Chunk(data, time.monotonic()))
-
-    def _toxics(self) -> list[Toxic]:
-        toxics = self.conn.proxy.toxics_for(self.name)
-        names = {t.name for t in toxics}
-        for name, state in list(self.states.items()):
-            if name not in names:
-                # A removed timeout toxic ends the connections it held (their data is lost).
-                if state.active and getattr(state, "kind", "") == "timeout":
-                    self.conn.close()
-                del self.states[name]
-        for t in toxics:
-            if t.name not in self.states:
-                state = ConnectionToxicState(active=self.rng.random() < t.toxicity, started=time.monotonic())
-                state.kind = t.type  # type: ignore[attr-defined]
-                self.states[t.name] = state
-        return toxics
-
-    def _timers_due(self, toxics: list[Toxic]) -> bool:
-        now = time.monotonic()
-        for t in toxics:
-            state = self.states[t.name]
-            if not state.active:
-                continue
-            if t.type == "timeout" and int(t.attributes.get("timeout") or 0) > 0 and \
-                    now >= state.started + int(t.attributes["timeout"]) / 1000.0:
-                self.conn.close()
-                return True
-            if t.type == "reset_peer" and state.reset_at is not None and now >= state.reset_at:
-                self.conn.close(reset=True)
-                return True
-        return False
-
-    def _write(self) -> None:
-        while not self.conn.closed:
-            toxics = self._toxics()
-            if self._timers_due(toxics):
-                return
-            try:
-                item = self.queue.get(timeout=0.02)
-            except queue.Empty:
-                continue
-            if self.conn.closed:
-                return
-            if item is None:
-                for t in toxics:
-                    if t.type == "slow_close" and self.states[t.name].active:
-                        time.sleep(int(t.attributes.get("delay") or 0) / 1000.0)
-                with contextlib.suppress(OSError):
-                    self.dst.shutdown(socket.SHUT_WR)
-                self.conn.half_closed()
-                return
-            pieces: list[tuple[float, Chunk]] = [(0.0, item)]
-            close = False
-            for t in toxics:
-                passed: list[tuple[float, Chunk]] = []
-                for pause, chunk in pieces:
-                    if pause:
-                        time.sleep(pause)
-                    verdict = apply_toxic(t.type, t.attributes, self.states[t.name], [chunk], self.rng)
-                    passed.extend(verdict.pieces)
-                    close = close or verdict.close
-                pieces = passed
-            try:
-                for pause, chunk in pieces:
-                    if pause:
-                        time.sleep(pause)
-                    self.dst.sendall(chunk.data)
-            except OSError:
-                self.conn.close()
-                return
-            if close:
-                self.conn.close()
-                return
+def split_hostport(text: str) -> tuple[str, str]:
+    """Go's net.SplitHostPort: ``host:port`` or ``[v6]:port``; ValueError with Go's words."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"address {text}: missing ']' in address")
+        host, rest = text[1:end], text[end + 1:]
+        if not rest.startswith(":"):
+            raise ValueError(f"address {text}: missing port in address")
+        return host, rest[1:]
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {text}: missing port in address")
+    if ":" in host:
+        raise ValueError(f"address {text}: too many colons in address")
+    return host, port
 
 
-class _Connection:
-    def __init__(self, proxy: Proxy, client: socket.socket, server: socket.socket) -> None:
-        self.proxy, self.client, self.server = proxy, client, server
-        self.closed = False
-        self._ends = 0
-        self._lock = threading.Lock()
-        self.directions = [_Direction(self, "upstream", client, server),
-                           _Direction(self, "downstream", server, client)]
+def format_address(family: int, sockaddr: tuple[Any, ...]) -> str:
+    host, port = sockaddr[0], sockaddr[1]
+    return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
 
-    def start(self) -> None:
-        for d in self.directions:
-            d.start()
 
-    def half_closed(self) -> None:
-        with self._lock:
-            self._ends += 1
-            done = self._ends >= 2
-        if done:
-            self.close()
+def resolve_listen(text: str) -> tuple[int, tuple[Any, ...]]:
+    """(family, sockaddr) to listen on for ``text``, as Go resolves it: a name's IPv4
+    address first, no host: every address (IPv6 and IPv4). ValueError with Go's words."""
+    host, port_text = split_hostport(text)
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"address {text}: invalid port" if port_text.isdigit() else
+                         f"lookup tcp/{port_text}: unknown port")
+    port = int(port_text)
+    if not host:
+        return socket.AF_INET6, ("::", port, 0, 0)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(f"lookup {host}: no such host") from exc
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    family, _, _, _, sockaddr = infos[0]
+    return family, sockaddr
 
-    def close(self, reset: bool = False) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-        if reset:
-            # An RST goes out only when the last reference to the socket is closed with
-            # SO_LINGER 0: wake the readers (SHUT_RD sends nothing) and let them leave first.
-            for sock in (self.client, self.server):
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    sock.shutdown(socket.SHUT_RD)
-            for d in self.directions:
-                if d.reader is not None and d.reader is not threading.current_thread():
-                    d.reader.join(timeout=1.0)
-        for sock in (self.client, self.server):
-            if not reset:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
-        self.proxy.forget(self)
+
+def _dial(upstream: str) -> socket.socket:
+    host, port = split_hostport(upstream)
+    return socket.create_connection((host, int(port)), timeout=DIAL_TIMEOUT_S)
 
 
 class Proxy:
-    def __init__(self, name: str, listen: str, upstream: str, enabled: bool = True) -> None:
+    def __init__(self, name: str, listen: str, upstream: str) -> None:
         self.name, self.listen, self.upstream = name, listen, upstream
         self.enabled = False
-        self.toxics: list[Toxic] = []
+        self.chains: dict[str, list[Toxic]] = {d: [] for d in DIRECTIONS}
         self.lock = threading.Lock()
+        """Guards the chains and the connections; never held while a connection closes
+        (closing waits for its threads, and a closing connection calls ``forget``)."""
         self._listener: socket.socket | None = None
-        self._connections: set[_Connection] = set()
-        if enabled:
-            self.start()
+        self._connections: set[Connection] = set()
 
-    def to_json(self, with_toxics: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "listen": self.listen, "upstream": self.upstream,
-                               "enabled": self.enabled}
-        if with_toxics:
-            out["toxics"] = [t.to_json() for t in self.toxics_for(None)]
-        return out
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "listen": self.listen, "upstream": self.upstream, "enabled": self.enabled,
+                "toxics": [t.to_json() for t in self.toxics()]}
 
-    def toxics_for(self, stream: str | None) -> list[Toxic]:
+    # -- toxics --------------------------------------------------------------------------------
+
+    def toxics(self) -> list[Toxic]:
+        """Upstream's order: the upstream chain, then the downstream one."""
         with self.lock:
-            return [t for t in self.toxics if stream is None or t.stream == stream]
+            return [t for d in DIRECTIONS for t in self.chains[d]]
+
+    def find_toxic(self, name: str) -> Toxic | None:
+        return next((t for t in self.toxics() if t.name == name), None)
+
+    def add_toxic(self, toxic: Toxic) -> None:
+        with self.lock:
+            self.chains[toxic.direction].append(toxic)
+            for conn in self._connections:
+                conn.toxic_added(toxic)
+
+    def update_toxic(self, toxic: Toxic, toxicity: float, attributes: dict[str, int]) -> None:
+        with self.lock:
+            toxic.toxicity, toxic.attributes = toxicity, attributes
+            for conn in self._connections:
+                conn.toxic_updated(toxic)
+
+    def remove_toxic(self, toxic: Toxic) -> None:
+        with self.lock:
+            self.chains[toxic.direction] = [t for t in self.chains[toxic.direction] if t is not toxic]
+            ending = [conn for conn in self._connections if conn.toxic_removed(toxic)]
+        for conn in ending:
+            conn.close()
+
+    # -- listening -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Listen (ListenError when it cannot); a started proxy is left alone."""
         if self.enabled:
             return
-        host, port = split_hostport(self.listen)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            family, sockaddr = resolve_listen(self.listen)
+        except ValueError as exc:
+            raise ListenError(f"listen tcp: {exc}") from exc
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and sockaddr[0] == "::":
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(sockaddr)
             sock.listen(128)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
-        # As upstream: a proxy asked to listen on port 0 reports the port it got.
-        self.listen = f"{host}:{sock.getsockname()[1]}"
-        self._listener = sock
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                reason = "address already in use"
+            where = format_address(family, sockaddr)
+            raise ListenError(f"listen tcp {where}: bind: {reason[:1].lower()}{reason[1:]}") from exc
+        self.listen = format_address(family, sock.getsockname())
+        with self.lock:
+            self._listener = sock
         self.enabled = True
         threading.Thread(target=self._accept, args=(sock,), daemon=True, name=f"toxi-accept-{self.name}").start()
 
     def stop(self) -> None:
         self.enabled = False
-        listener, self._listener = self._listener, None
+        with self.lock:
+            listener, self._listener = self._listener, None
+            conns = list(self._connections)
         if listener is not None:
             with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
             listener.close()
-        with self.lock:
-            conns = list(self._connections)
         for conn in conns:
             conn.close()
 
-    def forget(self, conn: _Connection) -> None:
+    def forget(self, conn: Connection) -> None:
         with self.lock:
             self._connections.discard(conn)
+
+    def connection_count(self) -> int:
+        with self.lock:
+            return len(self._connections)
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -252,21 +177,19 @@ class Proxy:
             except OSError:
                 return
             try:
-                server = socket.create_connection(split_hostport(self.upstream), timeout=5)
-                server.settimeout(None)
-            except OSError:
+                server = _dial(self.upstream)
+            except (OSError, ValueError):
                 client.close()  # upstream closes the client when it cannot reach the upstream
                 continue
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Connection(self, client, server)
             with self.lock:
-                accepted = self.enabled and self._listener is listener
+                accepted = self._listener is listener
                 if accepted:
+                    # The chains as they are now, under the lock the API changes them under:
+                    # a toxic added from here on reaches this connection through toxic_added.
+                    conn = Connection(self, client, server, {d: list(self.chains[d]) for d in DIRECTIONS})
                     self._connections.add(conn)
+                    conn.start()  # before anyone can close it: a close joins its threads
             if not accepted:
-                # Closed outside the lock: close() takes it again (forget), and a proxy
-                # disabled while this connection was being accepted must not deadlock.
-                conn.close()
+                client.close()
+                server.close()
                 return
-            conn.start()

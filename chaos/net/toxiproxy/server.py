@@ -1,10 +1,11 @@
-"""The embedded Toxiproxy server: the part of Toxiproxy's HTTP API (v2) that trainchaos's
-``toxic`` fault uses, with the same paths, bodies, status codes and error objects, so that
-``toxiproxy-python`` (or any Toxiproxy client) drives it as it would the real server.
+"""The embedded Toxiproxy server: Toxiproxy's HTTP API (v2) with upstream's paths, bodies,
+status codes and error objects, so that ``toxiproxy-python``, upstream's Go client or any
+other Toxiproxy client drives it as it would the real server.
 
     GET    /version                            {"version": "..."}
     GET    /proxies                            {name: proxy with its toxics}
     POST   /proxies                            create (name, upstream, listen, enabled): 201
+    POST   /populate                           [proxy, ...]: create or replace each: 201
     GET    /proxies/{proxy}                    the proxy with its toxics
     POST   /proxies/{proxy} (or PATCH)         change enabled / listen / upstream
     DELETE /proxies/{proxy}                    204
@@ -17,23 +18,32 @@
 
 Errors are ``{"error": "...", "status": N}`` with upstream's messages: 400 bad request body
 / missing required field / invalid toxic type / invalid stream, 404 proxy or toxic not
-found, 409 proxy or toxic already exists. Where it differs from upstream: docs/network.md.
+found, 409 proxy or toxic already exists, 500 a proxy that cannot listen; 404 for an unknown
+path, 405 for a known path with another method, 403 for browsers. Every change of toxics is
+in force on the open connections when its call returns. Where it differs from upstream:
+docs/network.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
+from base64 import b32encode
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from chaos.net.toxiproxy.proxy import Proxy, Toxic
-from chaos.net.toxiproxy.toxics import ATTRIBUTES
+from chaos.net.toxiproxy.proxy import ListenError, Proxy, format_address, resolve_listen
+from chaos.net.toxiproxy.toxics import ATTRIBUTES, Toxic, json_type, parse_attributes
 
 __all__ = ["VERSION", "ApiError", "ToxiproxyServer", "serve"]
 
 VERSION = "2.12.0-trainchaos"
-"""The upstream API version it follows, marked as the embedded one."""
+"""Upstream's version this follows, marked as the embedded one."""
+DEFAULT_LISTEN = "127.0.0.1:0"
+"""A proxy created without ``listen``: loopback, any port (upstream: every interface)."""
 
 
 class ApiError(Exception):
@@ -41,9 +51,55 @@ class ApiError(Exception):
         super().__init__(message)
         self.message, self.status = message, status
 
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.message, "status": self.status}
 
-def _missing(name: str) -> ApiError:
-    return ApiError(f"missing required field: {name}", 400)
+
+PROXY_NOT_FOUND = ("proxy not found", 404)
+TOXIC_NOT_FOUND = ("toxic not found", 404)
+
+
+def _bad_body(detail: str) -> ApiError:
+    return ApiError(f"bad request body: {detail}", 400)
+
+
+def _missing(what: str) -> ApiError:
+    return ApiError(f"missing required field: {what}", 400)
+
+
+def decode_body(raw: bytes) -> Any:
+    """The first JSON value of a body, as Go's json.Decoder reads it (what follows it is not
+    read); an empty body is Go's ``EOF``."""
+    text = raw.decode("utf-8", errors="replace").lstrip(" \t\r\n")
+    if not text:
+        raise _bad_body("EOF")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError as exc:
+        raise _bad_body(str(exc)) from exc
+    return value
+
+
+def _fields(body: Any, into: str, types: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """The typed fields of a JSON object as Go decodes it into a struct: null (also for the
+    whole body) leaves a field unset, unknown keys are ignored, a wrong type is a 400."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise _bad_body(f"json: cannot unmarshal {json_type(body)} into Go value of type {into}")
+    out = {}
+    for key, kind in types.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+        if not ok:
+            raise _bad_body(f"json: cannot unmarshal {json_type(value)} into Go struct field {into}.{key}")
+        out[key] = value
+    return out
+
+
+_PROXY_FIELDS: dict[str, type | tuple[type, ...]] = {"name": str, "listen": str, "upstream": str, "enabled": bool}
 
 
 class ToxiproxyServer:
@@ -56,206 +112,319 @@ class ToxiproxyServer:
     def _proxy(self, name: str) -> Proxy:
         proxy = self.proxies.get(name)
         if proxy is None:
-            raise ApiError("proxy not found", 404)
+            raise ApiError(*PROXY_NOT_FOUND)
         return proxy
 
-    def create_proxy(self, body: dict[str, Any]) -> dict[str, Any]:
+    # -- proxies -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _start(proxy: Proxy) -> None:
+        try:
+            proxy.start()
+        except ListenError as exc:
+            raise ApiError(str(exc), 500) from exc
+
+    def create_proxy(self, body: Any) -> dict[str, Any]:
+        fields = _fields(body, "toxiproxy.Proxy", _PROXY_FIELDS)
         for key in ("name", "upstream"):
-            if not body.get(key):
+            if not fields.get(key):
                 raise _missing(key)
         with self.lock:
-            if body["name"] in self.proxies:
+            if fields["name"] in self.proxies:
                 raise ApiError("proxy already exists", 409)
-            try:
-                proxy = Proxy(str(body["name"]), str(body.get("listen") or "127.0.0.1:0"), str(body["upstream"]),
-                              enabled=body.get("enabled", True) is not False)
-            except (OSError, ValueError) as exc:
-                raise ApiError(f"listen {body.get('listen')}: {exc}", 500) from exc
+            proxy = Proxy(fields["name"], fields.get("listen") or DEFAULT_LISTEN, fields["upstream"])
+            if fields.get("enabled", True):
+                self._start(proxy)
             self.proxies[proxy.name] = proxy
             return proxy.to_json()
 
-    def update_proxy(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def _differs(proxy: Proxy, listen: str, upstream: str) -> bool:
+        """Upstream's Proxy.Differs: the new listen address resolved, against the one the
+        proxy reports (a bad address is a 500, as Go's resolver error is)."""
+        try:
+            family, sockaddr = resolve_listen(listen)
+        except ValueError as exc:
+            raise ApiError(str(exc), 500) from exc
+        resolved = format_address(family, sockaddr)
+        if listen.startswith(":"):
+            resolved = listen  # Go prints an address with no host as ":port"
+        return proxy.listen != resolved or proxy.upstream != upstream
+
+    def update_proxy(self, name: str, body: Any) -> dict[str, Any]:
         with self.lock:
             proxy = self._proxy(name)
-            moved = any(k in body and body[k] != getattr(proxy, k) for k in ("listen", "upstream"))
-            if moved:
+            fields = _fields(body, "toxiproxy.Proxy", _PROXY_FIELDS)
+            listen = fields.get("listen", proxy.listen)
+            upstream = fields.get("upstream", proxy.upstream)
+            enabled = fields.get("enabled", proxy.enabled)
+            if self._differs(proxy, listen, upstream):
                 proxy.stop()
-                proxy.listen = str(body.get("listen", proxy.listen))
-                proxy.upstream = str(body.get("upstream", proxy.upstream))
-            enabled = body.get("enabled", proxy.enabled or moved)
-            try:
+                proxy.listen, proxy.upstream = listen, upstream
+            # As upstream: the state asked for (by default the one the proxy was in), so a
+            # disabled proxy given a new upstream stays disabled.
+            if enabled != proxy.enabled:
                 if enabled:
-                    proxy.start()
+                    self._start(proxy)
                 else:
                     proxy.stop()
-            except OSError as exc:
-                raise ApiError(f"listen {proxy.listen}: {exc}", 500) from exc
             return proxy.to_json()
 
     def delete_proxy(self, name: str) -> None:
         with self.lock:
-            self._proxy(name).stop()
+            proxy = self._proxy(name)
             del self.proxies[name]
+        proxy.stop()
 
-    def add_toxic(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def populate(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """Upstream's /populate: a list of proxies, all checked before any is made; each then
+        created, kept (same listen and upstream: toxics and state kept) or replaced. A
+        failure stops there: its status, its error and the proxies made so far."""
+        if body is not None and not isinstance(body, list):
+            raise _bad_body(f"json: cannot unmarshal {json_type(body)} into Go value of type []toxiproxy.Proxy")
+        entries = [_fields(item, "toxiproxy.Proxy", _PROXY_FIELDS) for item in body or []]
+        for i, entry in enumerate(entries, 1):
+            for key in ("name", "upstream"):
+                if not entry.get(key):
+                    raise _missing(f"{key} at proxy {i}")
+        done: list[Proxy] = []
+        error: ApiError | None = None
+        with self.lock:
+            for entry in entries:
+                try:
+                    done.append(self._add_or_replace(entry))
+                except ApiError as exc:
+                    error = exc
+                    break
+            listed = [p.to_json() for p in done] or None  # Go's empty slice marshals as null
+        if error is not None:
+            return error.status, {**error.to_json(), "proxies": listed}
+        return 201, {"proxies": listed}
+
+    def _add_or_replace(self, entry: dict[str, Any]) -> Proxy:
+        listen = entry.get("listen") or DEFAULT_LISTEN
+        existing = self.proxies.get(entry["name"])
+        if existing is not None:
+            if not self._differs(existing, listen, entry["upstream"]):
+                return existing
+            existing.stop()
+        proxy = Proxy(entry["name"], listen, entry["upstream"])
+        if entry.get("enabled", True):
+            self._start(proxy)
+        self.proxies[proxy.name] = proxy
+        return proxy
+
+    def reset(self) -> None:
+        with self.lock:
+            proxies = list(self.proxies.values())
+        for proxy in proxies:
+            self._start(proxy)  # a proxy that cannot listen again: 500, the rest left as is
+            for toxic in proxy.toxics():
+                proxy.remove_toxic(toxic)
+
+    def shutdown(self) -> None:
+        with self.lock:
+            proxies = list(self.proxies.values())
+        for proxy in proxies:
+            proxy.stop()
+
+    # -- toxics --------------------------------------------------------------------------------
+
+    def add_toxic(self, name: str, body: Any) -> dict[str, Any]:
         with self.lock:
             proxy = self._proxy(name)
-            kind = body.get("type")
+            fields = _fields(body, "toxics.ToxicWrapper", {"name": str, "type": str, "stream": str,
+                                                           "toxicity": (int, float), "attributes": (dict,)})
+            stream = fields.get("stream", "downstream")
+            direction = stream.lower()
+            if direction not in ("upstream", "downstream"):
+                raise ApiError("stream was invalid, can be either upstream or downstream", 400)
+            kind = fields.get("type", "")
+            toxic_name = fields.get("name") or f"{kind}_{stream}"
             if kind not in ATTRIBUTES:
                 raise ApiError("invalid toxic type", 400)
-            stream = body.get("stream") or "downstream"
-            if stream not in ("upstream", "downstream"):
-                raise ApiError("stream was invalid, can be either upstream or downstream", 400)
-            toxic = Toxic(name=str(body.get("name") or f"{kind}_{stream}"), type=kind, stream=stream,
-                          toxicity=_toxicity(body.get("toxicity", 1.0)),
-                          attributes=_attributes(kind, body.get("attributes") or {}))
-            with proxy.lock:
-                if any(t.name == toxic.name for t in proxy.toxics):
-                    raise ApiError("toxic already exists", 409)
-                proxy.toxics.append(toxic)
+            if proxy.find_toxic(toxic_name) is not None:
+                raise ApiError("toxic already exists", 409)
+            try:
+                attributes = parse_attributes(kind, fields.get("attributes"), {})
+            except ValueError as exc:
+                raise _bad_body(str(exc)) from exc
+            toxic = Toxic(name=toxic_name, type=kind, stream=stream, direction=direction,
+                          toxicity=float(fields.get("toxicity", 1.0)), attributes=attributes)
+            proxy.add_toxic(toxic)
             return toxic.to_json()
 
-    def _toxic(self, proxy: Proxy, toxic: str) -> Toxic:
-        for t in proxy.toxics_for(None):
-            if t.name == toxic:
-                return t
-        raise ApiError("toxic not found", 404)
+    def _toxic(self, proxy: Proxy, name: str) -> Toxic:
+        toxic = proxy.find_toxic(name)
+        if toxic is None:
+            raise ApiError(*TOXIC_NOT_FOUND)
+        return toxic
 
-    def update_toxic(self, name: str, toxic_name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def update_toxic(self, name: str, toxic_name: str, body: Any) -> dict[str, Any]:
         with self.lock:
-            proxy = self._proxy(name)
-            toxic = self._toxic(proxy, toxic_name)
-            with proxy.lock:
-                if "toxicity" in body:
-                    toxic.toxicity = _toxicity(body["toxicity"])
-                if "attributes" in body:
-                    toxic.attributes = {**toxic.attributes, **_attributes(toxic.type, body["attributes"] or {})}
+            toxic = self._toxic(self._proxy(name), toxic_name)
+            fields = _fields(body, "toxics.ToxicWrapper", {"toxicity": (int, float), "attributes": (dict,)})
+            try:
+                attributes = parse_attributes(toxic.type, fields.get("attributes"), toxic.attributes)
+            except ValueError as exc:
+                raise _bad_body(str(exc)) from exc
+            self._proxy(name).update_toxic(toxic, float(fields.get("toxicity", toxic.toxicity)), attributes)
             return toxic.to_json()
 
     def delete_toxic(self, name: str, toxic_name: str) -> None:
         with self.lock:
             proxy = self._proxy(name)
             toxic = self._toxic(proxy, toxic_name)
-            with proxy.lock:
-                proxy.toxics.remove(toxic)
+        proxy.remove_toxic(toxic)
 
-    def reset(self) -> None:
-        with self.lock:
-            for proxy in self.proxies.values():
-                with proxy.lock:
-                    proxy.toxics.clear()
-                try:
-                    proxy.start()
-                except OSError:
-                    pass  # upstream ignores a proxy that cannot listen again here too
+    # -- routing -------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        with self.lock:
-            for proxy in self.proxies.values():
-                proxy.stop()
-
-    def route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-        """(status, JSON body or None) for one request."""
-        parts = [p for p in path.split("?")[0].split("/") if p]
-        if parts == ["version"] and method == "GET":
-            return 200, {"version": VERSION}
-        if parts == ["reset"] and method == "POST":
-            self.reset()
-            return 204, None
+    def routes(self, path: str) -> dict[str, Any] | None:
+        """Method -> handler(body bytes) -> (status, JSON body or None) for a path; None for
+        a path the API does not have. A handler decodes the body only where upstream's reads
+        one."""
+        parts = [unquote(p) for p in urlsplit(path).path.split("/")[1:]]
+        if parts == ["version"]:
+            return {"GET": lambda body: (200, {"version": VERSION})}
+        if parts == ["reset"]:
+            return {"POST": lambda body: self._no_content(self.reset)}
+        if parts == ["populate"]:
+            return {"POST": lambda body: self.populate(decode_body(body))}
         if parts == ["proxies"]:
-            if method == "GET":
-                with self.lock:
-                    return 200, {n: p.to_json() for n, p in self.proxies.items()}
-            if method == "POST":
-                return 201, self.create_proxy(body)
-        if len(parts) == 2 and parts[0] == "proxies":
-            if method == "GET":
-                with self.lock:
-                    return 200, self._proxy(parts[1]).to_json()
-            if method in ("POST", "PATCH"):
-                return 200, self.update_proxy(parts[1], body)
-            if method == "DELETE":
-                self.delete_proxy(parts[1])
-                return 204, None
-        if len(parts) == 3 and parts[0] == "proxies" and parts[2] == "toxics":
-            if method == "GET":
-                with self.lock:
-                    return 200, [t.to_json() for t in self._proxy(parts[1]).toxics_for(None)]
-            if method == "POST":
-                return 200, self.add_toxic(parts[1], body)
-        if len(parts) == 4 and parts[0] == "proxies" and parts[2] == "toxics":
-            if method == "GET":
-                with self.lock:
-                    return 200, self._toxic(self._proxy(parts[1]), parts[3]).to_json()
-            if method in ("POST", "PATCH"):
-                return 200, self.update_toxic(parts[1], parts[3], body)
-            if method == "DELETE":
-                self.delete_toxic(parts[1], parts[3])
-                return 204, None
-        raise ApiError("404 page not found", 404)
+            return {"GET": lambda body: (200, self._index()),
+                    "POST": lambda body: (201, self.create_proxy(decode_body(body)))}
+        if len(parts) < 2 or parts[0] != "proxies" or not parts[1]:
+            return None
+        name = parts[1]
+        if len(parts) == 2:
+            def update_proxy(body: bytes) -> tuple[int, Any]:
+                return 200, self.update_proxy(name, decode_body(body))
+
+            return {"GET": lambda body: (200, self._show(name)), "POST": update_proxy, "PATCH": update_proxy,
+                    "DELETE": lambda body: self._no_content(self.delete_proxy, name)}
+        if parts[2] != "toxics":
+            return None
+        if len(parts) == 3:
+            return {"GET": lambda body: (200, [t.to_json() for t in self._locked_proxy(name).toxics()]),
+                    "POST": lambda body: (200, self.add_toxic(name, decode_body(body)))}
+        if len(parts) != 4 or not parts[3]:
+            return None
+        toxic = parts[3]
+
+        def update_toxic(body: bytes) -> tuple[int, Any]:
+            return 200, self.update_toxic(name, toxic, decode_body(body))
+
+        return {"GET": lambda body: (200, self._toxic(self._locked_proxy(name), toxic).to_json()),
+                "POST": update_toxic, "PATCH": update_toxic,
+                "DELETE": lambda body: self._no_content(self.delete_toxic, name, toxic)}
+
+    def route(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        """(status, JSON body or None) for one request (404, 405: no body); ApiError for an
+        error object."""
+        handlers = self.routes(path)
+        if handlers is None:
+            return 404, None
+        if method not in handlers:
+            return 405, None
+        return handlers[method](body)
+
+    @staticmethod
+    def _no_content(call: Any, *args: Any) -> tuple[int, None]:
+        call(*args)
+        return 204, None
+
+    def _locked_proxy(self, name: str) -> Proxy:
+        with self.lock:
+            return self._proxy(name)
+
+    def _index(self) -> dict[str, Any]:
+        with self.lock:
+            return {n: p.to_json() for n, p in self.proxies.items()}
+
+    def _show(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            return self._proxy(name).to_json()
 
 
-def _toxicity(value: Any) -> float:
-    try:
-        t = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ApiError("bad request body: toxicity is not a number", 400) from exc
-    return min(max(t, 0.0), 1.0)
-
-
-def _attributes(kind: str, attrs: Any) -> dict[str, int]:
-    if not isinstance(attrs, dict):
-        raise ApiError("bad request body: attributes is not an object", 400)
-    out = {}
-    for key in ATTRIBUTES[kind]:
-        if key in attrs:
-            value = attrs[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ApiError(f"bad request body: {key} is not a number", 400)
-            out[key] = int(value)
-    return out
+def _request_id() -> str:
+    """An xid-like id (20 characters of base32hex), as upstream's X-Toxiproxy-Request-Id."""
+    return b32encode(os.urandom(12)).decode().translate(str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
+                                                                      "0123456789abcdefghijklmnopqrstuv"))[:20]
 
 
 def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes: without this, Nagle holds the body for
+            # the client's delayed ACK (40 ms a call). Go's server sets it too.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
             pass
 
-        def _serve(self, method: str) -> None:
+        def _body(self) -> bytes:
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                data = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return data
+                    data += self.rfile.read(size)
+                    self.rfile.readline()
             length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw.strip() else {}
-                if not isinstance(body, dict):
-                    raise ApiError("bad request body", 400)
-            except ValueError:
-                status, payload = 400, {"error": "bad request body", "status": 400}
-            else:
-                try:
-                    status, payload = server.route(method, self.path, body)
-                except ApiError as exc:
-                    status, payload = exc.status, {"error": exc.message, "status": exc.status}
-            data = b"" if payload is None else (json.dumps(payload) + "\n").encode()
+            return self.rfile.read(length) if length > 0 else b""
+
+        def _reply(self, status: int, data: bytes, content_type: str | None, request_id: bool) -> None:
             self.send_response(status)
-            if payload is not None:
-                self.send_header("Content-Type", "application/json")
+            if content_type:
+                self.send_header("Content-Type", content_type)
+            if request_id:
+                self.send_header("X-Toxiproxy-Request-Id", _request_id())
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's names)
-            self._serve("GET")
+        def _serve(self) -> None:
+            try:
+                body = self._body()
+            except (ValueError, OSError):
+                self.close_connection = True
+                self._reply(400, b"400 Bad Request\n", "text/plain; charset=utf-8", False)
+                return
+            # Upstream's middleware refuses browsers (a web page must not drive the API), on
+            # the paths the API has.
+            if (self.headers.get("User-Agent") or "").startswith("Mozilla/") and server.routes(self.path):
+                self._reply(403, b"User agent not allowed\n", "text/plain; charset=utf-8", True)
+                return
+            try:
+                status, payload = server.route(self.command, self.path, body)
+            except ApiError as exc:
+                status, payload = exc.status, exc.to_json()
+                data = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+                self._reply(status, data, "application/json", True)
+                return
+            except Exception as exc:  # a bug here must still answer, never drop the connection
+                data = (json.dumps({"error": f"internal error: {exc}", "status": 500}) + "\n").encode()
+                self._reply(500, data, "application/json", True)
+                return
+            if status == 404 and payload is None:
+                self._reply(404, b"404 page not found\n", "text/plain; charset=utf-8", False)
+            elif status == 405:
+                self._reply(405, b"", None, False)
+            elif payload is None:
+                self._reply(status, b"", None, True)
+            elif self.path.split("?")[0] == "/version":
+                self._reply(status, f'{{"version": "{VERSION}"}}\n'.encode(), "application/json;charset=utf-8", True)
+            else:
+                self._reply(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json", True)
 
-        def do_POST(self) -> None:  # noqa: N802
-            self._serve("POST")
-
-        def do_PATCH(self) -> None:  # noqa: N802
-            self._serve("PATCH")
-
-        def do_DELETE(self) -> None:  # noqa: N802
-            self._serve("DELETE")
+        do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = do_HEAD = do_OPTIONS = _serve  # noqa: N815
 
     return Handler
 
@@ -266,4 +435,3 @@ def serve(host: str, port: int) -> tuple[ThreadingHTTPServer, ToxiproxyServer]:
     httpd = ThreadingHTTPServer((host, port), _handler(state))
     httpd.daemon_threads = True
     return httpd, state
-
