@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shlex
 import shutil
 import sys
 import time
@@ -34,7 +33,6 @@ from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
 from chaos.interrupts import Interrupted
-from chaos.logprogress import LogProgress
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
@@ -42,6 +40,7 @@ from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.telemetry import EventTailer
 from chaos.verdict import judge
+from chaos.workload import workload_for
 
 __all__ = ["Interrupted", "RunProgress", "run_scenario_once", "run_baseline"]
 
@@ -91,22 +90,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _worker_argv(scenario: Scenario, run_dir: str, seed: int) -> tuple[list[str], int]:
-    """torchrun's per-rank program and the number of steps it trains."""
-    from harness.config import config_from_mapping, config_to_args
-
-    if scenario.workload.command:
-        argv = shlex.split(scenario.workload.command)
-        if argv and os.path.basename(argv[0]).startswith("python"):
-            argv = argv[1:]  # torchrun runs the script with its own interpreter
-        return argv, scenario.workload.steps or 0
-    options = dict(scenario.workload.harness or {})
-    options["seed"] = seed
-    options["run_dir"] = run_dir
-    cfg = config_from_mapping(options, where="workload.harness")
-    return ["-m", "harness", *config_to_args(cfg)], cfg.steps
-
-
 class _Runner:
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
                  progress: RunProgress | None, repeat_index: int = 0) -> None:
@@ -116,6 +99,7 @@ class _Runner:
         self.progress = progress or RunProgress()
         self.run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
         self.with_faults = with_faults
+        self.workload = workload_for(scenario.workload)
         self.plan_seed = plan_seed(seed, repeat_index)
         self.plan = make_plan(scenario, self.plan_seed) if with_faults else []
         self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
@@ -245,18 +229,19 @@ class _Runner:
             shutil.rmtree(self.run_dir)
         events_dir = os.path.join(self.run_dir, "events")
         os.makedirs(events_dir)
-        argv, self.steps_target = _worker_argv(self.scenario, self.run_dir, self.seed)
+        launch = self.workload.launch(self.run_dir, self.seed)
+        self.steps_target = launch.steps_target
         probe_file = os.path.join(self.run_dir, "probe_faults.json")
         with open(probe_file, "w", encoding="utf-8") as fh:
             json.dump(probe_instructions(self.plan), fh, indent=1)
-        regex = self.scenario.workload.progress_regex
         backend = self.scenario.backend
         self.resources = RunResources(self.run_id, self.run_dir)
         spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
-                       worker_argv=argv, probe_faults_file=probe_file, tee_worker_output=regex is not None,
-                       options=dict(backend.options))
+                       worker_argv=launch.worker_argv, probe_faults_file=probe_file,
+                       tee_worker_output=launch.launcher.tee_output, options=dict(backend.options),
+                       extra_env=dict(launch.env))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
-        log_progress = LogProgress(regex, events_dir, report_exit_codes=self.scenario.workload.command is not None)
+        log_progress = self.workload.progress(events_dir)
         self.journal = FaultJournal(os.path.join(self.run_dir, "fault_journal.jsonl"))
         injector = probe.Probe(events_dir, "injector", 0)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
@@ -337,7 +322,7 @@ class _Runner:
         if running:
             return False
         # The harness says it finished (run_end); a user command only by its exit code.
-        finished = finished or self.scenario.workload.command is not None
+        finished = self.workload.finished(finished)
         counted = [s.returncode for n, s in status.items()
                    if not s.lost and (n in members or not members)]
         ok = finished and all(rc == 0 for rc in counted)

@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -43,6 +42,7 @@ from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
+from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
 
@@ -119,27 +119,12 @@ class LocalCluster(ClusterBackend):
         return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
 
     def agent_command(self, node: int) -> list[str]:
-        topo = self.topology
-        nnodes = f"{topo.min_nodes}:{topo.nodes}" if topo.min_nodes and topo.min_nodes < topo.nodes else str(topo.nodes)
-        return [
-            sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", nnodes,
-            "--nproc-per-node", str(topo.ranks_per_node),
-            "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"{LOOPBACK}:{self.rdzv_port}",
-            "--rdzv-id", self.spec.run_id,
-            # is_host=false: the controller hosts the store. last_call_timeout: how long a
-            # shrunken group waits for stragglers before going on with fewer nodes.
-            "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
-            # A dead node leaves the rendezvous when its keep-alives stop: 3 x 1 s here
-            # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds.
-            "keep_alive_interval=1,keep_alive_max_attempt=3",
-            "--max-restarts", str(topo.max_restarts),
-            "--monitor-interval", "0.1",
-            "--local-addr", self.node_address(node),
-            *(["--tee", "3"] if self.spec.tee_worker_output else []),
-            *self.spec.worker_argv,
-        ]
+        """The node's torchrun agent, as the workload's launcher writes it (RunSpec carries
+        what the workload runs per rank)."""
+        launcher = TorchrunPerNode(tuple(self.spec.worker_argv), tee_output=self.spec.tee_worker_output)
+        return launcher.agent_command(self.topology, run_id=self.spec.run_id,
+                                      rdzv_endpoint=f"{LOOPBACK}:{self.rdzv_port}",
+                                      local_addr=self.node_address(node))
 
     def node_env(self, node: int) -> dict[str, str]:
         env = dict(os.environ)

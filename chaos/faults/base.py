@@ -19,6 +19,7 @@ from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
+    from chaos.workload import Workload
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -159,8 +160,9 @@ class FaultType(ABC):
 class ParamsContext:
     """What ``FaultType.check_params`` may consult besides the params."""
 
-    harness: Any = None
-    """The harness's ``HarnessConfig`` when the workload is the harness; None for a command."""
+    workload: Workload | None = None
+    """The scenario's ``chaos.workload.Workload`` (its tensors, its storage layout); None
+    when its section is invalid."""
     world_size: int | None = None
     total_nodes: int | None = None
     """Nodes of the topology, spares included (node lists in params are checked against it)."""

@@ -9,7 +9,6 @@ whether recovery ends at a clean model. docs/sdc.md has the whole story.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import re
@@ -24,7 +23,6 @@ from chaos.bitflip import (
     bit_index,
     check_name,
     parse_spec,
-    tensor_catalog,
 )
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
 from chaos.schema.types import Expect
@@ -149,11 +147,9 @@ class BitFlip(FaultType):
         if spec.kind != "grad" and "grad_phase" in given:
             problems.append((("grad_phase",), f"only for a gradient (grad:NAME), not {spec.kind} "
                              f"{params.tensor!r}"))
-        if context.harness is None:
-            return problems  # a command's tensors are known only inside it (checked at run time)
-        catalog = _harness_catalog(context.harness)
+        catalog = context.workload.tensor_catalog() if context.workload is not None else None
         if catalog is None:
-            return problems
+            return problems  # known only inside the job (a command's): checked when it fires
         try:
             entry = check_name(spec, catalog)
         except BitFlipError as exc:
@@ -167,36 +163,6 @@ class BitFlip(FaultType):
             problems.append((("element",), f"element {params.element} is outside {params.tensor} "
                              f"({numel} elements: 0-{numel - 1})"))
         return problems
-
-
-def _harness_catalog(cfg: Any) -> dict[str, dict[str, Any]] | None:
-    """The tensors of the harness's model and optimizer for ``cfg``, as a rank would have
-    them after its first step (optimizer state exists by then); None if it cannot be built
-    here (a data file only the nodes have)."""
-    try:
-        return _catalog_for(cfg.model.name, cfg.model.d_model, cfg.model.n_layers,
-                            cfg.model.n_heads, cfg.model.seq_len, cfg.data, cfg.lr)
-    except OSError:
-        return None
-
-
-@functools.cache
-def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, data: str,
-                 lr: float) -> dict[str, dict[str, Any]]:
-    import torch
-
-    from harness.config import ModelConfig
-    from harness.data import CharVocab, load_text
-    from harness.model import build_model, build_optimizer
-
-    cfg = ModelConfig(name=name, d_model=d_model, n_layers=n_layers, n_heads=n_heads,  # type: ignore[arg-type]
-                      seq_len=seq_len)
-    model = build_model(cfg, CharVocab(load_text(data)).size, seed=0)
-    optimizer = build_optimizer(model, lr)
-    for param in model.parameters():  # one zero step: the optimizer creates its state
-        param.grad = torch.zeros_like(param)
-    optimizer.step()
-    return tensor_catalog(model, optimizer)
 
 
 class CheckpointBitRotParams(FaultParams):

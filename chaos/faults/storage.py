@@ -97,17 +97,15 @@ def _check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Lo
     if path is not None and (path.startswith("/") or ".." in path.split("/")):
         errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
                                   f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
-    harness = context.harness
-    if harness is None:
+    layout = context.workload.storage() if context.workload is not None else None
+    if layout is None:
         errors.append((("tier",), "storage faults need workload.harness: the tiers are the "
                                   "harness's checkpoint directories"))
-    elif params.tier == "local" and not harness.checkpoint.fast_tier:
+    elif params.tier == "local" and not layout.node_local_checkpoints:
         errors.append((("tier",), "the workload does not use the local tier (set "
                                   "workload.harness.checkpoint.local_every_steps > 0, or a "
                                   "checkpoint.placement with local or replicated)"))
-    elif params.tier == "data" and not (harness.data_stream and harness.data
-                                        and not os.path.isabs(harness.data)
-                                        and ".." not in harness.data.split("/")):
+    elif params.tier == "data" and layout.data_file is None:
         errors.append((("tier",), "the workload does not use a data tier: set workload.harness."
                                   "data_stream: true and data to a path relative to the run "
                                   "(e.g. data/corpus.txt: the run's own copy is mounted, never the "

@@ -6,9 +6,9 @@ against a topology that is itself wrong).
 - each fault: its type is registered, its target kind suits the type and its ranks, nodes,
   racks and power domains exist, in-process types take only at_step, at_step is reached,
   the type's params (``FaultType.params_model``, then the type's own ``check_params``:
-  a bitflip's tensor name against the harness's model); fault names are unique;
-- the workload: the harness options (``harness.config``'s own checker and messages), the
-  global batch against the world size;
+  a bitflip's tensor name against the workload's tensors); fault names are unique;
+- the workload: its kind's own ``validate`` (``chaos.workload``: the harness's options by
+  its own checker and messages, the global batch against the world size);
 - the backend is registered and its options pass its ``options_model``;
 - targets.final_state needs baseline: true.
 """
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
-import shlex
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -39,7 +37,7 @@ from chaos.schema.models import (
     WorkloadDoc,
 )
 from chaos.schema.types import close_match
-from harness.config import ConfigError, HarnessConfig, config_from_mapping
+from chaos.workload import Workload, kind_of, lookup_workload
 
 __all__ = ["cross_check"]
 
@@ -54,7 +52,6 @@ _FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
           "link": "{links: [[FROM, TO], ...]}"}
 _GROUPS = {"rack": ("racks", "racks: {r1: [0, 1], r2: [2, 3]}"),
            "power_domain": ("power_domains", "power_domains: {pd-a: [0, 1], pd-b: [2, 3]}")}
-_HARNESS_WHERE = "workload.harness"
 
 
 # --------------------------------------------------------------------------- usable parts
@@ -111,8 +108,6 @@ def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> 
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
-        self.command_steps: int | None = None
-        """``workload.steps`` of a command workload (at_step is checked against it)."""
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -125,9 +120,9 @@ class _Checker:
             self.backend(top["backend"])
             with contextlib.suppress(TypeError, ValueError, AttributeError):
                 self.backend_name = backend_choice(top["backend"])[0]
-        harness = self.workload(top["workload"], topology) if "workload" in top else None
+        workload = self.workload(top["workload"], topology) if "workload" in top else None
         for index, fault in faults:
-            self.fault(("faults", index), fault, topology, harness)
+            self.fault(("faults", index), fault, topology, workload)
         self.fault_names(faults)
         if topology is not None and targets.get("completes", True):
             self.nodes_left(faults, topology)
@@ -186,64 +181,18 @@ class _Checker:
 
     # ---------------------------------------------------------------- workload
 
-    def workload(self, doc: WorkloadDoc | None, topology: records.Topology | None
-                 ) -> HarnessConfig | None:
-        if doc is not None and "command" in doc.model_fields_set:
-            self.command_steps = doc.steps
-            try:
-                argv = shlex.split(doc.command)
-            except ValueError as exc:  # an unclosed quote: torchrun could never be started
-                self.add(("workload", "command"), f"cannot be split into arguments: {exc} "
-                         "(it is split like a POSIX shell line, but no shell runs it)")
-            else:
-                if not argv:
-                    self.add(("workload", "command"), "holds no program to run")
-            return None
-        if doc is not None and doc.steps is not None:
-            self.add(("workload", "steps"), "only for 'command': the harness's steps are "
-                     "workload.harness.steps")
-        if doc is not None and doc.progress_regex is not None:
-            self.add(("workload", "progress_regex"),
-                     "only for 'command': the harness reports its progress through the probe")
-        harness = (doc.harness if doc is not None else None) or {}
-        try:
-            config = config_from_mapping(harness, where=_HARNESS_WHERE)
-        except ConfigError as exc:
-            self._harness_problem(str(exc))
-            return None
-        if topology is not None:
-            try:
-                config.check_world_size(topology.world_size)
-            except ConfigError as exc:
-                self.add(("workload", "harness", "global_batch"), str(exc))
-        return config
-
-    def _harness_problem(self, message: str) -> None:
-        """Locate a harness ConfigError ('workload.harness.x.y: msg') at the field it names.
-
-        Cross-field checks name their field at the start of the message instead
-        ('workload.harness.model: model.d_model (10) must be ...'); point at that field.
-        """
-        head, sep, rest = message.partition(": ")
-        if not (sep and (head == _HARNESS_WHERE or head.startswith(_HARNESS_WHERE + "."))
-                and " " not in head):
-            self.add(tuple(_HARNESS_WHERE.split(".")), message)
-            return
-        field_name = re.match(r"[a-z_.]+", rest)
-        # "a and b must be >= 0" names two fields: keep the section as the location
-        if field_name and not rest[field_name.end():].startswith(" and "):
-            parts = field_name.group(0).split(".")
-            section = head[len(_HARNESS_WHERE) + 1:] if head != _HARNESS_WHERE else ""
-            if section and parts[0] == section and len(parts) == 2:
-                head = f"{head}.{parts[1]}"
-            elif not section and len(parts) == 1 and parts[0] in HarnessConfig.__dataclass_fields__:
-                head = f"{head}.{parts[0]}"
-        self.add(tuple(head.split(".")), rest)
+    def workload(self, doc: WorkloadDoc | None, topology: records.Topology | None) -> Workload | None:
+        """The scenario's workload as its kind validates it (None: nothing to go on)."""
+        workload, problems = lookup_workload(kind_of(doc)).validate(
+            doc, topology.world_size if topology is not None else None)
+        for where, message in problems:
+            self.add(where, message)
+        return workload
 
     # ---------------------------------------------------------------- faults
 
     def fault(self, loc: Path, fault: dict[str, Any], topology: records.Topology | None,
-              harness: HarnessConfig | None) -> None:
+              workload: Workload | None) -> None:
         fault_type: type[FaultType] | None = None
         if "type" in fault:
             try:
@@ -261,7 +210,7 @@ class _Checker:
         if "target" in fault:
             self.target((*loc, "target"), fault["target"], fault_type, topology)
         if "trigger" in fault:
-            self.trigger((*loc, "trigger"), fault["trigger"], fault_type, harness)
+            self.trigger((*loc, "trigger"), fault["trigger"], fault_type, workload)
         if fault_type is not None and "params" in fault:
             model = fault_type.params_model
             name = fault_type.type_name
@@ -272,7 +221,7 @@ class _Checker:
                                            key_noun=f"{name} parameter",
                                            none_text=f"{name} takes no parameters")
             else:
-                context = ParamsContext(harness=harness, world_size=topology.world_size
+                context = ParamsContext(workload=workload, world_size=topology.world_size
                                         if topology is not None else None,
                                         total_nodes=topology.total_nodes
                                         if topology is not None else None)
@@ -337,19 +286,15 @@ class _Checker:
                         self.add((*loc, i, j), f"node {node} does not exist: {_nodes_text(topology)}")
 
     def trigger(self, loc: Path, trigger: TriggerDoc, fault_type: type[FaultType] | None,
-                harness: HarnessConfig | None) -> None:
+                workload: Workload | None) -> None:
         kind = trigger_kind(trigger)
         if fault_type is not None and fault_type.in_process and kind != "at_step":
             self.add((*loc, kind), f"{fault_type.type_name} is delivered in-process by the probe "
                      f"and fires only at an exact step: use trigger {{at_step: N}}, not {kind}")
-        elif kind == "at_step" and harness is not None and trigger.at_step >= harness.steps:
-            self.add((*loc, kind), f"step {trigger.at_step} is never reached: the harness trains "
-                     f"{harness.steps} steps (workload.harness.steps), so at_step must be between "
-                     f"1 and {harness.steps - 1}")
-        elif kind == "at_step" and self.command_steps is not None and trigger.at_step >= self.command_steps:
-            self.add((*loc, kind), f"step {trigger.at_step} is never reached: the command trains "
-                     f"{self.command_steps} steps (workload.steps), so at_step must be between "
-                     f"1 and {self.command_steps - 1}")
+        elif (kind == "at_step" and workload is not None and workload.steps is not None
+              and trigger.at_step >= workload.steps):
+            self.add((*loc, kind), f"step {trigger.at_step} is never reached: "
+                     f"{workload.steps_text()}, so at_step must be between 1 and {workload.steps - 1}")
 
     def nodes_left(self, faults: list[tuple[int, dict[str, Any]]], topology: records.Topology) -> None:
         """Faults that take nodes out for good must leave the job the nodes it needs, spares

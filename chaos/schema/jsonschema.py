@@ -2,8 +2,9 @@
 
 Generated, never written by hand: the scenario's sections from ``chaos.schema.models``, each
 fault type's params from its ``params_model`` (chosen by ``type``, with the target kinds and
-triggers the type takes), each backend's options from its ``options_model``, and
-``workload.harness`` from the harness's own dataclasses (``harness.config``). Cross-field
+triggers the type takes), each backend's options from its ``options_model``, and a
+workload kind's options (``workload.harness``) from the dataclasses its kind declares
+(``Workload.options_type``: the harness's own configuration). Cross-field
 rules (a rank outside the world, at_step beyond the run) are left to ``trainchaos validate``.
 """
 
@@ -19,7 +20,7 @@ from pydantic_core import core_schema
 
 from chaos.faults.base import FaultType, known_types
 from chaos.schema.models import ScenarioDoc
-from harness.config import HarnessConfig, field_docs
+from chaos.workload import Workload, known_workloads
 
 __all__ = ["SCHEMA_DIALECT", "SCHEMA_ID", "scenario_json_schema"]
 
@@ -59,7 +60,9 @@ def _model_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any
 def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a scenario file."""
     body = _model_schema(ScenarioDoc, defs := {})
-    _add_harness(defs["WorkloadDoc"]["properties"]["harness"], defs)
+    for kind in known_workloads().values():
+        if kind.options_type() is not None:
+            _add_workload_options(kind, defs["WorkloadDoc"]["properties"][kind.kind], defs)
     _add_fault_types(defs["FaultDoc"], defs)
     _add_backends(body["properties"], defs)
     body.pop("title", None)
@@ -74,11 +77,11 @@ def scenario_json_schema() -> dict[str, Any]:
     return schema
 
 
-# --------------------------------------------------------------------------- harness
+# --------------------------------------------------------------------------- workload options
 
 
 def _sections(cls: type) -> dict[str, type]:
-    """The harness config dataclass and the dataclasses nested in it, by name."""
+    """A workload's options dataclass and the dataclasses nested in it, by name."""
     found = {cls.__name__: cls}
     for hint in typing.get_type_hints(cls).values():
         if dataclasses.is_dataclass(hint) and isinstance(hint, type):
@@ -86,24 +89,25 @@ def _sections(cls: type) -> dict[str, type]:
     return found
 
 
-def _add_harness(prop: dict[str, Any], defs: dict[str, Any]) -> None:
-    schema = TypeAdapter(HarnessConfig).json_schema(schema_generator=_Generator, ref_template=_REF)
-    harness_defs = {**schema.pop("$defs", {}), HarnessConfig.__name__: schema}
-    sections = _sections(HarnessConfig)
-    for name, section in harness_defs.items():
+def _add_workload_options(kind: type[Workload], prop: dict[str, Any], defs: dict[str, Any]) -> None:
+    options = kind.options_type()
+    assert options is not None
+    schema = TypeAdapter(options).json_schema(schema_generator=_Generator, ref_template=_REF)
+    option_defs = {**schema.pop("$defs", {}), options.__name__: schema}
+    sections = _sections(options)
+    for name, section in option_defs.items():
         cls = sections[name]
         section["additionalProperties"] = False
-        section["description"] = (f"Options of the bundled harness ({name}); every one has a "
-                                  "default (python -m harness --help).")
-        for field, doc in field_docs(cls).items():
+        section["description"] = kind.options_description.format(section=name)
+        for field, doc in kind.option_docs(cls).items():
             if field in section.get("properties", {}):
                 section["properties"][field]["description"] = doc
         for field, field_schema in section.get("properties", {}).items():
             field_schema.setdefault("description", f"The {field} section.")
-    defs.update(harness_defs)
+    defs.update(option_defs)
     description = prop.get("description")
     prop.clear()
-    prop.update({"anyOf": [{"$ref": _REF.format(model=HarnessConfig.__name__)}, {"type": "null"}],
+    prop.update({"anyOf": [{"$ref": _REF.format(model=options.__name__)}, {"type": "null"}],
                  "default": None, "description": description})
 
 

@@ -1,6 +1,7 @@
 """The reference section of docs/scenario.md (``trainchaos schema --markdown``), generated
 from the same declarations as validation and the JSON Schema: the scenario models, each
-fault type's ``params_model``, each backend's ``options_model`` and the harness's dataclasses.
+fault type's ``params_model``, each backend's ``options_model`` and each workload kind's
+options dataclasses (``Workload.options_type``: the harness's configuration).
 
 The generated text sits between two markers in docs/scenario.md; ``replace_reference``
 swaps it in place, and a unit test fails when the file is out of date.
@@ -34,7 +35,7 @@ from chaos.schema.models import (
     WorkloadDoc,
 )
 from chaos.schema.types import limits_text, literal_values, type_text, unwrap
-from harness.config import HarnessConfig, field_docs
+from chaos.workload import Workload, known_workloads
 
 __all__ = ["BEGIN", "END", "reference_markdown", "replace_reference"]
 
@@ -81,7 +82,9 @@ def reference_markdown() -> str:
         if note:
             out += ["", note]
         out += ["", *_model_table(model), ""]
-    out += _harness_section()
+    for kind in known_workloads().values():
+        if kind.options_type() is not None:
+            out += _workload_options_section(kind)
     out += _fault_types_section()
     out += _backends_section()
     out += [END]
@@ -156,19 +159,18 @@ def _model_table(model: type[BaseModel], first: str = "key") -> list[str]:
 # --------------------------------------------------------------------------- derived parts
 
 
-def _harness_section() -> list[str]:
-    out = ["### `workload.harness` options", "",
-           "From the harness's own configuration (`python -m harness --help` lists the same "
-           "as flags); nested by section. Checks across options (d_model divisible by "
-           "n_heads, global_batch divisible by the world size...) are the harness's.", ""]
-    sections: list[tuple[str, type]] = [("", HarnessConfig)]
-    hints = typing.get_type_hints(HarnessConfig)
-    sections += [(f.name, hints[f.name]) for f in dataclasses.fields(HarnessConfig)
+def _workload_options_section(kind: type[Workload]) -> list[str]:
+    options = kind.options_type()
+    assert options is not None
+    out = [f"### `workload.{kind.kind}` options", "", kind.options_intro, ""]
+    sections: list[tuple[str, type]] = [("", options)]
+    hints = typing.get_type_hints(options)
+    sections += [(f.name, hints[f.name]) for f in dataclasses.fields(options)
                  if dataclasses.is_dataclass(hints[f.name])]
     for prefix, cls in sections:
         if prefix:
             out += [f"Section `{prefix}`:", ""]
-        docs = field_docs(cls)
+        docs = kind.option_docs(cls)
         section_hints = typing.get_type_hints(cls)
         out += _header("option")
         for f in dataclasses.fields(cls):

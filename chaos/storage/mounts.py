@@ -43,6 +43,7 @@ from chaos.storage.daemon import FSTYPE
 
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
+    from chaos.workload import StorageLayout
 
 __all__ = ["FuseMount", "STORAGE_RUN_ENV", "acquire_storage_mounts", "control_dir", "mounted",
            "storage_plan"]
@@ -232,7 +233,6 @@ def storage_plan(scenario: dict[str, Any]) -> dict[str, bool]:
 def _drops_local_unfsynced(fault: dict[str, Any], scenario: dict[str, Any]) -> bool:
     """A power fault with ``local_data: unfsynced`` on a workload that keeps a node-local tier."""
     from chaos.faults.base import UnknownFaultType, lookup
-    from harness.config import ConfigError, config_from_mapping
 
     try:
         if "local_data" not in lookup(str(fault.get("type"))).params_model.model_fields:
@@ -241,33 +241,36 @@ def _drops_local_unfsynced(fault: dict[str, Any], scenario: dict[str, Any]) -> b
         return False
     if (fault.get("params") or {}).get("local_data", "unfsynced") != "unfsynced":
         return False
-    harness = (scenario.get("workload") or {}).get("harness")
-    if harness is None:
-        return False
+    layout = _storage_layout(scenario)
+    return layout is not None and layout.node_local_checkpoints
+
+
+def _storage_layout(scenario: dict[str, Any]) -> StorageLayout | None:
+    """Where the scenario's workload (as recorded in run.json) keeps checkpoints and data;
+    None: none known (a command), or no workload recorded."""
+    from chaos.model import Workload as WorkloadRecord
+    from chaos.workload import workload_for
+
+    recorded = scenario.get("workload")
+    if not isinstance(recorded, dict):
+        return None
     try:
-        return config_from_mapping(dict(harness), where="workload.harness").checkpoint.fast_tier
-    except ConfigError:
-        return False
-
-
-def shared_checkpoint_dir(run_dir: str, harness: dict[str, Any] | None) -> str:
-    configured = ((harness or {}).get("checkpoint") or {}).get("dir") or ""
-    return configured if os.path.isabs(configured) else os.path.join(run_dir, configured or "checkpoints")
+        return workload_for(WorkloadRecord(**recorded)).storage()
+    except (TypeError, ValueError):  # not a workload this version records (validated before)
+        return None
 
 
 LOCAL_TIER_SUBDIR = contract.LOCAL_TIER_SUBDIR
 """The node-local tier lives in ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints`` (harness/ckpt_tiers.py)."""
 
 
-def _data_copy(run_dir: str, relative: str) -> str:
-    """The run's own copy of the data file (the shipped corpus unless it is there already),
+def _data_copy(run_dir: str, layout: StorageLayout) -> str:
+    """The run's own copy of the data file (the workload's seed unless it is there already),
     in the directory the data tier is mounted over: the original is never mounted over."""
-    from importlib import resources
-
-    path = os.path.join(run_dir, relative)
+    path = os.path.join(run_dir, layout.data_file or "")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.exists(path):
-        shutil.copyfile(str(resources.files("harness") / "data" / "corpus.txt"), path)
+    if not os.path.exists(path) and layout.data_source:
+        shutil.copyfile(layout.data_source, path)
     return os.path.dirname(path)
 
 
@@ -282,12 +285,15 @@ def acquire_storage_mounts(backend: ClusterBackend, node_local_dir: Any) -> None
     scenario = record.get("scenario") or {}
     plan = storage_plan(scenario)
     run_id, run_dir = backend.spec.run_id, backend.spec.run_dir
-    harness = (scenario.get("workload") or {}).get("harness")
+    layout = _storage_layout(scenario) if plan else None
+    if plan and layout is None:
+        raise ToolError("storage faults need a workload whose checkpoint and data paths are known "
+                        "(workload.harness); validation should have refused this scenario")
     for tier, track in sorted(plan.items()):
         if tier == "shared":
-            targets = [(shared_checkpoint_dir(run_dir, harness), None)]
+            targets = [(layout.shared_checkpoint_dir(run_dir), None)]
         elif tier == "data":
-            targets = [(_data_copy(run_dir, (harness or {}).get("data") or ""), None)]
+            targets = [(_data_copy(run_dir, layout), None)]
         else:
             targets = [(os.path.join(node_local_dir(n), LOCAL_TIER_SUBDIR), n)
                        for n in range(backend.topology.total_nodes)]

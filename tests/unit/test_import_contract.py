@@ -48,11 +48,10 @@ Edge = tuple[str, str]
 # -- allowlists (shrinking): (importer, imported) -> who removes it --------------------------
 
 ALLOWED_LAYER: dict[Edge, str] = {
-    # storage_plan decides which tiers get a mount from the run's fault types and harness
-    # config: it moves to the storage family and the runner hands the mounts over (seams).
+    # storage_plan decides which tiers get a mount from the run's fault types: it moves to
+    # the storage family and the runner hands the mounts over (seams).
     ("chaos.storage.mounts", "chaos.faults.storage"): "seams",
     ("chaos.storage.mounts", "chaos.faults.base"): "seams",
-    ("chaos.storage.mounts", "harness.config"): "seams/workload",
     # InjectionContext's scheduled reverts name FaultType (seams).
     ("chaos.cluster.base", "chaos.faults.base"): "seams",
 }
@@ -65,17 +64,8 @@ ALLOWED_CONCRETE: dict[Edge, str] = {
     ("chaos.gameday.session", "chaos.cluster.docker_engine"): "gameday",
 }
 
-ALLOWED_HARNESS: dict[Edge, str] = {
-    # Only chaos.workload (the Workload seam) may know the harness.
-    ("chaos.faults.sdc", "harness.config"): "workload",
-    ("chaos.faults.sdc", "harness.data"): "workload",
-    ("chaos.faults.sdc", "harness.model"): "workload",
-    ("chaos.run", "harness.config"): "workload",
-    ("chaos.schema.checks", "harness.config"): "workload",
-    ("chaos.schema.jsonschema", "harness.config"): "workload",
-    ("chaos.schema.markdown", "harness.config"): "workload",
-    ("chaos.storage.mounts", "harness.config"): "workload/seams",
-}
+ALLOWED_HARNESS: dict[Edge, str] = {}
+"""Only chaos.workload (the Workload seam) may know the harness: no exception left."""
 
 ALLOWED_CYCLE_EDGES: dict[Edge, str] = {
     # One edge per known cycle, the one that goes the wrong way: removing these leaves the

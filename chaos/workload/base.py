@@ -1,0 +1,151 @@
+"""The ``Workload`` interface: everything the engine may know about the training job.
+
+A workload kind is the job as a scenario names it (``workload: {harness: {...}}``,
+``workload: {command: ...}``). Its class is the one place that knows how the job is
+launched, how its progress, checkpoints and final state are read, which tensors it has, and
+how its options are validated and documented. The engine (runner, schema, storage mounts,
+fault checks) asks the instance; nothing outside ``chaos.workload`` imports the job's own
+code (``harness``), and the job reaches the engine only through ``chaos.probe`` and the
+names in ``chaos.contract``.
+
+What a kind declares, and who asks:
+
+- ``validate`` (``trainchaos validate``, ``chaos.schema.checks``): the problems of the
+  scenario's ``workload`` section, located and worded for its author;
+- ``options_type`` / ``option_docs`` / ``options_intro`` (``trainchaos schema``, the
+  reference in docs/scenario.md): the options as a dataclass with a docstring per field;
+- ``steps`` / ``steps_text`` (trigger checks, progress): the step it trains to;
+- ``tensor_catalog`` (bit-flip validation): the tensors a rank holds, when knowable
+  outside the job;
+- ``storage`` (storage faults, their mounts): where it keeps checkpoints and data;
+- ``launch`` (the runner): what the launcher runs per rank, and the launcher itself;
+- ``progress`` (the runner): the reader of its progress that the probe does not report;
+- ``finished`` (the runner): whether the job ended its training, given what it reported.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from chaos.logprogress import LogProgress
+from chaos.workload.torchrun import TorchrunPerNode
+
+if TYPE_CHECKING:
+    from chaos import model as records
+    from chaos.schema.models import WorkloadDoc
+
+__all__ = ["Launch", "Location", "StorageLayout", "Workload"]
+
+Location = tuple[str | int, ...]
+"""A place in the scenario document, from its top (``("workload", "harness", "steps")``)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one run of the workload is started (``Workload.launch``)."""
+
+    launcher: TorchrunPerNode
+    steps_target: int
+    """The step the job trains to (0: not known; the job's exit says when it is done)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment the job needs beyond what every backend exports (``chaos.contract``)."""
+
+    @property
+    def worker_argv(self) -> list[str]:
+        return list(self.launcher.worker_argv)
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """Where the job keeps what storage faults act on (``Workload.storage``)."""
+
+    shared_checkpoints: str
+    """The durable checkpoint directory: absolute, or relative to the run directory."""
+    node_local_checkpoints: bool = False
+    """Whether it also writes the node-local tier (``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``)."""
+    data_file: str | None = None
+    """The data file it reads during training, relative to the run directory (the run's
+    own copy is what a fault layer may sit over); None: no data tier."""
+    data_source: str | None = None
+    """The file the run's copy of ``data_file`` starts from when the run has none yet."""
+
+    def shared_checkpoint_dir(self, run_dir: str) -> str:
+        return (self.shared_checkpoints if os.path.isabs(self.shared_checkpoints)
+                else os.path.join(run_dir, self.shared_checkpoints))
+
+
+class Workload(ABC):
+    """One kind of training job. Instances describe the workload of one scenario; class
+    attributes and class methods describe the kind."""
+
+    kind: ClassVar[str]
+    """Its name, and its key under ``workload:`` in a scenario."""
+    summary: ClassVar[str] = ""
+    """One line for listings."""
+    options_intro: ClassVar[str] = ""
+    """What the reference says above the kind's options table (docs/scenario.md)."""
+    options_description: ClassVar[str] = ""
+    """The JSON Schema description of each options section; ``{section}`` is its name."""
+
+    def __init__(self, spec: records.Workload) -> None:
+        self.spec = spec
+
+    # -- validation and documentation ---------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+                 ) -> tuple[Workload | None, list[tuple[Location, str]]]:
+        """The workload of a scenario's ``workload`` section (None: left out) and every
+        problem found (location from the document's top, message); the workload is None
+        when what is wrong leaves nothing to go on. ``world_size``: the topology's, when the
+        topology itself is valid."""
+
+    @classmethod
+    def options_type(cls) -> type | None:
+        """The dataclass of the kind's options (nested dataclasses are sections); None: the
+        kind's keys are all in ``WorkloadDoc``."""
+        return None
+
+    @classmethod
+    def option_docs(cls, section: type) -> dict[str, str]:
+        """Field -> its documentation, for ``options_type`` or one of its sections."""
+        return {}
+
+    # -- what the engine may know before the run ------------------------------------------
+    @property
+    @abstractmethod
+    def steps(self) -> int | None:
+        """The step it trains to; None: not stated (the job's exit says when it is done)."""
+
+    @abstractmethod
+    def steps_text(self) -> str:
+        """Where ``steps`` comes from, for messages: ``the harness trains 40 steps
+        (workload.harness.steps)``."""
+
+    def tensor_catalog(self) -> dict[str, dict[str, Any]] | None:
+        """Tensor name -> {dtype, numel, ...} as a rank holds them after its first step;
+        None: known only inside the job (bit flips are checked when they fire)."""
+        return None
+
+    def storage(self) -> StorageLayout | None:
+        """Where it keeps checkpoints and data; None: not known to trainchaos (storage
+        faults cannot be aimed at it)."""
+        return None
+
+    # -- the run ------------------------------------------------------------------------------
+    @abstractmethod
+    def launch(self, run_dir: str, seed: int) -> Launch:
+        """How to start it for one run in ``run_dir`` (absolute) with ``seed``."""
+
+    def progress(self, events_dir: str) -> LogProgress:
+        """What reads the progress the probe does not report, from the node logs: the
+        agents' failure reports always; step lines only for a kind that says how."""
+        return LogProgress(None, events_dir)
+
+    def finished(self, reported_end: bool) -> bool:
+        """Whether the job completed its training when every node exited 0. ``reported_end``:
+        the probe reported ``run_end``."""
+        return reported_end

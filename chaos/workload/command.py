@@ -1,0 +1,70 @@
+"""``workload: {command: ...}``: a user's own training script, run per rank by torchrun.
+
+What trainchaos knows of it is what the scenario says: the command line, the step it trains
+to (``steps``) and how its log lines show progress (``progress_regex``). Its tensors and
+checkpoints stay inside it; it reports through ``chaos.probe`` where it calls it, and its
+end is told by its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING, ClassVar
+
+from chaos.logprogress import LogProgress
+from chaos.workload.base import Launch, Location, Workload
+from chaos.workload.torchrun import TorchrunPerNode
+
+if TYPE_CHECKING:
+    from chaos.schema.models import WorkloadDoc
+
+__all__ = ["CommandWorkload"]
+
+
+class CommandWorkload(Workload):
+    kind: ClassVar[str] = "command"
+    summary: ClassVar[str] = ("your own training command, started per node by torchrun; progress "
+                              "through chaos.probe or log lines (progress_regex)")
+
+    @classmethod
+    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+                 ) -> tuple[Workload | None, list[tuple[Location, str]]]:
+        from chaos import model as records
+
+        assert doc is not None and "command" in doc.model_fields_set
+        problems: list[tuple[Location, str]] = []
+        try:
+            argv = shlex.split(doc.command)
+        except ValueError as exc:  # an unclosed quote: torchrun could never be started
+            problems.append((("workload", "command"), f"cannot be split into arguments: {exc} "
+                             "(it is split like a POSIX shell line, but no shell runs it)"))
+        else:
+            if not argv:
+                problems.append((("workload", "command"), "holds no program to run"))
+        # Kept with its problems: the steps it states still bound the scenario's triggers.
+        return cls(records.Workload(command=doc.command, progress_regex=doc.progress_regex,
+                                    steps=doc.steps)), problems
+
+    @property
+    def steps(self) -> int | None:
+        return self.spec.steps
+
+    def steps_text(self) -> str:
+        return f"the command trains {self.spec.steps} steps (workload.steps)"
+
+    def launch(self, run_dir: str, seed: int) -> Launch:
+        argv = shlex.split(self.spec.command or "")
+        if argv and os.path.basename(argv[0]).startswith("python"):
+            argv = argv[1:]  # torchrun runs the script with its own interpreter
+        return Launch(TorchrunPerNode(tuple(argv), tee_output=self.spec.progress_regex is not None),
+                      steps_target=self.spec.steps or 0)
+
+    def progress(self, events_dir: str) -> LogProgress:
+        """Step lines by ``progress_regex`` (when given), and every worker exit the agents
+        report: a script's non-zero exit is its only failure report."""
+        return LogProgress(self.spec.progress_regex, events_dir, report_exit_codes=True)
+
+    def finished(self, reported_end: bool) -> bool:
+        """A command ends by its exit code: 0 everywhere is done, probe or not."""
+        return True

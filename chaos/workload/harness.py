@@ -1,0 +1,162 @@
+"""``workload: {harness: {...}}``: the bundled training job (``python -m harness``).
+
+The only module of the engine that imports ``harness``: its configuration (validation,
+the command line, the options' reference), its model (the tensor names a bit flip may name)
+and its shipped corpus (a data tier's seed).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from chaos.workload.base import Launch, Location, StorageLayout, Workload
+from chaos.workload.torchrun import TorchrunPerNode
+from harness.config import (
+    ConfigError,
+    HarnessConfig,
+    config_from_mapping,
+    config_to_args,
+    field_docs,
+)
+
+if TYPE_CHECKING:
+    from chaos import model as records
+    from chaos.schema.models import WorkloadDoc
+
+__all__ = ["HarnessWorkload"]
+
+_WHERE = "workload.harness"
+
+
+class HarnessWorkload(Workload):
+    kind: ClassVar[str] = "harness"
+    summary: ClassVar[str] = ("the bundled training job (python -m harness): reports through the "
+                              "probe, checkpoints in tiers, every option validated up front")
+    options_intro: ClassVar[str] = (
+        "From the harness's own configuration (`python -m harness --help` lists the same "
+        "as flags); nested by section. Checks across options (d_model divisible by "
+        "n_heads, global_batch divisible by the world size...) are the harness's.")
+    options_description: ClassVar[str] = ("Options of the bundled harness ({section}); every one "
+                                          "has a default (python -m harness --help).")
+
+    def __init__(self, spec: records.Workload, config: HarnessConfig | None = None) -> None:
+        super().__init__(spec)
+        self.config = config if config is not None else config_from_mapping(
+            dict(spec.harness or {}), where=_WHERE)
+
+    # -- validation and documentation ---------------------------------------------------------
+    @classmethod
+    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+                 ) -> tuple[Workload | None, list[tuple[Location, str]]]:
+        from chaos import model as records
+
+        problems: list[tuple[Location, str]] = []
+        if doc is not None and doc.steps is not None:
+            problems.append((("workload", "steps"), "only for 'command': the harness's steps are "
+                             "workload.harness.steps"))
+        if doc is not None and doc.progress_regex is not None:
+            problems.append((("workload", "progress_regex"),
+                             "only for 'command': the harness reports its progress through the probe"))
+        options = (doc.harness if doc is not None else None) or {}
+        try:
+            config = config_from_mapping(options, where=_WHERE)
+        except ConfigError as exc:
+            return None, [*problems, _located(str(exc))]
+        if world_size is not None:
+            try:
+                config.check_world_size(world_size)
+            except ConfigError as exc:
+                problems.append((("workload", "harness", "global_batch"), str(exc)))
+        return cls(records.Workload(harness=dict(options)), config), problems
+
+    @classmethod
+    def options_type(cls) -> type:
+        return HarnessConfig
+
+    @classmethod
+    def option_docs(cls, section: type) -> dict[str, str]:
+        return field_docs(section)
+
+    # -- what the engine may know before the run ------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.config.steps
+
+    def steps_text(self) -> str:
+        return f"the harness trains {self.config.steps} steps (workload.harness.steps)"
+
+    def tensor_catalog(self) -> dict[str, dict[str, Any]] | None:
+        """Built here, as a rank builds it (the data file only the nodes have: None)."""
+        cfg = self.config
+        try:
+            return _catalog_for(cfg.model.name, cfg.model.d_model, cfg.model.n_layers,
+                                cfg.model.n_heads, cfg.model.seq_len, cfg.data, cfg.lr)
+        except OSError:
+            return None
+
+    def storage(self) -> StorageLayout:
+        cfg = self.config
+        data = cfg.data
+        # Only a relative path is the run's own copy: the original is never mounted over.
+        streamed = bool(cfg.data_stream and data and not os.path.isabs(data) and ".." not in data.split("/"))
+        return StorageLayout(
+            shared_checkpoints=cfg.checkpoint.dir or "checkpoints",
+            node_local_checkpoints=cfg.checkpoint.fast_tier,
+            data_file=data if streamed else None,
+            data_source=str(resources.files("harness") / "data" / "corpus.txt"),
+        )
+
+    # -- the run ------------------------------------------------------------------------------
+    def launch(self, run_dir: str, seed: int) -> Launch:
+        options = dict(self.spec.harness or {})
+        options["seed"] = seed
+        options["run_dir"] = run_dir
+        cfg = config_from_mapping(options, where=_WHERE)
+        return Launch(TorchrunPerNode(("-m", "harness", *config_to_args(cfg))), steps_target=cfg.steps)
+
+
+def _located(message: str) -> tuple[Location, str]:
+    """Locate a harness ConfigError ('workload.harness.x.y: msg') at the field it names.
+
+    Cross-field checks name their field at the start of the message instead
+    ('workload.harness.model: model.d_model (10) must be ...'); point at that field.
+    """
+    head, sep, rest = message.partition(": ")
+    if not (sep and (head == _WHERE or head.startswith(_WHERE + ".")) and " " not in head):
+        return tuple(_WHERE.split(".")), message
+    field_name = re.match(r"[a-z_.]+", rest)
+    # "a and b must be >= 0" names two fields: keep the section as the location
+    if field_name and not rest[field_name.end():].startswith(" and "):
+        parts = field_name.group(0).split(".")
+        section = head[len(_WHERE) + 1:] if head != _WHERE else ""
+        if section and parts[0] == section and len(parts) == 2:
+            head = f"{head}.{parts[1]}"
+        elif not section and len(parts) == 1 and parts[0] in HarnessConfig.__dataclass_fields__:
+            head = f"{head}.{parts[0]}"
+    return tuple(head.split(".")), rest
+
+
+@functools.cache
+def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: int, data: str,
+                 lr: float) -> dict[str, dict[str, Any]]:
+    """The tensors of the harness's model and optimizer, as a rank has them after its first
+    step (optimizer state exists by then)."""
+    import torch
+
+    from chaos.bitflip import tensor_catalog
+    from harness.config import ModelConfig
+    from harness.data import CharVocab, load_text
+    from harness.model import build_model, build_optimizer
+
+    cfg = ModelConfig(name=name, d_model=d_model, n_layers=n_layers, n_heads=n_heads,  # type: ignore[arg-type]
+                      seq_len=seq_len)
+    model = build_model(cfg, CharVocab(load_text(data)).size, seed=0)
+    optimizer = build_optimizer(model, lr)
+    for param in model.parameters():  # one zero step: the optimizer creates its state
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    return tensor_catalog(model, optimizer)

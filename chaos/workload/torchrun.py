@@ -1,0 +1,61 @@
+"""The launcher of today's workload kinds: one elastic torchrun agent per node.
+
+The torchrun command line lives here, and only here: a backend says where things are (the
+interpreter, the node's address, the rendezvous endpoint it hosts) and places the command
+on its node (a process, a namespace, a container, a Slurm task).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from chaos import model as records
+
+__all__ = ["TorchrunPerNode"]
+
+
+@dataclass(frozen=True)
+class TorchrunPerNode:
+    """The launcher of today's kinds: one elastic torchrun agent per node (spares included),
+    its c10d rendezvous hosted by the controller, ``max_restarts`` restarts of the whole
+    worker group. A backend supplies where things are (interpreter, addresses, rendezvous
+    endpoint); the command line is the launcher's.
+
+    A kind with another shape (one torchrun per replica group and a lighthouse, issue 21)
+    declares another launcher; the backends place whatever command it builds on a node."""
+
+    name: ClassVar[str] = "torchrun-per-node"
+
+    worker_argv: tuple[str, ...]
+    """What each agent runs per rank, after torchrun's own options (``-m harness ...``)."""
+    tee_output: bool = False
+    """``--tee 3``: every worker line reaches the node log as ``[default<local_rank>]:...``
+    (progress read from log lines needs it)."""
+
+    def agent_command(self, topology: records.Topology, *, run_id: str, rdzv_endpoint: str,
+                      local_addr: str, python: str = sys.executable) -> list[str]:
+        """The agent of one node: ``python -m torch.distributed.run ... <worker_argv>``."""
+        nnodes = (f"{topology.min_nodes}:{topology.nodes}"
+                  if topology.min_nodes and topology.min_nodes < topology.nodes else str(topology.nodes))
+        return [
+            python, "-m", "torch.distributed.run",
+            "--nnodes", nnodes,
+            "--nproc-per-node", str(topology.ranks_per_node),
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", rdzv_endpoint,
+            "--rdzv-id", run_id,
+            # is_host=false: the controller hosts the store. last_call_timeout: how long a
+            # shrunken group waits for stragglers before going on with fewer nodes.
+            "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
+            # A dead node leaves the rendezvous when its keep-alives stop: 3 x 1 s here
+            # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds.
+            "keep_alive_interval=1,keep_alive_max_attempt=3",
+            "--max-restarts", str(topology.max_restarts),
+            "--monitor-interval", "0.1",
+            "--local-addr", local_addr,
+            *(["--tee", "3"] if self.tee_output else []),
+            *self.worker_argv,
+        ]

@@ -1,0 +1,195 @@
+"""The Workload seam: kinds by name, and the launch each kind produces for a scenario."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, ClassVar
+
+import pytest
+
+import chaos.workload as workloads
+from chaos import contract
+from chaos.cluster.base import RunSpec
+from chaos.cluster.local import LocalCluster
+from chaos.errors import EXIT_BAD_INPUT, ScenarioError
+from chaos.model import Topology
+from chaos.model import Workload as WorkloadRecord
+from chaos.scenario import parse_scenario
+from chaos.workload import (
+    Launch,
+    UnknownWorkload,
+    Workload,
+    kind_of,
+    known_workloads,
+    lookup_workload,
+    register_workload,
+    workload_for,
+)
+from chaos.workload.command import CommandWorkload
+from chaos.workload.harness import HarnessWorkload
+from harness.config import config_from_args
+
+RDZV = "127.0.0.1:29555"
+TORCHRUN_CONF = ("is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
+                 "keep_alive_interval=1,keep_alive_max_attempt=3")
+
+
+def _scenario(workload: dict[str, Any] | None, **extra: Any) -> Any:
+    doc: dict[str, Any] = {"name": "wl", "topology": {"nodes": 2, "ranks_per_node": 2}, **extra}
+    if workload is not None:
+        doc["workload"] = workload
+    return parse_scenario(doc, "wl.yaml")
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+
+def test_builtin_kinds_are_known_in_reference_order() -> None:
+    known = known_workloads()
+    assert list(known)[:2] == ["harness", "command"]
+    assert known["harness"] is HarnessWorkload and known["command"] is CommandWorkload
+    assert lookup_workload("command") is CommandWorkload
+
+
+def test_an_unknown_kind_is_a_located_error_listing_the_known_ones() -> None:
+    with pytest.raises(UnknownWorkload) as info:
+        lookup_workload("torchft", file="s.yaml", location="workload")
+    err = info.value
+    assert isinstance(err, ScenarioError) and err.exit_code == EXIT_BAD_INPUT
+    assert str(err) == "s.yaml: workload: unknown workload kind 'torchft'; known: harness, command"
+
+
+class _Toy(Workload):
+    kind: ClassVar[str] = "toy"
+
+    @classmethod
+    def validate(cls, doc, world_size):  # noqa: ANN001, ANN206
+        return None, []
+
+    @property
+    def steps(self) -> int:
+        return 5
+
+    def steps_text(self) -> str:
+        return "the toy trains 5 steps"
+
+    def launch(self, run_dir: str, seed: int) -> Launch:
+        raise NotImplementedError
+
+
+def test_a_registered_kind_is_looked_up_and_a_second_class_under_its_name_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workloads, "_REGISTRY", dict(workloads._REGISTRY))
+    register_workload(_Toy)
+    assert lookup_workload("toy") is _Toy
+    assert list(known_workloads()) == ["harness", "command", "toy"]
+    assert register_workload(_Toy) is _Toy  # the same class again is harmless
+    other = type("_Toy2", (_Toy,), {})
+    with pytest.raises(ValueError, match="'toy' registered twice"):
+        register_workload(other)
+
+
+def test_kind_of_a_record_and_of_a_document() -> None:
+    assert kind_of(None) == "harness"
+    assert kind_of(WorkloadRecord(harness={})) == "harness"
+    assert kind_of(WorkloadRecord(command="python train.py")) == "command"
+    assert isinstance(workload_for(_scenario(None).workload), HarnessWorkload)
+    assert isinstance(workload_for(_scenario({"command": "python t.py"}).workload), CommandWorkload)
+
+
+# -- the launch of each kind (what chaos/run.py and the local backend produced before) ---------
+
+
+def _agent(launch: Launch, topology: Topology, node: int = 0) -> list[str]:
+    """The node's torchrun agent as the local backend starts it for this launch."""
+    spec = RunSpec("trainchaos-abc", "/tmp/run", topology, launch.worker_argv,
+                   tee_worker_output=launch.launcher.tee_output, extra_env=launch.env)
+    cluster = LocalCluster(spec, None)  # type: ignore[arg-type]
+    cluster.rdzv_port = 29555
+    return cluster.agent_command(node)
+
+
+def test_command_launch_is_the_script_under_torchrun_with_tee_for_a_progress_regex() -> None:
+    scenario = _scenario({"command": "python3 -u train.py --lr 0.1 'a b'", "steps": 30,
+                          "progress_regex": r"step (?P<step>\d+)"},
+                         topology={"nodes": 3, "ranks_per_node": 2, "min_nodes": 2, "max_restarts": 4})
+    launch = workload_for(scenario.workload).launch("/tmp/run", seed=7)
+    assert launch.worker_argv == ["-u", "train.py", "--lr", "0.1", "a b"]
+    assert launch.steps_target == 30 and launch.env == {}
+    assert _agent(launch, scenario.topology, node=1) == [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", RDZV, "--rdzv-id", "trainchaos-abc",
+        "--rdzv-conf", TORCHRUN_CONF, "--max-restarts", "4", "--monitor-interval", "0.1",
+        "--local-addr", "127.0.0.1", "--tee", "3", "-u", "train.py", "--lr", "0.1", "a b"]
+
+
+def test_command_without_regex_or_steps_is_not_teed_and_ends_by_exit_code() -> None:
+    workload = workload_for(_scenario({"command": "./train.sh"}).workload)
+    launch = workload.launch("/tmp/run", seed=0)
+    assert launch.worker_argv == ["./train.sh"] and launch.steps_target == 0
+    assert not launch.launcher.tee_output
+    assert workload.finished(reported_end=False) is True
+    progress = workload.progress("/tmp/events")
+    assert progress.regex is None and progress.report_exit_codes
+
+
+def test_harness_launch_is_python_m_harness_with_every_option_plus_seed_and_run_dir() -> None:
+    scenario = _scenario({"harness": {"steps": 12, "global_batch": 8, "checkpoint": {"every_steps": 4}}})
+    workload = workload_for(scenario.workload)
+    launch = workload.launch("/abs/run", seed=42)
+    argv = launch.worker_argv
+    assert argv[:2] == ["-m", "harness"] and launch.steps_target == 12 and launch.env == {}
+    # The ranks parse exactly the scenario's options back, with the run's seed and directory.
+    cfg = config_from_args(argv[2:])
+    assert (cfg.steps, cfg.global_batch, cfg.checkpoint.every_steps) == (12, 8, 4)
+    assert (cfg.seed, cfg.run_dir) == (42, "/abs/run")
+    assert not launch.launcher.tee_output
+    assert _agent(launch, scenario.topology)[-len(argv) - 2:] == ["--local-addr", "127.0.0.1", *argv]
+    assert workload.finished(reported_end=False) is False and workload.finished(reported_end=True)
+    progress = workload.progress("/tmp/events")
+    assert progress.regex is None and not progress.report_exit_codes
+
+
+def test_node_environment_uses_the_contract_names() -> None:
+    spec = RunSpec("trainchaos-abc", "/tmp/run", Topology(nodes=2, ranks_per_node=1), ["x"],
+                   probe_faults_file="/tmp/run/probe_faults.json", extra_env={"EXTRA": "1"})
+    env = LocalCluster(spec, None).node_env(1)  # type: ignore[arg-type]
+    assert env["TRAINCHAOS_RUN_ID"] == "trainchaos-abc" == env[contract.RUN_ID_ENV]
+    assert env["TRAINCHAOS_EVENTS_DIR"] == "/tmp/run/events"
+    assert env["TRAINCHAOS_NODE"] == "1" and env["TRAINCHAOS_NODE_ADDR"] == "127.0.0.1"
+    assert env["TRAINCHAOS_PROBE_FAULTS"] == "/tmp/run/probe_faults.json" and env["EXTRA"] == "1"
+
+
+# -- what the engine reads from a workload before the run ------------------------------------
+
+
+def test_harness_storage_layout_follows_its_checkpoint_and_data_options(tmp_path: Any) -> None:
+    plain = workload_for(_scenario(None).workload).storage()
+    assert plain is not None
+    assert plain.shared_checkpoint_dir("/run") == "/run/checkpoints"
+    assert not plain.node_local_checkpoints and plain.data_file is None
+    assert plain.data_source and os.path.isfile(plain.data_source)
+    tiered = workload_for(_scenario({"harness": {
+        "data": "data/corpus.txt", "data_stream": True,
+        "checkpoint": {"dir": str(tmp_path), "local_every_steps": 5}}}).workload).storage()
+    assert tiered.shared_checkpoint_dir("/run") == str(tmp_path)
+    assert tiered.node_local_checkpoints and tiered.data_file == "data/corpus.txt"
+    # An absolute data file is the original: never a data tier.
+    assert workload_for(_scenario({"harness": {"data": plain.data_source, "data_stream": True}})
+                        .workload).storage().data_file is None
+
+
+def test_a_command_keeps_its_tensors_and_storage_to_itself() -> None:
+    workload = workload_for(_scenario({"command": "python t.py", "steps": 9}).workload)
+    assert workload.tensor_catalog() is None and workload.storage() is None
+    assert workload.steps == 9 and workload.steps_text() == "the command trains 9 steps (workload.steps)"
+
+
+def test_harness_tensor_catalog_names_the_model_and_optimizer_state() -> None:
+    workload = workload_for(_scenario({"harness": {"model": {"d_model": 32, "n_layers": 1,
+                                                             "n_heads": 2}}}).workload)
+    catalog = workload.tensor_catalog()
+    assert catalog is not None and "head.weight" in catalog
+    assert any(name.startswith("optim:") for name in catalog)
+    assert workload.steps_text() == "the harness trains 200 steps (workload.harness.steps)"
