@@ -105,7 +105,11 @@ def test_bad_bodies_get_a_400_on_a_connection_that_stays_usable(api: Api, method
 
 
 def test_an_empty_body_is_upstreams_eof(api: Api) -> None:
-    assert api.post("/proxies", raw=b"").error == (400, "bad request body: EOF")
+    reply = api.post("/proxies", raw=b"")
+    assert reply.error == (400, "bad request body: EOF")
+    # upstream sends its error objects through Go's http.Error: as text, one line
+    assert reply.raw == b'{"error":"bad request body: EOF","status":400}\n'
+    assert reply.headers["Content-Type"] == "text/plain; charset=utf-8"
 
 
 def test_only_the_first_json_value_is_read(api: Api) -> None:

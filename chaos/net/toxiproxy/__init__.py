@@ -2,8 +2,8 @@
 Toxiproxy proxies, and the ``toxic`` fault's way to them.
 
 When ``TOXIPROXY_URL`` names a running Toxiproxy server, the run uses it; otherwise it starts
-the embedded server (``chaos.net.toxiproxy.server``, the part of Toxiproxy's HTTP API the
-faults use) as a run-scoped resource, its API on loopback on a free port (the server's own
+the embedded server (``chaos.net.toxiproxy.server``, Toxiproxy's HTTP API, checked against
+upstream's own tests; differences in docs/network.md) as a run-scoped resource, its API on loopback on a free port (the server's own
 default, ``python -m chaos.net.toxiproxy``, is 127.0.0.1:8474 as upstream's). Either way the
 run's proxies are run-scoped resources too (deleted through the API at the end, so a shared
 server is left as it was found), and every call goes through the ``toxiproxy-python``

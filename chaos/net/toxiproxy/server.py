@@ -42,6 +42,7 @@ __all__ = ["VERSION", "ApiError", "ToxiproxyServer", "serve"]
 
 VERSION = "2.12.0-trainchaos"
 """Upstream's version this follows, marked as the embedded one."""
+TEXT = "text/plain; charset=utf-8"
 DEFAULT_LISTEN = "127.0.0.1:0"
 """A proxy created without ``listen``: loopback, any port (upstream: every interface)."""
 
@@ -383,6 +384,8 @@ def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             if content_type:
                 self.send_header("Content-Type", content_type)
+            if content_type == TEXT:
+                self.send_header("X-Content-Type-Options", "nosniff")
             if request_id:
                 self.send_header("X-Toxiproxy-Request-Id", _request_id())
             self.send_header("Content-Length", str(len(data)))
@@ -390,31 +393,33 @@ def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(data)
 
+        def _error(self, status: int, message: str) -> None:
+            """An error object, sent as upstream's http.Error sends it (text/plain)."""
+            data = json.dumps({"error": message, "status": status}, separators=(",", ":")) + "\n"
+            self._reply(status, data.encode(), TEXT, True)
+
         def _serve(self) -> None:
             try:
                 body = self._body()
             except (ValueError, OSError):
                 self.close_connection = True
-                self._reply(400, b"400 Bad Request\n", "text/plain; charset=utf-8", False)
+                self._reply(400, b"400 Bad Request\n", TEXT, False)
                 return
             # Upstream's middleware refuses browsers (a web page must not drive the API), on
             # the paths the API has.
             if (self.headers.get("User-Agent") or "").startswith("Mozilla/") and server.routes(self.path):
-                self._reply(403, b"User agent not allowed\n", "text/plain; charset=utf-8", True)
+                self._reply(403, b"User agent not allowed\n", TEXT, True)
                 return
             try:
                 status, payload = server.route(self.command, self.path, body)
             except ApiError as exc:
-                status, payload = exc.status, exc.to_json()
-                data = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
-                self._reply(status, data, "application/json", True)
+                self._error(exc.status, exc.message)
                 return
             except Exception as exc:  # a bug here must still answer, never drop the connection
-                data = (json.dumps({"error": f"internal error: {exc}", "status": 500}) + "\n").encode()
-                self._reply(500, data, "application/json", True)
+                self._error(500, f"internal error: {exc}")
                 return
             if status == 404 and payload is None:
-                self._reply(404, b"404 page not found\n", "text/plain; charset=utf-8", False)
+                self._reply(404, b"404 page not found\n", TEXT, False)
             elif status == 405:
                 self._reply(405, b"", None, False)
             elif payload is None:
