@@ -98,9 +98,12 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
     grown = [e for e in events if e["kind"] == "rank_start" and e["t"] > restored["t"]
              and e["world_size"] == 3]
     assert {e["node"] for e in grown} == {0, 1, 2}
-    # full size only after power came back, and later than the shrunken resume
+    # Full size only after power came back. The shrunken round always forms (sizes[0] above),
+    # but whether it trains a step before the domain rejoins is the host's timing: on a busy
+    # host its ranks are still starting when the grow-back round replaces them, and the first
+    # productive step is already at full size. Both are correct recoveries.
     assert fault["full_size_s"] is not None and fault["recovery_s"] is not None
-    assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] > fault["recovery_s"]
+    assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] >= fault["recovery_s"]
     assert journal["metrics"]["final_world_size"] == 3
 
 

@@ -237,6 +237,13 @@ def assert_fault_reverted(run_dir: Path, fault_id: str) -> None:
     assert ops[:2] == ["apply", "applied"] and ops[-1] == "reverted", ops
 
 
+def _wait_until(condition: Any, what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def _run_id(box: Sandbox, run_dir: Path) -> str:
     runs = [r for r in box.registered() if Path(r["run_dir"]) == run_dir.resolve()]
     assert len(runs) == 1, f"the running run must be registered as active: {box.registered()}"
@@ -291,6 +298,17 @@ def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbo
     run_dir = sandbox.run_dir(scenario)
     run_id = _run_id(sandbox, run_dir)
 
+    # The controller hosts the agents' rendezvous store. Once it is gone, torchrun's agents
+    # notice and stop their workers (SIGTERM, then SIGKILL after a grace period, the frozen
+    # rank included): on a busy host that can end every process before cleanup runs, and
+    # there is nothing left for cleanup to kill. So the agents are frozen first, as a stuck
+    # job's would be: the job waits for the test, and cleanup must end stopped processes.
+    agents = [p for p in find_run_processes(run_id) if p.rank is None]
+    assert agents, "expected the run's torchrun agents"
+    for agent in agents:
+        os.kill(agent.pid, signal.SIGSTOP)
+    _wait_until(lambda: all(process_state(a.pid) == "T" for a in agents), "the agents to stop")
+
     proc.kill()  # no handler, no finally: what a crashed controller or an OOM kill leaves
     proc.wait(timeout=10)
 
@@ -298,7 +316,7 @@ def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbo
     # test would see if cleanup did nothing).
     leftovers = find_run_processes(run_id)
     assert leftovers, "expected the run's processes to outlive a SIGKILLed controller"
-    frozen = [p for p in leftovers if p.state == "T"]
+    frozen = [p for p in leftovers if p.state == "T" and p.rank is not None]
     assert frozen, f"expected the frozen rank among the leftovers: {[(p.pid, p.state) for p in leftovers]}"
     assert {p.pid for p in frozen} <= set(fault["details"]["stopped_pids"])
     assert [r["run_id"] for r in sandbox.registered()] == [run_id]
