@@ -26,14 +26,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from chaos.net.toxiproxy.toxics import Chunk, Toxic, ToxicState, latency_delay, slice_points
 
-if TYPE_CHECKING:
-    from chaos.net.toxiproxy.proxy import Proxy
-
-__all__ = ["Connection"]
+__all__ = ["Connection", "Owner"]
 
 CHUNK = 32 * 1024
 """Bytes read at a time (upstream's io.Copy buffer)."""
@@ -273,10 +270,16 @@ class _Link:
                     raise _Closed from None
 
 
+class Owner(Protocol):
+    """What a connection needs of its proxy (``chaos.net.toxiproxy.proxy.Proxy``)."""
+
+    def forget(self, conn: Connection) -> None: ...
+
+
 class Connection:
     """A client's connection and its connection to the upstream, with the two links."""
 
-    def __init__(self, proxy: Proxy, client: socket.socket, server: socket.socket,
+    def __init__(self, proxy: Owner, client: socket.socket, server: socket.socket,
                  chains: dict[str, list[Toxic]]) -> None:
         self.proxy, self.client, self.server = proxy, client, server
         self.cond = threading.Condition()
