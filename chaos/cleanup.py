@@ -12,20 +12,18 @@ named with ``--run-dir`` and ``--force``.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from dataclasses import dataclass, field
 
-from chaos.aborted import write_aborted_journal
-from chaos.cluster.resources import (
-    RESOURCES_FILE,
-    known_kinds,
-    pending_resources,
-    release_records,
-)
+from chaos.aborted import write_aborted_record
+from chaos.cluster.resources import known_kinds, pending_resources, release_records
 from chaos.faults.base import UnknownFaultType, lookup
 from chaos.procs import find_run_processes, kill_pids
+from chaos.record import RunRecordError, load_run_record
 from chaos.rollback import FaultJournal, active_runs, run_is_live, unregister_run
+from chaos.rundir import RunDir
 
 __all__ = ["CleanupReport", "cleanup_runs", "find_leftovers"]
 
@@ -43,8 +41,9 @@ def _live_run_ids() -> set[str]:
 
 
 def _clean_one(run_id: str, run_dir: str, report: CleanupReport) -> None:
-    journal = FaultJournal(os.path.join(run_dir, "fault_journal.jsonl"))
-    for pending in journal.pending():
+    rundir = RunDir(run_dir)
+    fault_journal = FaultJournal(rundir.fault_journal)
+    for pending in fault_journal.pending():
         label = f"{pending['fault_id']} ({pending['type']})"
         try:
             lookup(pending["type"]).revert_record(pending["details"])
@@ -54,23 +53,23 @@ def _clean_one(run_id: str, run_dir: str, report: CleanupReport) -> None:
         except Exception as exc:  # go on: every other fault and resource still gets undone
             report.failures.append(f"{run_id}: cannot revert {label}: {exc}")
             continue
-        journal.reverted(pending["fault_id"], None)
+        fault_journal.reverted(pending["fault_id"], None)
         report.lines.append(f"{run_id}: reverted {label}")
     # Processes before resources: a helper must be gone before its directory or device is.
     procs = find_run_processes(run_id)
     if procs:
         kill_pids([p.pid for p in procs])
         report.lines.append(f"{run_id}: killed {len(procs)} process(es): " + ", ".join(str(p.pid) for p in procs))
-    resources_path = os.path.join(run_dir, RESOURCES_FILE)
+    resources_path = rundir.resources_journal
     pending = pending_resources(resources_path)
     failures = release_records(resources_path, pending)
     report.failures.extend(f"{run_id}: {f}" for f in failures)
     if len(pending) > len(failures):
         report.lines.append(f"{run_id}: released {len(pending) - len(failures)} resource(s)")
     try:
-        written = write_aborted_journal(run_dir, "the controller was gone (killed or crashed); "
-                                                 "journal written by trainchaos cleanup")
-    except Exception as exc:  # the journal is a record, not a revert: report and go on
+        written = write_aborted_record(run_dir, "the controller was gone (killed or crashed); "
+                                                "journal written by trainchaos cleanup")
+    except Exception as exc:  # the run record is a record, not a revert: report and go on
         report.failures.append(f"{run_id}: journal not written: {exc}")
     else:
         if written:
@@ -89,7 +88,7 @@ def cleanup_runs(run_dirs: list[str], force: bool = False) -> CleanupReport:
         for d in run_dirs:
             d = os.path.abspath(d)
             reg = registered.get(d)
-            run_id = reg["run_id"] if reg else _run_id_from_journal(d)
+            run_id = reg["run_id"] if reg else _run_id_of(d)
             if run_id is None:
                 report.failures.append(f"{d}: no run id found (not a trainchaos run directory?)")
                 continue
@@ -137,8 +136,9 @@ def find_leftovers() -> list[str]:
             continue
         listed.add(entry["run_id"])
         run_id, run_dir = entry["run_id"], entry["run_dir"]
-        faults = FaultJournal(os.path.join(run_dir, "fault_journal.jsonl")).pending()
-        resources = pending_resources(os.path.join(run_dir, RESOURCES_FILE))
+        rundir = RunDir(run_dir)
+        faults = FaultJournal(rundir.fault_journal).pending()
+        resources = pending_resources(rundir.resources_journal)
         found.append(f"run {run_id} ({run_dir}): controller gone; {len(faults)} fault(s) not "
                      f"reverted, {len(resources)} resource(s) not released")
         found.extend(f"  fault {f['fault_id']} ({f['type']})" for f in faults)
@@ -153,15 +153,17 @@ def find_leftovers() -> list[str]:
     return found
 
 
-def _run_id_from_journal(run_dir: str) -> str | None:
+def _run_id_of(run_dir: str) -> str | None:
+    """The run id from the run record, else from the injector's ``job_start`` event (the
+    controller died before it wrote the record)."""
+    rundir = RunDir(run_dir)
     try:
-        with open(os.path.join(run_dir, "journal.json"), encoding="utf-8") as fh:
-            return json.load(fh).get("run_id")
-    except (OSError, json.JSONDecodeError):
-        pass
-    import glob
-
-    for path in glob.glob(os.path.join(run_dir, "events", "injector.*.jsonl")):
+        run_id = load_run_record(rundir.run_record).run_id
+    except RunRecordError:
+        run_id = None
+    if run_id:
+        return run_id
+    for path in glob.glob(os.path.join(rundir.events, "injector.*.jsonl")):
         try:
             with open(path, encoding="utf-8") as fh:
                 for line in fh:

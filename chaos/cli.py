@@ -162,19 +162,28 @@ def faults(verbose: bool) -> None:
 @cli.command()
 @click.option("--markdown", is_flag=True,
               help="The Markdown reference (the generated part of docs/scenario.md) instead.")
+@click.option("--journal", is_flag=True,
+              help="The JSON Schema of a run's journal.json (the run record) instead.")
 @click.option("--out", "out_path", default=None, metavar="FILE",
               help="Write to FILE instead of stdout. With --markdown, a FILE holding the reference "
                    "markers (docs/scenario.md) gets only that section replaced.")
-def schema(markdown: bool, out_path: str | None) -> None:
+def schema(markdown: bool, journal: bool, out_path: str | None) -> None:
     """Print the JSON Schema of scenario files (draft 2020-12), for editors and CI.
 
     \b
     Editors that use yaml-language-server complete and check a scenario file with a first line
       # yaml-language-server: $schema=<path to the file written by --out>
+    With --journal: the schema of the journal.json every run writes, for tools that read it.
     """
     import json
 
-    if not markdown:
+    if markdown and journal:
+        raise click.UsageError("--markdown and --journal exclude each other")
+    if journal:
+        from chaos.record import run_record_json_schema
+
+        text = json.dumps(run_record_json_schema(), indent=2) + "\n"
+    elif not markdown:
         from chaos.schema.jsonschema import scenario_json_schema
 
         text = json.dumps(scenario_json_schema(), indent=2) + "\n"

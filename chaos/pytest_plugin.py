@@ -110,13 +110,14 @@ class RunResult:
     def from_journal(cls, journal: dict[str, Any]) -> RunResult:
         from chaos.report import RUN_HTML
         from chaos.report._format import outcome, reasons, repeat_of, scenario_name
+        from chaos.rundir import RunDir
 
         run_dir = Path(str(journal.get("run_dir") or "."))
         page = run_dir / RUN_HTML
         return cls(scenario=scenario_name(journal), repeat=repeat_of(journal),
                    status=str(journal.get("status") or "unknown"), outcome=outcome(journal),
                    reasons=reasons(journal), metrics=_metrics(journal.get("metrics")),
-                   verdict=_verdict(journal.get("verdict")), journal_path=run_dir / "journal.json",
+                   verdict=_verdict(journal.get("verdict")), journal_path=Path(RunDir(str(run_dir)).run_record),
                    report_path=page if page.exists() else None, journal=journal)
 
 

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos import __version__, interrupts, probe
-from chaos.aborted import write_run_record
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
 from chaos.cluster.resources import RunResources
@@ -36,8 +35,16 @@ from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
+from chaos.record import (
+    FaultOutcome,
+    RunStart,
+    build_run_record,
+    fault_outcome,
+    write_run_start,
+)
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
+from chaos.rundir import RunDir
 from chaos.telemetry import EventTailer
 from chaos.verdict import judge
 from chaos.workload import workload_for
@@ -92,9 +99,13 @@ def _now_iso() -> str:
 
 class _Runner:
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
-                 progress: RunProgress | None, repeat_index: int = 0) -> None:
+                 progress: RunProgress | None, repeat_index: int = 0,
+                 baseline_run: dict[str, Any] | None = None) -> None:
         self.scenario = scenario
-        self.run_dir = os.path.abspath(run_dir)
+        self.rundir = RunDir.of(run_dir)
+        self.run_dir = self.rundir.path
+        self.repeat_index = repeat_index
+        self.baseline_run = baseline_run
         self.seed = seed
         self.progress = progress or RunProgress()
         self.run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
@@ -224,14 +235,15 @@ class _Runner:
         self.ctx.emit("fault_reverted", fault=fault.fault_id, target=fault.target.describe())
 
     # -- the run --------------------------------------------------------------------------
-    def run(self) -> tuple[dict[str, Any], list[Event]]:
+    def run(self) -> tuple[list[Event], float]:
+        """Run the job to its end; returns its events and the time it ended."""
         if os.path.exists(self.run_dir):
             shutil.rmtree(self.run_dir)
-        events_dir = os.path.join(self.run_dir, "events")
+        events_dir = self.rundir.events
         os.makedirs(events_dir)
         launch = self.workload.launch(self.run_dir, self.seed)
         self.steps_target = launch.steps_target
-        probe_file = os.path.join(self.run_dir, "probe_faults.json")
+        probe_file = self.rundir.probe_faults
         with open(probe_file, "w", encoding="utf-8") as fh:
             json.dump(probe_instructions(self.plan), fh, indent=1)
         backend = self.scenario.backend
@@ -242,21 +254,22 @@ class _Runner:
                        extra_env=dict(launch.env))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
-        self.journal = FaultJournal(os.path.join(self.run_dir, "fault_journal.jsonl"))
+        self.journal = FaultJournal(self.rundir.fault_journal)
         injector = probe.Probe(events_dir, "injector", 0)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
-        started_at = _now_iso()
-        t_start = time.time()
-        # What the journal needs that the events do not hold, on disk before anything starts:
-        # if this controller is SIGKILLed, ``trainchaos cleanup`` writes the journal from it.
-        write_run_record(self.run_dir, {
+        # What the run record needs that the events do not hold, on disk before anything
+        # starts: if this controller is SIGKILLed, ``trainchaos cleanup`` builds the record from it.
+        self.start = RunStart.model_validate({
             "run_id": self.run_id, "scenario": _scenario_dict(self.scenario), "seed": self.seed,
             "plan_seed": self.plan_seed, "plan": [p.to_dict() for p in self.plan],
-            "with_faults": self.with_faults, "started_at": started_at, "t_start": t_start,
+            "with_faults": self.with_faults, "started_at": _now_iso(), "t_start": time.time(),
             "steps_target": self.steps_target, "world_size": self.scenario.topology.world_size,
-            "timeout_s": self.scenario.timeout_s, "backend": {"name": backend.name},
+            "timeout_s": self.scenario.timeout_s,
+            "backend": {"name": backend.name, "options": dict(backend.options)},
+            "repeat_index": self.repeat_index, "baseline": self.baseline_run,
         })
+        write_run_start(self.rundir, self.start)
         deadline = time.monotonic() + self.scenario.timeout_s
         try:
             register_run(self.run_id, self.run_dir)
@@ -305,8 +318,7 @@ class _Runner:
         if self.tool_errors:
             self.error = "; ".join(self.tool_errors)
         t_end = time.time()
-        events = read_events(events_dir)
-        return self._journal(events, started_at, t_start, t_end)
+        return read_events(events_dir), t_end
 
     def _job_ended(self) -> bool:
         """Every node that is not lost has exited. Once the harness reported its end, the
@@ -381,12 +393,13 @@ class _Runner:
             return step, None
         return step, "exact" if step == n else "next_step" if step == n + 1 else "late" if step > n else "early"
 
-    def _journal(self, events: list[Event], started_at: str, t_start: float, t_end: float) -> dict[str, Any]:
+    def measure(self, events: list[Event], t_end: float) -> tuple[list[FaultOutcome], dict[str, Any], dict[str, Any] | None]:
+        """What each fault did, the run's metrics and its verdict (None: not judged)."""
         records = self._fault_records(events)
         world = self.scenario.topology.world_size
-        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=t_start, t_end=t_end,
-                      steps_target=self.steps_target, world_size=world, timeout_s=self.scenario.timeout_s,
-                      t_stop=self.t_stop)
+        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=self.start.t_start,
+                      t_end=t_end, steps_target=self.steps_target, world_size=world,
+                      timeout_s=self.scenario.timeout_s, t_stop=self.t_stop)
         baseline = getattr(self, "baseline_info", None)
         metrics = compute_metrics(events, records, run, baseline)
         # The fault-free baseline is a reference, not an experiment, and a run trainchaos
@@ -398,36 +411,15 @@ class _Runner:
         for planned, rec in zip([p for p in self.plan if p.fires], records, strict=True):
             step, precision = self._precision(planned, events, rec.t_inject)
             st = states.get(planned.fault_id)
-            faults_out.append({
-                **asdict(rec), "step_at_inject": step, "precision": precision,
-                "mechanism": "probe" if planned.fault.in_process else "injector",
-                "fidelity": planned.fault.fidelity,
-                "details": st.record if st else {}, "error": st.error if st else None,
-                "target_spec": dict(planned.fault.target_spec),
-                "resolved_target": st.resolved.to_dict() if st and st.resolved else None,
-            })
-        return {
-            "format": 1,
-            "scenario": _scenario_dict(self.scenario),
-            "run_id": self.run_id,
-            "run_dir": self.run_dir,
-            "status": self.status,
-            "error": self.error,
-            "tool_errors": list(self.tool_errors),
-            "traceback": getattr(self, "traceback", None),
-            "backend": {"name": self.scenario.backend.name, "options": dict(self.scenario.backend.options)},
-            "started_at": started_at,
-            "ended_at": _now_iso(),
-            "wall_s": round(t_end - t_start, 3),
-            "versions": _versions(),
-            "seed": self.seed,
-            "plan_seed": self.plan_seed,
-            "plan": [p.to_dict() for p in self.plan],
-            "faults": faults_out,
-            "metrics": metrics.to_dict(),
-            "verdict": verdict.to_dict() if verdict else None,
-            "baseline": None,
-        }, events
+            faults_out.append(fault_outcome(
+                rec, step_at_inject=step, precision=precision,
+                mechanism="probe" if planned.fault.in_process else "injector",
+                fidelity=planned.fault.fidelity,
+                details=st.record if st else {}, error=st.error if st else None,
+                target_spec=dict(planned.fault.target_spec),
+                resolved_target=st.resolved.to_dict() if st and st.resolved else None,
+            ))
+        return faults_out, metrics.to_dict(), verdict.to_dict() if verdict else None
 
 
 def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
@@ -440,26 +432,29 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
                       progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
                       baseline_run: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
-    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index)
+    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run)
     runner.baseline_info = baseline
     try:
-        journal, events = runner.run()
-        journal["repeat_index"] = repeat_index
-        journal["baseline"] = baseline_run
-        if interrupts.take_pending() is not None and journal["status"] != "interrupted":
-            # A signal during teardown: the run's own outcome stands, the suite stops after it.
-            journal["interrupted_after"] = True
-        write_run_reports(runner.run_dir, journal, events)
+        events, t_end = runner.run()
+        faults, metrics, verdict = runner.measure(events, t_end)
+        # A signal during teardown: the run's own outcome stands, the suite stops after it.
+        interrupted_after = interrupts.take_pending() is not None and runner.status != "interrupted"
+        record = build_run_record(
+            runner.start, run_dir=runner.run_dir, status=runner.status, t_end=t_end, faults=faults,
+            metrics=metrics, verdict=verdict, versions=_versions(), error=runner.error,
+            tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
+            ended_at=_now_iso(), interrupted_after=interrupted_after)
+        write_run_reports(runner.run_dir, record, events)
     finally:
         interrupts.release()
-    return journal
+    return record.to_dict()
 
 
 def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, dict[str, Any]]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
     losses = {}
-    for ev in read_events(os.path.join(run_dir, "events")):
+    for ev in read_events(RunDir(run_dir).events):
         if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
             losses[int(ev["step"])] = ev.get("loss")
     info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,

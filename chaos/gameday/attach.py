@@ -11,12 +11,9 @@ step runs, and that container is never touched.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.aborted import RUN_RECORD
 from chaos.cluster.base import ResolvedTarget, RunSpec, node_group, target_ranks
 from chaos.cluster.docker import DockerCluster
 from chaos.cluster.docker_engine import (
@@ -29,7 +26,9 @@ from chaos.cluster.docker_engine import (
 )
 from chaos.errors import ScenarioError, ToolError, ValidationIssue
 from chaos.model import Topology
+from chaos.record import RunRecordError, load_run_start
 from chaos.rollback import active_runs, run_is_live
+from chaos.rundir import RunDir
 from chaos.telemetry import EventTailer
 
 __all__ = ["AttachedRun", "Resolution", "find_run"]
@@ -42,12 +41,11 @@ def find_run(which: str, plan_path: str) -> dict[str, Any]:
         if not run_is_live(entry):
             continue
         try:
-            with open(os.path.join(entry["run_dir"], RUN_RECORD), encoding="utf-8") as fh:
-                record = json.load(fh)
-        except (OSError, json.JSONDecodeError):
+            start = load_run_start(entry["run_dir"])
+        except RunRecordError:
             continue
-        if (record.get("backend") or {}).get("name") == "docker":
-            live.append({**entry, "record": record})
+        if start.backend.name == "docker":
+            live.append({**entry, "record": start.model_dump(exclude_unset=True)})
     if which != "latest":
         live = [e for e in live if e["run_id"] == which]
     if not live:
@@ -90,7 +88,7 @@ class AttachedRun(DockerCluster):
         # journaled by the session), and a dry run writes nothing at all.
         super().__init__(spec, None)  # type: ignore[arg-type]
         self.hosts = list(self.options.hosts) or [default_host()]
-        self._tailer = EventTailer(os.path.join(entry["run_dir"], "events"))
+        self._tailer = EventTailer(RunDir(entry["run_dir"]).events)
         self.backlog = self.refresh()
         """The run's events up to the attach (the observer starts from them)."""
 

@@ -1,8 +1,8 @@
 """Everything a run writes and prints, built from plain JSON-able dicts.
 
-Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json``, ``summary.md``,
-``timeline.csv``, ``timeline.parquet`` and ``report.html``. Per suite: ``suite.json``,
-``suite.md``, ``index.html`` and JUnit XML. On the console: the verdict table and the
+Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json`` (the run record,
+``chaos.record``), ``summary.md``, ``timeline.csv``, ``timeline.parquet`` and
+``report.html``. Per suite: ``suite.json``, ``suite.md``, ``index.html`` and JUnit XML. On the console: the verdict table and the
 progress display. ``rebuild_reports`` writes the derived files again from the journals
 (``trainchaos report``).
 """
@@ -10,34 +10,23 @@ progress display. ``rebuild_reports`` writes the derived files again from the jo
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+from chaos.record import RunRecord, write_run_record
 from chaos.report.aggregate import aggregate, render_suite_md, suite_name_of, write_suite_report
 from chaos.report.console import ProgressDisplay, print_verdict_table, verdict_table
 from chaos.report.html import RUN_HTML, SUITE_HTML, write_run_html, write_suite_html
-from chaos.report.journal import (
-    JOURNAL_FORMAT,
-    JOURNAL_NAME,
-    Journal,
-    JournalError,
-    read_journal,
-    write_journal,
-)
 from chaos.report.junit import render_junit, write_junit
 from chaos.report.summary import render_summary, write_summary
 from chaos.report.timeline import timeline_frame, write_timeline
 
 __all__ = [
-    "JOURNAL_FORMAT",
-    "JOURNAL_NAME",
-    "Journal",
-    "JournalError",
     "ProgressDisplay",
     "RUN_HTML",
     "SUITE_HTML",
     "aggregate",
     "print_verdict_table",
-    "read_journal",
     "rebuild_reports",
     "render_junit",
     "render_suite_md",
@@ -45,7 +34,6 @@ __all__ = [
     "suite_name_of",
     "timeline_frame",
     "verdict_table",
-    "write_journal",
     "write_junit",
     "write_run_html",
     "write_run_reports",
@@ -59,16 +47,20 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def write_run_reports(run_dir: str, journal: dict[str, Any], events: list[dict[str, Any]]) -> list[str]:
-    """Write one run's journal, summary, timeline and HTML page into ``run_dir``; returns
-    the paths.
+def write_run_reports(run_dir: str, record: RunRecord | Mapping[str, Any],
+                      events: list[dict[str, Any]]) -> list[str]:
+    """Write one run's record (``journal.json``), summary, timeline and HTML page into
+    ``run_dir``; returns the paths. A mapping is validated as a run record first.
 
-    The journal goes first and its failure propagates: it is the record of the run. A bug
+    The record goes first and its failure propagates: it is the record of the run. A bug
     in a derived report (summary, timeline, HTML) is logged with its traceback and skipped,
-    so that it costs a file, not the run's verdict and exit code; the journal holds the same
+    so that it costs a file, not the run's verdict and exit code; the record holds the same
     data.
     """
-    paths = [write_journal(run_dir, journal)]
+    if not isinstance(record, RunRecord):
+        record = RunRecord.from_dict(record)
+    paths = [write_run_record(run_dir, record)]
+    journal = record.to_dict()
     try:
         paths.append(write_summary(run_dir, journal))
     except Exception:  # noqa: BLE001

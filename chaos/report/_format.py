@@ -1,5 +1,5 @@
 """Shared helpers of the report writers: safe access to a journal dict, value formatting,
-the pass/fail/error outcome of a run, and atomic file writes.
+the pass/fail/error outcome of a run.
 
 Every function here tolerates missing or None parts of a journal: an interrupted run has no
 metrics and no verdict, and its reports must still be written.
@@ -8,11 +8,10 @@ metrics and no verdict, and its reports must still be written.
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from typing import Any, Literal
 
+from chaos.fileio import atomic_write_text  # noqa: F401  (re-exported for the report modules)
 from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
 from chaos.metrics.catalogue import missing_label, spec
 
@@ -298,27 +297,6 @@ def fmt_metric_value(key: str, value: Any, missing: str = DASH) -> str:
 
 
 # ------------------------------------------------------------------------------ JSON and files
-
-
-def atomic_write_text(path: str, text: str) -> str:
-    """Write via a temp file in the same directory and rename, so a reader (or a controller
-    killed mid-write) never sees a half-written report."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
 
 
 _MD_SPECIAL = re.compile(r"([|])")

@@ -47,6 +47,17 @@ from chaos.report._format import (
     wall_s_of,
 )
 from chaos.report.runview import RunView, baseline_events, build_run_view
+from chaos.rundir import (
+    EVENTS_SUBDIR,
+    FAULT_JOURNAL_FILE,
+    LOGS_SUBDIR,
+    RUN_RECORD_FILE,
+    RUN_REPORT_HTML,
+    SUMMARY_FILE,
+    TIMELINE_CSV,
+    TIMELINE_PARQUET,
+    RunDir,
+)
 
 __all__ = [
     "RUN_HTML",
@@ -57,7 +68,7 @@ __all__ = [
     "write_suite_html",
 ]
 
-RUN_HTML = "report.html"
+RUN_HTML = RUN_REPORT_HTML
 SUITE_HTML = "index.html"
 
 _CSS = """
@@ -137,10 +148,11 @@ def _link(href: str, text: str) -> str:
 
 def write_run_html(run_dir: str, journal: dict[str, Any], events: list[dict[str, Any]] | None = None) -> str:
     """Write ``<run_dir>/report.html``; events are read from ``<run_dir>/events`` when None."""
+    rundir = RunDir(run_dir)
     if events is None:
-        events = read_events(os.path.join(run_dir, "events"))
+        events = read_events(rundir.events)
     html = render_run_html(journal, events, baseline_events(journal, run_dir), run_dir=run_dir)
-    return atomic_write_text(os.path.join(run_dir, RUN_HTML), html)
+    return atomic_write_text(rundir.report_html, html)
 
 
 def render_run_html(journal: dict[str, Any], events: list[dict[str, Any]],
@@ -391,10 +403,10 @@ def _run_faults(journal: dict[str, Any]) -> list[str]:
 def _run_files(journal: dict[str, Any], run_dir: str | None) -> list[str]:
     run_dir = run_dir or str(journal.get("run_dir") or "")
     links: list[str] = []
-    for name in ("journal.json", "summary.md", "timeline.csv", "timeline.parquet", "fault_journal.jsonl"):
+    for name in (RUN_RECORD_FILE, SUMMARY_FILE, TIMELINE_CSV, TIMELINE_PARQUET, FAULT_JOURNAL_FILE):
         if run_dir and os.path.exists(os.path.join(run_dir, name)):
             links.append(_link(name, name))
-    for folder in ("logs", "events"):
+    for folder in (LOGS_SUBDIR, EVENTS_SUBDIR):
         path = os.path.join(run_dir, folder) if run_dir else ""
         if path and os.path.isdir(path):
             links += [_link(f"{folder}/{n}", f"{folder}/{n}") for n in sorted(os.listdir(path))
@@ -522,7 +534,7 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
         body.append('<h2 id="fidelity">What the faults stand for</h2>')
         for name, text in sorted(fidelity.items()):
             body.append(f"<p><code>{escape(name)}</code></p><blockquote>{escape(' '.join(text.split()))}</blockquote>")
-    files = [name for name in ("suite.md", "suite.json", "junit.xml", "compare.md") if out_dir and
+    files = [name for name in ("suite.md", "suite.json", "junit.xml", "compare.md", "policies.md") if out_dir and
              os.path.exists(os.path.join(out_dir, name))]
     if files:
         body += ['<h2 id="files">Files</h2><ul>', *[f"<li>{_link(n, n)}</li>" for n in files], "</ul>"]

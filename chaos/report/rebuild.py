@@ -9,13 +9,14 @@ import json
 import os
 from typing import Any
 
+from chaos.record import RunRecordError, load_run_record
 from chaos.report.html import SUITE_HTML, write_run_html
-from chaos.report.journal import JOURNAL_NAME, JournalError, read_journal
 from chaos.report.summary import write_summary
+from chaos.rundir import CHECKPOINTS_SUBDIR, EVENTS_SUBDIR, LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
 
 __all__ = ["find_run_dirs", "rebuild"]
 
-_NOT_RUNS = {"checkpoints", "events", "logs"}
+_NOT_RUNS = {CHECKPOINTS_SUBDIR, EVENTS_SUBDIR, LOGS_SUBDIR}
 
 
 def find_run_dirs(root: str) -> list[str]:
@@ -23,14 +24,14 @@ def find_run_dirs(root: str) -> list[str]:
     found = []
     for here, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _NOT_RUNS and not d.startswith("."))
-        if JOURNAL_NAME in files:
+        if RUN_RECORD_FILE in files:
             found.append(here)
             dirs[:] = []  # a run directory holds no other run
     return found
 
 
 def _rebuild_run(run_dir: str) -> tuple[dict[str, Any], list[str]]:
-    journal = read_journal(run_dir)
+    journal = load_run_record(run_dir).to_dict()
     paths = [write_run_html(run_dir, journal), write_summary(run_dir, journal)]
     return journal, paths
 
@@ -42,13 +43,13 @@ def rebuild(path: str) -> list[str]:
 
     path = os.path.normpath(path)
     if not os.path.isdir(path):
-        raise JournalError(f"{path}: not a directory (expected a run or a suite directory)")
-    if os.path.exists(os.path.join(path, JOURNAL_NAME)):
+        raise RunRecordError(f"{path}: not a directory (expected a run or a suite directory)")
+    if RunDir(path).has_run_record():
         _, paths = _rebuild_run(path)
         return paths
     run_dirs = find_run_dirs(path)
     if not run_dirs:
-        raise JournalError(f"{path}: no {JOURNAL_NAME} under it (is this a run or a suite directory?)")
+        raise RunRecordError(f"{path}: no {RUN_RECORD_FILE} under it (is this a run or a suite directory?)")
     journals, dirs, written = [], [], []
     for run_dir in run_dirs:
         journal, paths = _rebuild_run(run_dir)

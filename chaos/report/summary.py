@@ -31,10 +31,11 @@ from chaos.report._format import (
     scenario_name,
     wall_s_of,
 )
+from chaos.rundir import SUMMARY_FILE
 
 __all__ = ["SUMMARY_NAME", "render_summary", "write_summary"]
 
-SUMMARY_NAME = "summary.md"
+SUMMARY_NAME = SUMMARY_FILE
 
 # The run-level metrics table: the catalogue's metrics that have a row title, in catalogue
 # order, and final_state (a verdict on correctness, not a metric) after false detections.

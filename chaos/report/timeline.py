@@ -16,13 +16,15 @@ from typing import Any
 
 import pandas as pd
 
+from chaos.rundir import TIMELINE_CSV, TIMELINE_PARQUET
+
 __all__ = ["TIMELINE_COLUMNS", "timeline_frame", "write_timeline"]
 
 log = logging.getLogger(__name__)
 
 TIMELINE_COLUMNS: tuple[str, ...] = ("t", "t_rel", "src", "incarnation", "kind")
-CSV_NAME = "timeline.csv"
-PARQUET_NAME = "timeline.parquet"
+CSV_NAME = TIMELINE_CSV
+PARQUET_NAME = TIMELINE_PARQUET
 
 
 def write_timeline(run_dir: str, events: list[dict[str, Any]]) -> list[str]:

@@ -1,7 +1,7 @@
 """``--from-runs DIR``: measured recovery figures from the journals of trainchaos runs.
 
 Every ``journal.json`` under DIR (recursively; a suite's report folder, or several) is read
-with :func:`chaos.report.journal.read_journal`. Each fired fault with a measured detection
+with :func:`chaos.record.load_run_record`. Each fired fault with a measured detection
 is one sample of its fault type (``kill_rank``, ``device_error``...):
 
 - ``detection_s``: the journal's detection time;
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.errors import ValidationIssue
-from chaos.report.journal import JOURNAL_NAME, JournalError, read_journal
+from chaos.record import RunRecordError, load_run_record
+from chaos.rundir import RUN_RECORD_FILE
 from chaos.scale.issues import ScaleInputError
 
 __all__ = ["Measured", "RunSamples", "Sample", "read_runs"]
@@ -99,12 +100,12 @@ def read_runs(root: str) -> RunSamples:
     found = RunSamples(root=root)
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        if JOURNAL_NAME not in filenames:
+        if RUN_RECORD_FILE not in filenames:
             continue
-        path = os.path.join(dirpath, JOURNAL_NAME)
+        path = os.path.join(dirpath, RUN_RECORD_FILE)
         try:
-            journal = read_journal(path)
-        except JournalError:
+            journal = load_run_record(path).to_dict()
+        except RunRecordError:
             found.unreadable.append(path)
             continue
         found.journals += 1

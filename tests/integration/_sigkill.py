@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.aborted import RUN_RECORD
 from chaos.procs import find_run_processes, kill_pids
+from chaos.rundir import RunDir
 
 
 @contextlib.contextmanager
@@ -29,13 +29,13 @@ def sigkilled_after_apply(argv: list[str], env: dict[str, str], cwd: Path, run_d
     try:
         deadline = time.monotonic() + apply_wait_s
         while time.monotonic() < deadline:
-            journal = run_dir / "fault_journal.jsonl"
+            journal = Path(RunDir(str(run_dir)).fault_journal)
             if journal.exists() and '"applied"' in journal.read_text():
                 break
             time.sleep(0.5)
         else:
             pytest.fail(f"the {what} was never applied")
-        run_id = json.loads((run_dir / RUN_RECORD).read_text())["run_id"]
+        run_id = json.loads(Path(RunDir(str(run_dir)).run_start).read_text())["run_id"]
         os.kill(controller.pid, signal.SIGKILL)  # no handler, no finally
         controller.wait(timeout=10)
         yield run_id

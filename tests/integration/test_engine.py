@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from chaos.procs import find_run_processes
 
@@ -36,6 +37,13 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def _cli(tmp_path: Path, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*TRAINCHAOS, *argv], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _record_schema_errors(tmp_path: Path, journal: dict) -> list[str]:
+    """What of ``journal`` breaks the schema ``trainchaos schema --journal`` prints."""
+    printed = _cli(tmp_path, "schema", "--journal", timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    return [f"{list(e.path)}: {e.message}" for e in Draft202012Validator(json.loads(printed.stdout)).iter_errors(journal)]
 
 
 def _scratch_dirs(tmp_path: Path) -> list[Path]:
@@ -71,6 +79,7 @@ timeout_s: 150
     assert journal["verdict"] is None, "a run trainchaos broke must not be judged"
     assert any("injector exploded on purpose" in e for e in journal["tool_errors"]), journal["tool_errors"]
     assert journal["faults"][0]["error"].startswith("inject failed: RuntimeError")
+    assert not _record_schema_errors(tmp_path, journal)
 
     # Every resource the run held was released, newest first, and journaled as such.
     records = [json.loads(line) for line in (run_dir / "resources.jsonl").read_text().splitlines()]
@@ -115,6 +124,7 @@ timeout_s: 150
     assert metrics["false_detections"] == 0
     fault = journal["faults"][0]
     assert fault["resolved_target"]["nodes"] == [1] and fault["resolved_target"]["ranks"] == [1]
+    assert not _record_schema_errors(tmp_path, journal)
 
     starts = []
     for path in (run_dir / "events").glob("rank-*.jsonl"):

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from chaos.cluster.resources import pending_resources, tmp_dir_for
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
+from chaos.record import run_record_json_schema
 from chaos.rollback import FaultJournal
 
 pytestmark = pytest.mark.integration
@@ -347,6 +349,8 @@ def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbo
     assert journal["status"] == "aborted" and journal["verdict"] is None and journal["run_id"] == run_id
     assert journal["faults"][0]["fault_id"] == fault["fault_id"]
     assert journal["metrics"]["final_step"] >= HANG_AT_STEP - 1, journal["metrics"]
+    # The same record as a run's own: every key, the schema `trainchaos schema --journal` prints.
+    assert not [e.message for e in Draft202012Validator(run_record_json_schema()).iter_errors(journal)]
     assert f"{run_id}: wrote " in result.stdout and "(status aborted)" in result.stdout
     assert not pending_resources(str(run_dir / "resources.jsonl"))
 

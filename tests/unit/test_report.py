@@ -13,14 +13,12 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from chaos.record import RunRecord, RunRecordError, load_run_record, write_run_record
 from chaos.report import (
-    JournalError,
     ProgressDisplay,
     aggregate,
     print_verdict_table,
-    read_journal,
     verdict_table,
-    write_journal,
     write_junit,
     write_run_reports,
     write_suite_report,
@@ -35,6 +33,7 @@ def _journal(repeat: int = 0, *, detection_s: float | None = 0.31, recovery_s: f
              lost_steps: int = 12, goodput: float = 0.85, wall_s: float = 40.0) -> dict:
     run_dir = f"/tmp/reports/smoke/rank-kill-mid-step/{repeat}"
     return {
+        "schema_version": 2,
         "format": 1,
         "scenario": {
             "name": "rank-kill-mid-step",
@@ -137,7 +136,7 @@ def test_run_reports_written_for_a_passed_run(tmp_path, passed):
     names = sorted(os.path.basename(p) for p in paths)
     assert names == ["journal.json", "report.html", "summary.md", "timeline.csv", "timeline.parquet"]
     assert all(os.path.isfile(p) for p in paths)
-    assert read_journal(run_dir) == passed
+    assert load_run_record(run_dir).to_dict() == passed
     # No temp files left behind by the atomic writes.
     assert sorted(os.listdir(run_dir)) == names
 
@@ -169,7 +168,7 @@ def test_interrupted_run_still_gets_journal_and_summary(tmp_path, interrupted):
     assert "ERROR" in summary and "interrupted" in summary
     assert "No metrics" in summary
     assert "not injected" in summary  # the planned fault never fired
-    assert read_journal(str(tmp_path / "journal.json"))["metrics"] is None
+    assert load_run_record(str(tmp_path / "journal.json")).to_dict()["metrics"] is None
 
 
 def test_undetected_fault_reads_as_undetected(tmp_path):
@@ -182,7 +181,7 @@ def test_undetected_fault_reads_as_undetected(tmp_path):
 def test_journal_is_strict_json_and_odd_values_do_not_break_it(tmp_path, passed):
     passed["metrics"]["max_rel_loss_dev"] = math.nan
     passed["extra"] = {"path": tmp_path, "ranks": {3, 1}}
-    path = write_journal(str(tmp_path), passed)
+    path = write_run_record(str(tmp_path), RunRecord.from_dict(passed))
     text = open(path).read()
     assert "NaN" not in text
     data = json.loads(text)
@@ -191,14 +190,14 @@ def test_journal_is_strict_json_and_odd_values_do_not_break_it(tmp_path, passed)
 
 
 def test_read_journal_errors_name_the_file(tmp_path):
-    with pytest.raises(JournalError, match="no journal here"):
-        read_journal(str(tmp_path))
+    with pytest.raises(RunRecordError, match="no journal here"):
+        load_run_record(str(tmp_path))
     (tmp_path / "journal.json").write_text("{not json")
-    with pytest.raises(JournalError, match="unreadable journal"):
-        read_journal(str(tmp_path))
+    with pytest.raises(RunRecordError, match="unreadable journal"):
+        load_run_record(str(tmp_path))
     (tmp_path / "journal.json").write_text(json.dumps({"format": 99}))
-    with pytest.raises(JournalError, match="newer"):
-        read_journal(str(tmp_path / "journal.json"))
+    with pytest.raises(RunRecordError, match="newer"):
+        load_run_record(str(tmp_path / "journal.json"))
 
 
 # ------------------------------------------------------------------------------ timeline

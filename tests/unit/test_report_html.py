@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from chaos.cli import cli
+from chaos.record import RunRecordError, load_run_record
 from chaos.report import (
-    read_journal,
     rebuild_reports,
     render_suite_md,
     verdict_table,
@@ -344,7 +344,7 @@ def test_report_command_rebuilds_run_and_suite_pages_from_journals(tmp_path):
         assert (moved / "suite.json").exists() and (moved / "index.html").exists()
         suite = json.loads((moved / "suite.json").read_text())
         assert [r["scenario"] for r in suite["scenarios"]] == ["tiny-kill"]  # the baseline is no run
-        assert read_journal(str(moved / "tiny-kill" / "0"))["run_dir"] == str(tmp_path / "tiny-kill" / "0")
+        assert load_run_record(str(moved / "tiny-kill" / "0")).run_dir == str(tmp_path / "tiny-kill" / "0")
 
         one = CliRunner().invoke(cli, ["report", str(moved / "tiny-kill" / "0")])
         assert one.exit_code == 0 and one.output.strip().endswith("report.html")
@@ -355,7 +355,5 @@ def test_report_command_rebuilds_run_and_suite_pages_from_journals(tmp_path):
 def test_report_command_on_a_folder_without_journals_is_bad_input(tmp_path):
     result = CliRunner().invoke(cli, ["report", str(tmp_path)], standalone_mode=False)
     assert "no journal.json under it" in str(result.exception)
-    from chaos.report import JournalError
-
-    with pytest.raises(JournalError):
+    with pytest.raises(RunRecordError):
         rebuild_reports(str(tmp_path))

@@ -1,0 +1,402 @@
+"""The run record (``journal.json``): one typed model, one constructor, one writer, one loader.
+
+Every run ends with a record, also a failed, interrupted or tool-error run, and a run whose
+controller was killed gets one from ``trainchaos cleanup`` (status ``aborted``), as
+chaostoolkit writes its journal: a run without a record is a run nobody can explain. All of
+them come out of :func:`build_run_record`, from the run's start record (:class:`RunStart`,
+``run.json``, on disk before the job starts) and what the run observed.
+
+The serialised keys are the journal's since its first version (reports, CI scripts and the
+tests read ``journal["status"]``, ``journal["metrics"][...]``, ``journal["faults"]``), plus
+``schema_version``. The record is strict about what the framework itself relies on and open
+(extra keys kept) everywhere else: a newer trainchaos of the same schema version may add a
+key, and each fault family contributes its own metrics, so ``metrics`` stays a mapping whose
+shape ``chaos.metrics`` owns.
+
+Versions:
+
+1. Journals before this module (no ``schema_version``; ``format: 1``). Upgraded on load.
+2. This record: ``schema_version: 2``; every key written by every run, the aborted one too
+   (``trainchaos schema --journal`` prints its JSON Schema).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, is_dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import GenerateJsonSchema
+
+from chaos.errors import EXIT_BAD_INPUT, ChaosError
+from chaos.fileio import atomic_write_text
+from chaos.jsonsafe import jsonable
+from chaos.rundir import RunDir
+
+__all__ = [
+    "LEGACY_FORMAT",
+    "SCHEMA_VERSION",
+    "BackendInfo",
+    "BaselineRef",
+    "CheckRecord",
+    "FaultOutcome",
+    "PlannedFaultInfo",
+    "RunRecord",
+    "RunRecordError",
+    "RunStart",
+    "RunStatus",
+    "ScenarioInfo",
+    "VerdictRecord",
+    "Versions",
+    "build_run_record",
+    "fault_outcome",
+    "load_run_record",
+    "load_run_start",
+    "run_record_json_schema",
+    "write_run_record",
+    "write_run_start",
+]
+
+SCHEMA_VERSION = 2
+"""Bumped when a key changes meaning or a required key is added; each bump adds an upgrade
+step to ``_UPGRADES`` so that every older record still loads."""
+LEGACY_FORMAT = 1
+"""The ``format`` key of version 1, still written: trainchaos releases from before
+``schema_version`` refuse a journal whose ``format`` is above 1, and a version 2 record is
+one they read correctly (it only adds keys)."""
+
+RunStatus = Literal["completed", "failed", "hung", "timeout", "interrupted", "tool_error", "aborted"]
+"""hung: no step progress before the timeout; timeout: still progressing at it. tool_error:
+trainchaos itself failed (see ``tool_errors``): no verdict. aborted: the controller was killed;
+the record was written by ``trainchaos cleanup``."""
+Precision = Literal["exact", "next_step", "late", "early"]
+"""Where a step-triggered fault landed: on the planned step, one later (a signal arriving
+during the next step), later still, or before it (a rank ahead of the one whose step counts)."""
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class RunRecordError(ChaosError):
+    """A run record (or start record) that is missing, unreadable, malformed, or from a
+    newer trainchaos; the message names the file and the key."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class _Part(BaseModel):
+    # Open: a newer trainchaos of the same schema version, or a fault family, may add keys,
+    # and they survive a load and a rewrite.
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True,
+                              json_schema_serialization_defaults_required=True)
+
+
+class ScenarioInfo(_Part):
+    """The scenario as it ran (``chaos.model.Scenario``, defaults filled in)."""
+
+    name: str
+    path: str | None = None
+    description: str = ""
+    seed: int | None = None
+    topology: dict[str, Any] = Field(default_factory=dict)
+    workload: dict[str, Any] = Field(default_factory=dict)
+    targets: dict[str, Any] = Field(default_factory=dict)
+    faults: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class BackendInfo(_Part):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Versions(_Part):
+    trainchaos: str
+    torch: str | None = None
+    python: str | None = None
+    platform: str | None = None
+
+
+class PlannedFaultInfo(_Part):
+    """A fault of the seeded plan (``chaos.plan.PlannedFault.to_dict``)."""
+
+    fault_id: str
+    type: str
+    target: dict[str, Any] = Field(default_factory=dict)
+    """As written in the scenario, a random pick drawn."""
+    planned_target: dict[str, Any] | None = None
+    """``{"ranks": [3], "nodes": [1]}`` as planned (the run may resolve it differently)."""
+    trigger: dict[str, Any] = Field(default_factory=dict)
+    offset_s: float | None = None
+    fires: bool = True
+    """False when the seeded draw against ``probability`` said no."""
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class FaultOutcome(_Part):
+    """A fault as it actually happened."""
+
+    fault_id: str
+    type: str
+    failure_class: str | None = None
+    """The class a correct detection names."""
+    also_classes: list[str] = Field(default_factory=list)
+    target_srcs: list[str] = Field(default_factory=list)
+    t_inject: float | None = None
+    """When it took effect (None: never)."""
+    t_revert: float | None = None
+    planned_step: int | None = None
+    skipped: str | None = None
+    step_at_inject: int | None = None
+    precision: Precision | None = None
+    mechanism: str | None = None
+    """injector (from the controller) or probe (in-process, in the rank)."""
+    fidelity: str | None = None
+    """The fault type's fidelity statement: what it stands for and what it does not prove."""
+    details: dict[str, Any] = Field(default_factory=dict)
+    """What ``inject`` returned (pids, rules, paths): what revert and cleanup need."""
+    error: str | None = None
+    target_spec: dict[str, Any] | None = None
+    resolved_target: dict[str, Any] | None = None
+    """The target as resolved against live processes at injection."""
+
+
+class CheckRecord(_Part):
+    name: str
+    ok: bool
+    value: Any = None
+    bound: Any = None
+    reason: str | None = None
+    fault: str | None = None
+
+
+class VerdictRecord(_Part):
+    passed: bool
+    checks: list[CheckRecord] = Field(default_factory=list)
+
+
+class BaselineRef(_Part):
+    """The fault-free twin this run was judged against."""
+
+    digest: str | None = None
+    wall_s: float | None = None
+    run_dir: str | None = None
+    status: str | None = None
+
+
+class RunStart(_Part):
+    """``run.json``: what the run record needs that the events do not hold, written before
+    the job starts, so that the record of a run whose controller was killed can be built."""
+
+    run_id: str
+    scenario: ScenarioInfo
+    seed: int
+    plan_seed: int | None = None
+    plan: list[PlannedFaultInfo] = Field(default_factory=list)
+    with_faults: bool = True
+    started_at: str
+    t_start: float
+    steps_target: int
+    world_size: int
+    timeout_s: float | None = None
+    backend: BackendInfo
+    repeat_index: int = 0
+    baseline: BaselineRef | None = None
+
+
+class RunRecord(_Part):
+    """One run, complete: the scenario, the resolved plan, what each fault did, the metrics,
+    the verdict. Values inside ``metrics`` and ``verdict``, or those themselves, are None
+    when the run ended before they could be computed."""
+
+    schema_version: int = SCHEMA_VERSION
+    format: int = LEGACY_FORMAT
+    scenario: ScenarioInfo
+    run_id: str | None = None
+    run_dir: str | None = None
+    """Where the run was written (``reports/<suite>/<scenario>/<repeat>``)."""
+    status: RunStatus
+    error: str | None = None
+    tool_errors: list[str] = Field(default_factory=list)
+    """What of trainchaos failed (inject, target resolution, revert, teardown, the runner)."""
+    traceback: str | None = None
+    backend: BackendInfo | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    """None for an aborted run: nobody saw it end."""
+    wall_s: float | None = None
+    versions: Versions | None = None
+    seed: int | None = None
+    plan_seed: int | None = None
+    plan: list[PlannedFaultInfo] = Field(default_factory=list)
+    faults: list[FaultOutcome] = Field(default_factory=list)
+    metrics: dict[str, Any] | None = None
+    """``chaos.metrics.RunMetrics.to_dict()``: run-level metrics and ``faults`` (per fault);
+    each fault family adds its own keys."""
+    verdict: VerdictRecord | None = None
+    """None: no verdict (a baseline, a tool error, an aborted or interrupted run)."""
+    baseline: BaselineRef | None = None
+    repeat_index: int = 0
+    interrupted_after: bool = False
+    """A signal arrived during teardown: this run's outcome stands, the suite stopped after it."""
+    journal_written_by: str | None = None
+    """Who wrote the record when the run's own controller could not (``trainchaos cleanup``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON values, keys as loaded or as built: a loaded record of an
+        older version is not padded with keys it never had."""
+        return jsonable(self.model_dump(exclude_unset=True))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "run record") -> RunRecord:
+        """Validate ``data`` (any schema version this trainchaos knows, upgraded); a
+        RunRecordError names ``where`` and the offending key."""
+        if not isinstance(data, Mapping):
+            raise RunRecordError(f"{where}: not a run record (expected a JSON object)")
+        data = _upgrade(dict(data), where)
+        return _validate(cls, data, where)
+
+
+# -- versions ------------------------------------------------------------------------------
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 only adds keys, each with a default that says what a version 1 journal meant
+    # by leaving it out (no tool errors, repeat 0, not interrupted after).
+    return {**data, "schema_version": 2}
+
+
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def _upgrade(data: dict[str, Any], where: str) -> dict[str, Any]:
+    version = data.get("schema_version")
+    if version is None:
+        fmt = data.get("format")
+        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > LEGACY_FORMAT:
+            raise RunRecordError(f"{where}: format: journal format {fmt} is newer than this trainchaos "
+                                 f"reads ({LEGACY_FORMAT}); upgrade trainchaos")
+        version = 1
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunRecordError(f"{where}: schema_version: {version!r} is not a run record version "
+                             f"(this trainchaos reads 1 to {SCHEMA_VERSION})")
+    if version > SCHEMA_VERSION:
+        raise RunRecordError(f"{where}: schema_version: {version} is newer than this trainchaos reads "
+                             f"(1 to {SCHEMA_VERSION}); upgrade trainchaos to read it")
+    while version < SCHEMA_VERSION:
+        data = _UPGRADES[version](data)
+        version += 1
+    return data
+
+
+def _validate(model: type[_M], data: Any, where: str) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"{_location(err['loc'])}: {err['msg']}" for err in exc.errors()]
+        raise RunRecordError(f"{where}: " + "; ".join(problems)) from None
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "(top)"
+
+
+# -- the constructor -----------------------------------------------------------------------
+
+
+def fault_outcome(record: Any, **observed: Any) -> FaultOutcome:
+    """A fault's outcome from the metrics' view of it (``chaos.metrics.FaultRecord``) and what
+    the runner observed (the rest stays unknown: None)."""
+    base = asdict(record) if is_dataclass(record) and not isinstance(record, type) else dict(record)
+    return FaultOutcome.model_validate({**base, **observed})
+
+
+def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end: float,
+                     faults: list[FaultOutcome], metrics: Mapping[str, Any] | None,
+                     verdict: Mapping[str, Any] | None, versions: Mapping[str, Any],
+                     error: str | None = None, tool_errors: list[str] | tuple[str, ...] = (),
+                     traceback: str | None = None, ended_at: str | None = None,
+                     interrupted_after: bool = False, written_by: str | None = None) -> RunRecord:
+    """The record of a finished, failed, tool-error or aborted run; the only constructor.
+    Every key is written, at every level, also those nobody could know (an aborted run's
+    torch version): a reader never has to guess whether a key was left out or is unknown."""
+    built = RunRecord(
+        schema_version=SCHEMA_VERSION, format=LEGACY_FORMAT, scenario=start.scenario,
+        run_id=start.run_id, run_dir=run_dir, status=status, error=error,
+        tool_errors=list(tool_errors), traceback=traceback, backend=start.backend,
+        started_at=start.started_at, ended_at=ended_at, wall_s=round(t_end - start.t_start, 3),
+        versions=Versions.model_validate(dict(versions)), seed=start.seed, plan_seed=start.plan_seed,
+        plan=start.plan, faults=faults, metrics=dict(metrics) if metrics is not None else None,
+        verdict=VerdictRecord.model_validate(dict(verdict)) if verdict is not None else None,
+        baseline=start.baseline, repeat_index=start.repeat_index,
+        interrupted_after=interrupted_after, journal_written_by=written_by,
+    )
+    # Validated again from its full dump, every default becomes a key that is set.
+    return RunRecord.model_validate(built.model_dump())
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def _run_dir(where: RunDir | str) -> RunDir:
+    return where if isinstance(where, RunDir) else RunDir(where)
+
+
+def _dump(data: Any) -> str:
+    # Non-finite floats become null (strict parsers reject NaN) and unknown objects their
+    # str(): writing the one file that must always exist cannot fail on an odd value.
+    return json.dumps(jsonable(data), indent=2, default=str, allow_nan=False) + "\n"
+
+
+def write_run_record(run_dir: RunDir | str, record: RunRecord) -> str:
+    """Write ``<run_dir>/journal.json`` atomically; returns its path."""
+    return atomic_write_text(_run_dir(run_dir).run_record, _dump(record.to_dict()))
+
+
+def write_run_start(run_dir: RunDir | str, start: RunStart) -> str:
+    return atomic_write_text(_run_dir(run_dir).run_start, _dump(start.model_dump(exclude_unset=True)))
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise RunRecordError(f"{path}: no {what} here (is this a run directory?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunRecordError(f"{path}: unreadable {what}: {exc}") from None
+
+
+def load_run_record(path: str) -> RunRecord:
+    """The record in ``path``: a ``journal.json`` or the run directory that holds it. A
+    journal of an older schema version is upgraded; one from a newer trainchaos, or one that
+    is not a record, is a RunRecordError naming the file and the key."""
+    if os.path.isdir(path):
+        path = RunDir(path).run_record
+    return RunRecord.from_dict(_read_json(path, "journal"), where=path)
+
+
+def load_run_start(run_dir: RunDir | str) -> RunStart:
+    path = _run_dir(run_dir).run_start
+    data = _read_json(path, "run start record")
+    return _validate(RunStart, data, path)
+
+
+class _NoFieldTitles(GenerateJsonSchema):
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def run_record_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``journal.json`` as this trainchaos writes it: every
+    key required (every run writes every key); values open where families add their own."""
+    schema = RunRecord.model_json_schema(mode="serialization", schema_generator=_NoFieldTitles)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "urn:trainchaos:run-record"
+    schema["properties"]["schema_version"]["const"] = SCHEMA_VERSION
+    return schema
