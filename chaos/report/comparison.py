@@ -1,6 +1,7 @@
 """The side-by-side table of ``trainchaos run --compare KEY=V1,V2``: one row per scenario and
 value, the metrics that tell policies apart (blast radius, time to resume and to full size,
-lost steps, where the job resumed from), printed and written as ``compare.md``."""
+lost steps, where the job resumed from), printed and written as ``policies.md``: its own
+name, as the regression gate's table (``compare.md``) may sit in the same suite folder."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from chaos.report._format import (
 )
 from chaos.variants import Variation
 
-__all__ = ["comparison_rows", "print_comparison", "write_comparison"]
+__all__ = ["POLICIES_MD", "comparison_rows", "print_comparison", "write_comparison"]
+
+POLICIES_MD = "policies.md"
 
 HEADERS = ["scenario", "value", "repeat", "status", "blast radius", "detection", "resume",
            "full size", "lost steps", "resumed from", "goodput", "verdict"]
@@ -95,4 +98,4 @@ def write_comparison(out_dir: str, journals: list[dict[str, Any]], variation: Va
              f"Each scenario ran once per value of `{variation.key}` "
              f"({', '.join(variation.label(v) for v in variation.values)}).", "",
              *md_table(HEADERS, comparison_rows(journals, variation)), ""]
-    return atomic_write_text(os.path.join(out_dir, "compare.md"), "\n".join(lines))
+    return atomic_write_text(os.path.join(out_dir, POLICIES_MD), "\n".join(lines))

@@ -135,7 +135,8 @@ def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements
         details = journals[name]["faults"][0]["details"]
         # the power cut dropped what node 0's page-cache tier had not fsynced
         assert details["local_data"] == "unfsynced" and details["unfsynced_dropped"]["0"] > 0
-    table = (out / "compare.md").read_text()
+    table = (out / "policies.md").read_text()
+    assert not (out / "compare.md").exists(), "compare.md is the regression gate's"
     assert "| only-local-copies | local+shared |" in table and "| only-local-copies | replicated+shared |" in table
     assert "trainchaos comparison: checkpoint.placement" in result.stdout
 

@@ -14,7 +14,7 @@ from chaos.cli import cli
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.metrics import FaultMetrics
 from chaos.metrics.families.power import power_metrics
-from chaos.report.comparison import comparison_rows
+from chaos.report.comparison import comparison_rows, write_comparison
 from chaos.scenario import load_scenario, load_suite
 from chaos.variants import VariationError, parse_variation
 
@@ -197,3 +197,14 @@ def test_comparison_rows_side_by_side() -> None:
     assert rows[0][4] == "2 nodes, 2 ranks in 4.0 ms"
     assert rows[0][8] == "20" and rows[1][8] == "5"
     assert rows[1][9] == "step 35 (local)"
+
+
+def test_policy_table_does_not_overwrite_the_regression_gates_table(tmp_path: Path) -> None:
+    # `run --compare` and `run --baseline-from` write into the same suite folder.
+    gate = tmp_path / "compare.md"
+    gate.write_text("the gate's table")
+    journal = {"scenario": {"name": "pd--local"}, "status": "completed", "metrics": None}
+    path = write_comparison(str(tmp_path), [journal], parse_variation("checkpoint.placement=local,replicated"))
+    assert Path(path) == tmp_path / "policies.md"
+    assert "# Comparison: checkpoint.placement" in Path(path).read_text()
+    assert gate.read_text() == "the gate's table"
