@@ -256,9 +256,9 @@ def test_bandwidth_paces_low_rates_instead_of_a_burst(api: Api, upstream: Upstre
         assert chunk
         got += len(chunk)
         arrivals.append((time.monotonic(), len(chunk)))
-    assert len(arrivals) >= 4, arrivals  # not one burst
-    assert max(n for _, n in arrivals) <= 1000, arrivals
-    assert arrivals[-1][0] - arrivals[0][0] >= 0.3, arrivals
+    # Not one burst: the last byte comes at least 3 pieces (300 ms) after the first. (How
+    # many recvs that takes is the reader's luck on a busy host, so it is not asserted.)
+    assert len(arrivals) >= 2 and arrivals[-1][0] - arrivals[0][0] >= 0.3, arrivals
     client.close()
 
 
@@ -383,18 +383,17 @@ def test_slicer_cuts() -> None:
 def test_slicer_toxic_over_tcp(api: Api, upstream: Upstream) -> None:
     client, server_end = _established(api, upstream)
     _add(api, "slicer", "slicer", "upstream", average_size=10, size_variation=0, delay=20_000)
-    t0 = time.monotonic()
     client.sendall(b"y" * 80)
-    sizes = []
+    arrivals = []
     got = b""
     while len(got) < 80:
         chunk = server_end.recv(1000)
         assert chunk
-        sizes.append(len(chunk))
+        arrivals.append((time.monotonic(), len(chunk)))
         got += chunk
     assert got == b"y" * 80
-    assert len(sizes) >= 4 and max(sizes) <= 20, sizes  # arrived in slices
-    assert time.monotonic() - t0 >= 0.1  # 20 ms after each of 8 slices
+    # 8 slices 20 ms apart: the last comes 140 ms after the first, in several reads
+    assert len(arrivals) >= 2 and arrivals[-1][0] - arrivals[0][0] >= 0.1, arrivals
     client.close()
 
 

@@ -216,12 +216,13 @@ class ToxiproxyServer:
         return proxy
 
     def reset(self) -> None:
+        # Under the lock, as every other change of a proxy's state (a start racing an update
+        # would listen twice).
         with self.lock:
-            proxies = list(self.proxies.values())
-        for proxy in proxies:
-            self._start(proxy)  # a proxy that cannot listen again: 500, the rest left as is
-            for toxic in proxy.toxics():
-                proxy.remove_toxic(toxic)
+            for proxy in list(self.proxies.values()):
+                self._start(proxy)  # a proxy that cannot listen again: 500, the rest left as is
+                for toxic in proxy.toxics():
+                    proxy.remove_toxic(toxic)
 
     def shutdown(self) -> None:
         with self.lock:
