@@ -50,3 +50,17 @@ def test_no_trainchaos_variable_is_spelled_outside_the_contract(package: str) ->
             if contract.ENV_PREFIX in text:
                 found.append(f"{path.relative_to(ROOT)}:{line}: {text!r}")
     assert found == [], "use chaos.contract's names:\n" + "\n".join(found)
+
+
+def test_the_probe_loads_no_other_part_of_trainchaos() -> None:
+    """Every rank of a user's job imports the probe: it brings the contract and nothing else
+    of the framework (no pydantic, no torch, no harness)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, chaos.probe; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('chaos', 'harness', 'torch', 'pydantic', 'yaml')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == str(["chaos", "chaos.contract", "chaos.probe"])
