@@ -18,6 +18,7 @@ from chaos.schema.models import (
     TriggerDoc,
     WorkloadDoc,
 )
+from chaos.workload import kind_of, lookup_workload
 
 __all__ = ["build_scenario", "topology_record"]
 
@@ -43,9 +44,10 @@ def topology_record(doc: TopologyDoc) -> records.Topology:
 
 
 def _workload(doc: WorkloadDoc | None) -> records.Workload:
-    if doc is None or "harness" in doc.model_fields_set:
-        return records.Workload(harness=dict(doc.harness or {}) if doc else {})
-    return records.Workload(command=doc.command, progress_regex=doc.progress_regex, steps=doc.steps)
+    """The record of the section as its kind reads it (the kind validated it already)."""
+    workload, problems = lookup_workload(kind_of(doc)).validate(doc, None)
+    assert workload is not None and not problems, problems
+    return workload.spec
 
 
 def trigger_kind(doc: TriggerDoc) -> str:
