@@ -35,8 +35,7 @@ from chaos.report._format import (
     wall_s_of,
 )
 
-__all__ = ["AGGREGATE_METRICS", "aggregate", "aggregate_metrics", "formatter", "render_suite_md", "suite_name_of", "write_suite_report"]
-
+__all__ = ["aggregate", "aggregate_metrics", "formatter", "render_suite_md", "suite_name_of", "write_suite_report"]
 
 
 def aggregate_metrics() -> tuple[str, ...]:
@@ -45,8 +44,6 @@ def aggregate_metrics() -> tuple[str, ...]:
     return tuple(s.key for s in gated())
 
 
-AGGREGATE_METRICS: tuple[str, ...] = aggregate_metrics()
-"""Those known at import (built-in and installed families); ``aggregate_metrics()`` is current."""
 SUITE_JSON = "suite.json"
 SUITE_MD = "suite.md"
 

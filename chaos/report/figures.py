@@ -23,7 +23,7 @@ from typing import Any
 from chaos.metrics.catalogue import specs
 from chaos.report.runview import Mark, RunView
 
-__all__ = ["loss_svg", "suite_metrics_svg", "timeline_svg", "MARK_STYLE"]
+__all__ = ["MARK_STYLE", "loss_svg", "suite_metrics_svg", "suite_panels", "timeline_svg"]
 
 # kind -> (marker, color, size, legend label)
 MARK_STYLE: dict[str, tuple[str, str, float, str]] = {
@@ -266,9 +266,6 @@ def suite_panels() -> tuple[tuple[str, str, float], ...]:
         panels.append((spec.key, f"{spec.label} ({unit})" if unit else spec.label, spec.figure_scale))
     return tuple(panels)
 
-
-SUITE_PANELS: tuple[tuple[str, str, float], ...] = suite_panels()
-"""Those known at import; ``suite_panels()`` is current."""
 _OUTCOME_COLORS = {"pass": "#2ca02c", "fail": "#d62728", "error": "#9e9e9e"}
 
 
