@@ -31,6 +31,7 @@ from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
 from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
+from chaos.faults.storage import plan_mounts
 from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.model import Scenario
@@ -251,7 +252,8 @@ class _Runner:
         spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
                        worker_argv=launch.worker_argv, probe_faults_file=probe_file,
                        tee_worker_output=launch.launcher.tee_output, options=dict(backend.options),
-                       extra_env=dict(launch.env))
+                       extra_env=dict(launch.env),
+                       mounts=plan_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
         self.journal = FaultJournal(self.rundir.fault_journal)

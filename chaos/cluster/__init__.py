@@ -7,12 +7,12 @@ concrete backend: they are looked up here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
 
-__all__ = ["UnknownBackend", "known_backends", "lookup_backend", "register_backend"]
+__all__ = ["UnknownBackend", "backend_of", "known_backends", "lookup_backend", "register_backend"]
 
 _REGISTRY: dict[str, type[ClusterBackend]] = {}
 
@@ -49,3 +49,16 @@ def lookup_backend(name: str) -> type[ClusterBackend]:
 def known_backends() -> dict[str, type[ClusterBackend]]:
     _load_builtin()
     return dict(sorted(_REGISTRY.items()))
+
+
+def backend_of(record: dict[str, Any], capability: type, default: str) -> type[Any]:
+    """The backend class that made a journaled change (``record["backend"]``; ``default`` for
+    records written before faults named their backend), to undo it from the journal alone
+    through the capability's classmethods (``trainchaos cleanup``: no backend running)."""
+    from chaos.cluster.capabilities import describe, has
+    from chaos.errors import ToolError
+
+    cls = lookup_backend(str(record.get("backend") or default))
+    if not has(cls, capability):
+        raise ToolError(f"backend {cls.name} has no {describe(capability)}: cannot undo {record!r}")
+    return cls

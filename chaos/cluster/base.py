@@ -18,20 +18,22 @@ import signal as _signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
 from chaos import contract
+from chaos.cluster.capabilities import PowerCut, describe, has, missing
 from chaos.errors import ToolError
 from chaos.model import Topology
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
     from chaos.cluster.resources import RunResources
-    from chaos.faults.base import FaultType
     from chaos.model import Scenario
     from chaos.probe import Probe
+
+C = TypeVar("C")
 
 __all__ = [
     "ClusterBackend",
@@ -41,7 +43,9 @@ __all__ = [
     "NodeStatus",
     "PowerCut",
     "ResolvedTarget",
+    "Revertible",
     "RunSpec",
+    "StorageMount",
     "TargetUnavailable",
     "node_group",
 ]
@@ -61,6 +65,18 @@ class TargetUnavailable(ToolError):
 
 
 @dataclass(frozen=True)
+class StorageMount:
+    """One tier the storage fault layer is mounted over, as the runner planned it."""
+
+    tier: str
+    """``shared``, ``local`` (every node's own) or ``data``."""
+    track_unfsynced: bool
+    """Keep an undo log of unfsynced writes (a crash or power cut can then drop them)."""
+    path: str | None
+    """The directory mounted over; None for ``local``: each node's local tier."""
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """What a backend needs to start one run."""
 
@@ -76,6 +92,9 @@ class RunSpec:
     options: dict[str, Any] = field(default_factory=dict)
     """The backend's own options from the scenario (validated by its ``options_model``)."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[StorageMount, ...] = ()
+    """The storage fault layer's mounts the run's faults need (a backend with the
+    ``StorageLayer`` capability acquires them before any node starts)."""
 
 
 @dataclass(frozen=True)
@@ -84,15 +103,6 @@ class NodeStatus:
     """The agent's exit code; None while it runs."""
     lost: bool = False
     """Taken down by a fault (killed, powered off): its exit is not the job's outcome."""
-
-
-@dataclass(frozen=True)
-class PowerCut:
-    """What a power cut of a set of nodes killed, and how far apart the kills were."""
-
-    pids: list[int]
-    spread_s: float
-    """From the first kill to the last: a real outage hits every node at the same instant."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,19 @@ class ClusterBackend(ABC):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     options_model: ClassVar[type[BaseModel]] = NoOptions
+    capabilities: ClassVar[tuple[type, ...]] = ()
+    """What the backend can do beyond this interface (``chaos.cluster.capabilities``): a
+    fault that needs one is refused at validation on a backend that does not declare it.
+    Every backend declares its own (the netns backend runs local agents but has no storage
+    fault layer)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for capability in cls.capabilities:
+            absent = missing(cls, capability)
+            if absent:
+                raise TypeError(f"{cls.__name__} declares {capability.__name__} but does not "
+                                f"implement {', '.join(absent)}")
 
     def __init__(self, spec: RunSpec, resources: RunResources) -> None:
         self.spec = spec
@@ -255,34 +278,6 @@ class ClusterBackend(ABC):
         """Signal the node's agent and every process of it at once; a fatal signal marks the
         node lost. Returns the pids signalled."""
 
-    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
-        """Every process of ``nodes`` killed at once, no handler run, the nodes marked lost.
-        Backends that can gather all the processes first and then kill them in one sweep
-        override this; here each node is signalled in turn."""
-        pids: list[int] = []
-        t_first = t_last = time.perf_counter()
-        for i, node in enumerate(nodes):
-            t = time.perf_counter()
-            pids += self.signal_node(node, _signal.SIGKILL)
-            t_first, t_last = (t, t) if i == 0 else (t_first, t)
-        return PowerCut(pids, t_last - t_first)
-
-    def power_on(self, node: int) -> None:
-        """Power back on a node that ``power_off`` took down: a fresh agent, nothing of the
-        old processes, the node's local disk as the outage left it."""
-        raise ToolError(f"backend {self.name} cannot bring a node back after a power cut")
-
-    def drop_unfsynced(self, node: int) -> int | None:
-        """Drop what was written on the node's local disk but never fsynced, as a power cut
-        does; returns the files rolled back, or None when nothing tracks unfsynced data
-        there (the page cache survives a process kill: nothing is lost then)."""
-        return None
-
-    def wipe_local_data(self, node: int) -> int:
-        """Everything on the node's local disk gone (a power cut that takes the disk's
-        content with it); returns the bytes removed."""
-        raise ToolError(f"backend {self.name} has no node-local disk to wipe")
-
     def signal_rank(self, rank: int, sig: int) -> list[int]:
         live = self.rank_process(rank)
         if live is None:
@@ -328,6 +323,12 @@ FATAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _si
                            _signal.SIGSEGV, _signal.SIGBUS})
 
 
+class Revertible(Protocol):
+    """What the run loop reverts on time (a fault: ``chaos.faults.base.FaultType``)."""
+
+    fault_id: str
+
+
 @dataclass
 class InjectionContext:
     """What a fault sees while it is injected."""
@@ -336,7 +337,8 @@ class InjectionContext:
     cluster: ClusterBackend
     injector: Probe
     resources: RunResources | None = None
-    scheduled_reverts: list[tuple[float, FaultType]] = field(default_factory=list)
+    scheduled_reverts: list[tuple[float, Any]] = field(default_factory=list)
+    """(monotonic time due, fault): faults scheduled by ``schedule_revert``."""
     stopping: bool = False
     """Set once the run is being torn down: a revert then undoes what the fault changed but
     starts nothing (a node whose power was due back later stays off)."""
@@ -344,11 +346,20 @@ class InjectionContext:
     def emit(self, kind: str, **fields: Any) -> None:
         self.injector.emit(kind, **fields)
 
-    def schedule_revert(self, fault: FaultType, after_s: float) -> None:
+    def require(self, capability: type[C]) -> C:
+        """The run's backend as ``capability`` (``ctx.require(Fabric).namespace(n)``).
+        Validation already refused a fault type whose backend lacks what it ``requires``:
+        failing here means the type forgot to list it."""
+        if not has(type(self.cluster), capability):
+            raise ToolError(f"backend {self.cluster.name} has no {describe(capability)}; the fault "
+                            "type must list it in `requires` so that validation refuses it")
+        return cast(C, self.cluster)
+
+    def schedule_revert(self, fault: Revertible, after_s: float) -> None:
         """Revert ``fault`` after ``after_s`` seconds (the run loop does it on time)."""
         self.scheduled_reverts.append((time.monotonic() + after_s, fault))
 
-    def due_reverts(self) -> list[FaultType]:
+    def due_reverts(self) -> list[Any]:
         now = time.monotonic()
         due = [f for t, f in self.scheduled_reverts if t <= now]
         self.scheduled_reverts = [(t, f) for t, f in self.scheduled_reverts if t > now]

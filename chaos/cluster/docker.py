@@ -46,6 +46,7 @@ from pydantic import Field
 from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, LiveRank, NodeStatus, PowerCut
+from chaos.cluster.capabilities import ContainerHost, LocalDisk, PowerControl
 from chaos.cluster.docker_engine import (
     LABEL_NODE,
     client,
@@ -53,6 +54,7 @@ from chaos.cluster.docker_engine import (
     default_host,
     engine_problem,
     is_local_host,
+    owned,
 )
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import scratch_base, tmp_dir_for
@@ -116,6 +118,7 @@ class DockerCluster(LocalCluster):
                               "hosts), on a bridge network of the run; container faults: "
                               "docker kill, pause (freezer), disconnect, live limits")
     options_model: ClassVar[type[StrictModel]] = DockerOptions
+    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, LocalDisk)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -173,6 +176,23 @@ class DockerCluster(LocalCluster):
     def container(self, node: int) -> Any:
         """The node's container, checked to carry the run's label (the blast-radius guard)."""
         return container_of(self.host_of(node), self.container_name(node), self.spec.run_id)
+
+    # -- the engine from a journal record alone (container faults' revert) ------------------
+    @classmethod
+    def find_container(cls, host: str, name: str, run_id: str) -> Any:
+        return container_of(host, name, run_id)
+
+    @classmethod
+    def run_network(cls, host: str, name: str, run_id: str) -> Any:
+        return owned(client(host).networks.get(name), run_id, "network")
+
+    @classmethod
+    def engine_memory(cls, host: str) -> int:
+        return int(client(host).info()["MemTotal"])
+
+    @classmethod
+    def shares_this_machine(cls, host: str) -> bool:
+        return is_local_host(host)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:

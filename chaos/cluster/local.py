@@ -38,6 +38,7 @@ from chaos.cluster.base import (
     PowerCut,
     TargetUnavailable,
 )
+from chaos.cluster.capabilities import LocalDisk, PowerControl, StorageLayer
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 from chaos.storage.control import MountControl
@@ -66,6 +67,7 @@ class LocalCluster(ClusterBackend):
     name: ClassVar[str] = "local"
     summary: ClassVar[str] = ("every node is a torchrun agent on this machine, on loopback; no "
                               "privileges needed")
+    capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -258,6 +260,9 @@ class LocalCluster(ClusterBackend):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 old.proc.wait(timeout=5)  # reap the dead agent before its place is taken
         self.start_node(node)
+
+    def storage_control_dir(self, label: str) -> str:
+        return control_dir(self.spec.run_dir, label)
 
     def drop_unfsynced(self, node: int) -> int | None:
         """Through the storage fault layer mounted over the node's fast checkpoint tier (the

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from chaos.cluster import register_backend
 from chaos.cluster.base import PowerCut
+from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, ServiceProxies
 from chaos.cluster.local import LocalCluster
 from chaos.net import fabric, linkemu
 from chaos.net import toxiproxy as toxi
@@ -58,6 +59,7 @@ class NetnsCluster(LocalCluster):
                               "fabric (veth + bridge, 198.18.0.0/15); for network faults; needs "
                               "CAP_NET_ADMIN")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
+    capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, LocalDisk)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -130,6 +132,13 @@ class NetnsCluster(LocalCluster):
             if service == "rendezvous":
                 self.agent_rdzv_port = int(details["listen"].rsplit(":", 1)[1])
 
+    def service_proxy(self, service: str) -> tuple[str, str] | None:
+        name = self.proxies.get(service)
+        return None if name is None or self.toxiproxy_url is None else (self.toxiproxy_url, name)
+
+    def gateway_address(self) -> str:
+        return self.gateway
+
     def namespace(self, node: int) -> str:
         return fabric.node_namespace(self.spec.run_id, node)
 
@@ -157,8 +166,7 @@ class NetnsCluster(LocalCluster):
             self._emulator = linkemu.LinkEmulatorClient(self.spec.run_id)
         return self._emulator
 
-    @property
-    def running_emulator(self) -> linkemu.LinkEmulatorClient | None:
+    def running_link_emulator(self) -> linkemu.LinkEmulatorClient | None:
         """The emulator's client if one was started (a revert never starts one)."""
         return self._emulator
 

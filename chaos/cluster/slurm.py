@@ -41,6 +41,7 @@ from pydantic import Field
 from chaos import probe
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, NodeStatus
+from chaos.cluster.capabilities import LocalDisk, PowerControl, Scheduler
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
 from chaos.cluster.slurm_node import node_file
@@ -311,6 +312,7 @@ class SlurmCluster(LocalCluster):
     summary: ClassVar[str] = ("a run is one Slurm job (sbatch + srun, one torchrun agent per node); "
                               "scheduler faults: node DOWN, drain, preemption (requeue)")
     options_model: ClassVar[type[StrictModel]] = SlurmOptions
+    capabilities: ClassVar[tuple[type, ...]] = (Scheduler, PowerControl, LocalDisk)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -616,7 +618,7 @@ class SlurmCluster(LocalCluster):
             raise ToolError(f"node {node} has no Slurm node yet (its task has not started)")
         return name
 
-    # -- scheduler actions, for chaos.faults.scheduler --------------------------------------
+    # -- scheduler actions (the Scheduler capability) ------------------------------------
     def take_node_out(self, node: int, state: str, why: str) -> dict[str, Any]:
         """``scontrol update NodeName=X State=DOWN|DRAIN``, reason ``trainchaos:<run>:<why>``."""
         name = self.slurm_node_name(node)
@@ -626,6 +628,15 @@ class SlurmCluster(LocalCluster):
         self._emit("slurm_node_update", node_name=name, node=node, state=state, reason=reason,
                    by="trainchaos")
         return {"slurm_node": name, "state": state, "reason": reason, "slurm_conf": self.conf}
+
+    def mark_lost(self, node: int) -> None:
+        """Out of the job for good (the scheduler's verdict alone): its exit is not the job's."""
+        self.lost.add(node)
+
+    @classmethod
+    def return_node(cls, change: dict[str, Any]) -> None:
+        """RESUME a node ``take_node_out`` took out, from its record alone."""
+        resume_node(change["slurm_node"], change.get("slurm_conf"))
 
     def requeue_job(self, why: str) -> dict[str, Any]:
         """``scontrol requeue``: Slurm SIGTERMs every task, SIGKILLs them after KillWait and

@@ -86,9 +86,14 @@ class FaultType(ABC):
     mechanism: ClassVar[str] = ""
     """How the fault is put in effect, in a few words (``trainchaos faults``); empty: "the
     probe, in-process" or "the injector", from ``in_process``."""
+    requires: ClassVar[tuple[type, ...]] = ()
+    """The backend capabilities the fault acts through (``chaos.cluster.capabilities``:
+    ``(Fabric,)`` for nftables inside node namespaces, ``(Scheduler,)`` for scontrol).
+    Validation refuses a backend that does not declare every one; ``inject`` gets them with
+    ``ctx.require(...)``."""
     backends: ClassVar[tuple[str, ...] | None] = None
-    """The backends the fault works on (``("netns",)``: nftables inside node namespaces;
-    ``("slurm",)``: scontrol); None: every backend. Validation refuses the others."""
+    """A further narrowing by backend name, for a plugin's type that predates ``requires``;
+    None: every backend with the capabilities."""
 
     fault_id: str
     target: ResolvedTarget
@@ -106,6 +111,15 @@ class FaultType(ABC):
         if cls.mechanism:
             return cls.mechanism
         return "in-process, by the probe at the exact step" if cls.in_process else "by the injector"
+
+    @classmethod
+    def supported_backends(cls) -> tuple[str, ...]:
+        """The registered backends the type runs on (every capability, the name narrowing)."""
+        from chaos.cluster import known_backends
+        from chaos.cluster.capabilities import providers
+
+        return tuple(name for name in providers(cls.requires, known_backends())
+                     if cls.backends is None or name in cls.backends)
 
     @classmethod
     def describe_targets(cls) -> str:

@@ -3,10 +3,11 @@ off its network, CPU and memory pressure through live limits.
 
 ``kill_rank`` (a signal sent inside the rank's container), ``kill_node`` (``docker kill``)
 and ``power_outage`` (every container of the domain killed in one concurrent sweep) work
-on this backend unchanged; the types here are what only an engine can do. Every engine call
-goes through the backend's label check: a container without the run's label is never
-touched. Each record names host, container and run, so ``trainchaos cleanup`` can revert
-from the journal alone.
+on this backend unchanged; the types here are what only an engine can do, asked of the
+backend as its ``ContainerHost`` capability. Every engine call goes through the backend's
+label check: a container without the run's label is never touched. Each record names
+backend, host, container and run, so ``trainchaos cleanup`` can revert from the journal
+alone (the backend's classmethods, no run needed).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
 
+from chaos.cluster import backend_of
+from chaos.cluster.capabilities import ContainerHost
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, register
 
@@ -24,7 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ContainerDisconnect", "ContainerLimits", "ContainerPacketLoss", "ContainerPause"]
 
-_DOCKER_ONLY = ("docker",)
+_ENGINE_BEFORE_RECORDS_NAMED_IT = "docker"
+"""The backend of a record written before records named theirs (only docker had containers)."""
 
 
 class PauseParams(FaultParams):
@@ -67,18 +71,16 @@ class LimitsParams(FaultParams):
 class _ContainerFault(FaultType):
     family: ClassVar[str] = "container"
     target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    backends: ClassVar[tuple[str, ...] | None] = _DOCKER_ONLY
+    requires: ClassVar[tuple[type, ...]] = (ContainerHost,)
 
     def _targets(self, ctx: InjectionContext) -> list[tuple[int, Any]]:
-        cluster = ctx.cluster
-        if not hasattr(cluster, "container"):
-            raise ToolError(f"{self.type_name} needs the docker backend (this run uses {cluster.name})")
-        return [(node, cluster.container(node)) for node in self.target.nodes]
+        host = ctx.require(ContainerHost)
+        return [(node, host.container(node)) for node in self.target.nodes]
 
     def _base_record(self, ctx: InjectionContext, nodes: list[int]) -> dict[str, Any]:
-        cluster = ctx.cluster
-        return {"run_id": cluster.spec.run_id, "nodes": nodes,
-                "containers": [[cluster.host_of(n), cluster.container_name(n)] for n in nodes]}
+        host = ctx.require(ContainerHost)
+        return {"backend": ctx.cluster.name, "run_id": ctx.cluster.spec.run_id, "nodes": nodes,
+                "containers": [[host.host_of(n), host.container_name(n)] for n in nodes]}
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         self.revert_record(record)
@@ -114,16 +116,15 @@ class ContainerPause(_ContainerFault):
             ctx.schedule_revert(self, float(self.params["duration_s"]))
         else:
             for node in paused:
-                ctx.cluster.mark_lost(node)
+                ctx.require(ContainerHost).mark_lost(node)
         return self._base_record(ctx, paused)
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
-        from chaos.cluster.docker_engine import container_of
-
+        engine = _engine(record)
         for host, name in record.get("containers", []):
             try:
-                cont = container_of(host, name, record["run_id"])
+                cont = engine.find_container(host, name, record["run_id"])
             except ToolError:
                 continue  # gone with the run: nothing frozen is left
             if cont.status == "paused":
@@ -148,16 +149,13 @@ class ContainerDisconnect(_ContainerFault):
     cuts_nodes: ClassVar[bool] = True
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        from chaos.cluster.docker_engine import client, owned
-
-        cluster = ctx.cluster
+        cluster = ctx.require(ContainerHost)
         targets = self._targets(ctx)
         record = {**self._base_record(ctx, []), "network": cluster.network_name(),
-                  "addresses": {str(n): cluster.node_address(n) for n, _ in targets}}
+                  "addresses": {str(n): ctx.cluster.node_address(n) for n, _ in targets}}
         try:
             for node, cont in targets:
-                net = owned(client(cluster.host_of(node)).networks.get(cluster.network_name()),
-                            cluster.spec.run_id, "network")
+                net = type(cluster).run_network(cluster.host_of(node), cluster.network_name(), record["run_id"])
                 record["nodes"].append(node)
                 record["containers"].append([cluster.host_of(node), cont.name])
                 net.disconnect(cont, force=True)
@@ -174,18 +172,17 @@ class ContainerDisconnect(_ContainerFault):
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
-        from chaos.cluster.docker_engine import client, container_of, owned
-
+        engine = _engine(record)
         for (host, name), node in zip(record.get("containers", []), record.get("nodes", []), strict=False):
             try:
-                cont = container_of(host, name, record["run_id"])
+                cont = engine.find_container(host, name, record["run_id"])
             except ToolError:
                 continue
             cont.reload()
             nets = cont.attrs.get("NetworkSettings", {}).get("Networks", {})
             if record["network"] in nets or cont.status not in ("running", "paused", "created"):
                 continue
-            net = owned(client(host).networks.get(record["network"]), record["run_id"], "network")
+            net = engine.run_network(host, record["network"], record["run_id"])
             net.connect(cont, ipv4_address=record.get("addresses", {}).get(str(node)))
 
 
@@ -237,12 +234,11 @@ class ContainerLimits(_ContainerFault):
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
-        from chaos.cluster.docker_engine import client, container_of
-
+        engine = _engine(record)
         failed: list[str] = []
         for (host, name), node in zip(record.get("containers", []), record.get("nodes", []), strict=False):
             try:
-                cont = container_of(host, name, record["run_id"])
+                cont = engine.find_container(host, name, record["run_id"])
             except ToolError:
                 continue
             cont.reload()
@@ -263,7 +259,7 @@ class ContainerLimits(_ContainerFault):
                 # which limits nothing. Memory and memory+swap are raised together first (the
                 # kernel refuses a memory limit above the memory+swap one), then the swap
                 # limit is lifted again if there was none.
-                mem = old.get("mem_limit", 0) or int(client(host).info()["MemTotal"])
+                mem = old.get("mem_limit", 0) or engine.engine_memory(host)
                 swap = old.get("memswap_limit", 0)
                 errors += _update(cont, mem_limit=mem, memswap_limit=max(mem, swap))
                 if swap <= 0 and not errors:
@@ -299,28 +295,27 @@ class ContainerPacketLoss(_ContainerFault):
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         import shutil
 
-        from chaos.cluster.docker_engine import is_local_host
         from chaos.net import nft
 
-        cluster = ctx.cluster
+        cluster = ctx.require(ContainerHost)
         if shutil.which("nft") is None or shutil.which("ip") is None:
             raise ToolError("container_packet_loss needs nft and ip on the controller (nftables, iproute2)")
         table = nft.table_name(self.fault_id)
         threshold = max(1, round(float(self.params["percent"]) * 100))
         record = {**self._base_record(ctx, []), "table": table, "netns": []}
         targets = self._targets(ctx)
-        remote = [n for n, _ in targets if not is_local_host(cluster.host_of(n))]
+        remote = [n for n, _ in targets if not type(cluster).shares_this_machine(cluster.host_of(n))]
         if remote:
             raise ToolError(f"container_packet_loss reaches a container's namespace through this machine's "
                             f"/proc: node {remote[0]} is on remote engine {cluster.host_of(remote[0])}")
         try:
             for node, cont in targets:
                 pid = int(cont.attrs.get("State", {}).get("Pid") or 0)
-                ns = _netns_name(cluster.spec.run_id, node)
+                ns = _netns_name(record["run_id"], node)
                 record["nodes"].append(node)
                 record["containers"].append([cluster.host_of(node), cont.name])
                 record["netns"].append(ns)
-                nft._run(["ip", "netns", "attach", ns, str(pid)])
+                nft.attach_namespace(ns, pid)
                 # Every packet: a bare drop (numgen's range stops at 9999).
                 rule = f"numgen random mod 10000 < {threshold}" if threshold < 10000 else "meta nfproto { ipv4, ipv6 }"
                 nft.add_input_drops(ns, table, [rule])
@@ -341,8 +336,12 @@ class ContainerPacketLoss(_ContainerFault):
                 continue
             nft.delete_table(ns, record.get("table", ""))
             # Only the name goes: the namespace itself lives as long as its container.
-            if nft.namespace_exists(ns):
-                nft._run(["ip", "netns", "delete", ns], check=False)
+            nft.forget_namespace(ns)
+
+
+def _engine(record: dict[str, Any]) -> type[ContainerHost]:
+    """The backend class whose engine holds the record's containers."""
+    return backend_of(record, ContainerHost, _ENGINE_BEFORE_RECORDS_NAMED_IT)
 
 
 def _netns_name(run_id: str, node: int) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.cluster.capabilities import Fabric, ServiceProxies
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
 from chaos.net import linkemu, nft
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
 __all__ = ["Bandwidth", "Latency", "LinkFlap", "PacketLoss", "Partition", "ToxicFault"]
-
-_NETNS_ONLY = ("netns",)
 
 
 class PartitionParams(FaultParams):
@@ -121,10 +120,8 @@ def _check_nodes(lists: list[list[int]], key: str, total: int | None) -> list[tu
 
 
 def _fabric(ctx: InjectionContext) -> Any:
-    cluster = ctx.cluster
-    if not hasattr(cluster, "namespace") or not hasattr(cluster, "node_interface"):
-        raise ToolError(f"network faults need backend netns, not {cluster.name}")
-    return cluster
+    """The backend as a ``Fabric`` (its base interface too: topology, node addresses)."""
+    return ctx.require(Fabric)
 
 
 def _addrs(cluster: Any, nodes: list[int] | tuple[int, ...]) -> str:
@@ -136,7 +133,7 @@ class _NetFault(FaultType):
     family: ClassVar[str] = "network"
     failure_class: ClassVar[str] = "network"
     target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    backends: ClassVar[tuple[str, ...]] = _NETNS_ONLY
+    requires: ClassVar[tuple[type, ...]] = (Fabric,)
     _made: dict[str, list[list[Any]]] = field(default_factory=lambda: {"tables": [], "qdiscs": [], "routes": []})
 
     def _all_nodes(self, cluster: Any) -> list[int]:
@@ -236,7 +233,7 @@ class Partition(_NetFault):
         nodes = self._all_nodes(cluster)
         targets = list(self.target.nodes)
         shape = self.params.get("shape", "isolate")
-        named = [list(link) for link in getattr(self.target, "links", ())]
+        named = [list(link) for link in self.target.links]
         if named:
             # A {links: ...} target cuts exactly those directions.
             shape = "one_way"
@@ -261,7 +258,7 @@ class Partition(_NetFault):
                         rules[n].append(f"ip saddr {_addrs(cluster, foreign)}")
                 if i != keeper:
                     for n in group:
-                        rules[n].append(f"ip saddr {cluster.gateway}")
+                        rules[n].append(f"ip saddr {cluster.gateway_address()}")
         else:  # one_way
             links = named or self.params.get("links") or [
                 [a, b] for a in targets for b in nodes if b not in targets]
@@ -412,7 +409,7 @@ class LinkFlap(_NetFault):
 def _directed_links(fault: FaultType, cluster: Any) -> list[tuple[int, int]]:
     """The directed links a fault acts on: the target's own ``links`` when it names them,
     else both directions of every link between a target node and any other node."""
-    named = getattr(fault.target, "links", ()) or ()
+    named = fault.target.links
     if named:
         return sorted({(int(a), int(b)) for a, b in named})
     nodes = range(cluster.topology.total_nodes)
@@ -468,8 +465,8 @@ class Latency(_NetFault):
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         routes = record.get("routes") or self._made["routes"]
         self.revert_record({"routes": routes})  # the kernel path back first
-        cluster = ctx.cluster
-        emulator = getattr(cluster, "running_emulator", None)
+        cluster = _fabric(ctx)
+        emulator = cluster.running_link_emulator()
         if emulator is None:
             return
         for ns, dst, _tun in routes:
@@ -498,6 +495,7 @@ class ToxicFault(_NetFault):
         "link faults for those). Its failure class is network for down, timeout, reset_peer "
         "and limit_data, slow for latency, bandwidth, slicer and slow_close.")
     target_kinds: ClassVar[tuple[str, ...]] = ("job",)
+    requires: ClassVar[tuple[type, ...]] = (ServiceProxies,)
     params_model: ClassVar[type[FaultParams]] = ToxicParams
 
     def __post_init__(self) -> None:
@@ -523,12 +521,12 @@ class ToxicFault(_NetFault):
     def _proxy(self, ctx: InjectionContext) -> tuple[str, Any]:
         from chaos.net import toxiproxy as toxi
 
-        cluster = _fabric(ctx)
         service = self.params.get("proxy", "rendezvous")
-        name = getattr(cluster, "proxies", {}).get(service)
-        if name is None or cluster.toxiproxy_url is None:
+        proxied = ctx.require(ServiceProxies).service_proxy(service)
+        if proxied is None:
             raise ToolError(f"service {service!r} is not behind a Toxiproxy proxy in this run")
-        return cluster.toxiproxy_url, toxi.find_proxy(cluster.toxiproxy_url, name)
+        url, name = proxied
+        return url, toxi.find_proxy(url, name)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         url, proxy = self._proxy(ctx)

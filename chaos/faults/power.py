@@ -3,7 +3,7 @@
 The blast radius is the point: a utility transfer, a UPS action or a tripped PDU takes out
 many nodes at once, their local disks with what was not yet on stable storage, and any
 checkpoint held only there. The backend kills every process of the nodes in one sweep
-(``ClusterBackend.power_off``; the spread between the first and the last kill is recorded)
+(the backend's ``PowerControl.power_off``; the spread between the first and the last kill is recorded)
 and, on ``netns``, takes their links down first, so that no peer hears a FIN or RST from a
 dead node: it hears nothing, as from a node whose power went.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.cluster.capabilities import LocalDisk, PowerControl
 from chaos.faults.base import FaultParams, FaultType, register
 
 if TYPE_CHECKING:
@@ -49,19 +50,21 @@ class _PowerFault(FaultType):
     # unreachable peer. Without a fabric (local), the kernel's resets say "crash".
     also_detected_as: ClassVar[tuple[str, ...]] = ("network",)
     cuts_nodes: ClassVar[bool] = True
+    requires: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         nodes = tuple(self.target.nodes)
-        cut = ctx.cluster.power_off(nodes)
+        cut = ctx.require(PowerControl).power_off(nodes)
         record: dict[str, Any] = {
             "nodes": list(nodes), "ranks": list(self.target.ranks), "pids": cut.pids,
             "kill_spread_ms": round(cut.spread_s * 1e3, 3),
             "local_data": self.params.get("local_data", "unfsynced"),
         }
+        disk = ctx.require(LocalDisk)
         if record["local_data"] == "all":
-            record["wiped_bytes"] = {str(n): ctx.cluster.wipe_local_data(n) for n in nodes}
+            record["wiped_bytes"] = {str(n): disk.wipe_local_data(n) for n in nodes}
         else:
-            record["unfsynced_dropped"] = {str(n): ctx.cluster.drop_unfsynced(n) for n in nodes}
+            record["unfsynced_dropped"] = {str(n): disk.drop_unfsynced(n) for n in nodes}
         if self.params.get("duration_s") is not None:
             ctx.schedule_revert(self, float(self.params["duration_s"]))
         return record
@@ -74,7 +77,7 @@ class _PowerFault(FaultType):
             return
         nodes = record.get("nodes") or list(self.target.nodes)
         for node in nodes:
-            ctx.cluster.power_on(int(node))
+            ctx.require(PowerControl).power_on(int(node))
         ctx.emit("power_restored", fault=self.fault_id, nodes=nodes)
 
 

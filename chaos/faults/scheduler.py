@@ -21,15 +21,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from chaos.cluster import backend_of
+from chaos.cluster.capabilities import Scheduler
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, register
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["DrainNode", "NodeDown", "PreemptJob", "SLURM_ONLY"]
+__all__ = ["DrainNode", "NodeDown", "PreemptJob"]
 
-SLURM_ONLY = ("slurm",)
+_SCHEDULER_BEFORE_RECORDS_NAMED_IT = "slurm"
+"""The backend of a record written before records named theirs (Slurm was the only one)."""
 
 
 class NodeDownParams(FaultParams):
@@ -44,21 +47,17 @@ class DrainNodeParams(FaultParams):
     the node is still running."""
 
 
-def _slurm_cluster(ctx: InjectionContext, fault: FaultType) -> Any:
-    cluster = ctx.cluster
-    if getattr(cluster, "name", None) != "slurm" or not hasattr(cluster, "take_node_out"):
-        raise ToolError(f"{fault.type_name} acts through the Slurm scheduler: it needs "
-                        f"backend: slurm, not {getattr(cluster, 'name', '?')}")
-    return cluster
+def _scheduler(ctx: InjectionContext) -> Any:
+    """The backend as a ``Scheduler`` (its base interface too: signal_node)."""
+    return ctx.require(Scheduler)
 
 
 def _resume(record: dict[str, Any]) -> None:
-    from chaos.cluster.slurm import resume_node
-
+    scheduler = backend_of(record, Scheduler, _SCHEDULER_BEFORE_RECORDS_NAMED_IT)
     failures = []
     for change in record.get("node_states", []):
         try:
-            resume_node(change["slurm_node"], change.get("slurm_conf"))
+            scheduler.return_node(change)
         except Exception as exc:  # go on: every other node still gets resumed
             failures.append(f"{change['slurm_node']}: {exc}")
     if failures:
@@ -85,7 +84,7 @@ class _SlurmNodeFault(FaultType):
     family: ClassVar[str] = "scheduler"
     failure_class: ClassVar[str] = "crash"
     target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+    requires: ClassVar[tuple[type, ...]] = (Scheduler,)
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         _resume(record)
@@ -112,14 +111,14 @@ class NodeDown(_SlurmNodeFault):
     params_model: ClassVar[type[FaultParams]] = NodeDownParams
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _slurm_cluster(ctx, self)
-        record: dict[str, Any] = {"node_states": [], "pids": []}
+        cluster = _scheduler(ctx)
+        record: dict[str, Any] = {"backend": cluster.name, "node_states": [], "pids": []}
         with _undone_on_failure(record):
             for node in self.target.nodes:
                 if self.params.get("kill_processes", True):
                     record["pids"] += cluster.signal_node(node, signal.SIGKILL)
                 else:
-                    cluster.lost.add(node)
+                    cluster.mark_lost(node)
                 record["node_states"].append(cluster.take_node_out(node, "DOWN", self.fault_id))
         return record
 
@@ -141,8 +140,8 @@ class DrainNode(_SlurmNodeFault):
     params_model: ClassVar[type[FaultParams]] = DrainNodeParams
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _slurm_cluster(ctx, self)
-        record: dict[str, Any] = {"node_states": [], "pids": []}
+        cluster = _scheduler(ctx)
+        record: dict[str, Any] = {"backend": cluster.name, "node_states": [], "pids": []}
         with _undone_on_failure(record):
             for node in self.target.nodes:
                 record["node_states"].append(cluster.take_node_out(node, "DRAIN", self.fault_id))
@@ -173,7 +172,7 @@ class PreemptJob(FaultType):
     family: ClassVar[str] = "scheduler"
     failure_class: ClassVar[str] = "crash"
     target_kinds: ClassVar[tuple[str, ...]] = ("job",)
-    backends: ClassVar[tuple[str, ...]] = SLURM_ONLY
+    requires: ClassVar[tuple[type, ...]] = (Scheduler,)
     summary: ClassVar[str] = ("The job is preempted and requeued (scontrol requeue): SIGTERM to every "
                               "task, SIGKILL after KillWait, back in the queue; it restarts and resumes.")
     fidelity: ClassVar[str] = (
@@ -188,11 +187,7 @@ class PreemptJob(FaultType):
     mechanism: ClassVar[str] = "scontrol requeue JOBID"
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = ctx.cluster
-        if getattr(cluster, "name", None) != "slurm" or not hasattr(cluster, "requeue_job"):
-            raise ToolError(f"{self.type_name} acts through the Slurm scheduler: it needs "
-                            f"backend: slurm, not {getattr(cluster, 'name', '?')}")
-        return cluster.requeue_job(self.fault_id)
+        return ctx.require(Scheduler).requeue_job(self.fault_id)
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
         """Nothing outlives the fault: the requeued job is the job, cancelled with the run."""

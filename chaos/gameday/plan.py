@@ -201,7 +201,7 @@ def _semantic_issues(path: str, stop_when: list[str], steps: list[tuple[int, Ste
             if cls is None:
                 issues.append(ValidationIssue(path, f"{where}.inject.type", f"unknown fault type "
                                               f"{step.inject.type!r}; known: {', '.join(types)}"))
-            elif cls.in_process or (cls.backends is not None and "docker" not in cls.backends):
+            elif cls.in_process or "docker" not in cls.supported_backends():
                 issues.append(ValidationIssue(path, f"{where}.inject.type", f"{step.inject.type} does not work "
                                               "on a live docker run (in-process or another backend's)"))
             else:

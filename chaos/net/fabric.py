@@ -94,7 +94,7 @@ def pick_subnet(run_id: str) -> ipaddress.IPv4Network:
     raise ToolError("no free /24 left in 198.18.0.0/15 for the run's fabric")
 
 
-def _links(netns: str | None = None) -> dict[str, str]:
+def interface_aliases(netns: str | None = None) -> dict[str, str]:
     """Interface name -> its alias ('' without one), in the root namespace or ``netns``."""
     if shutil.which("ip") is None:
         return {}  # no iproute2: nothing of ours can exist either
@@ -108,7 +108,7 @@ def _links(netns: str | None = None) -> dict[str, str]:
     return links
 
 
-def _owner(alias_text: str) -> tuple[str | None, bool]:
+def alias_owner(alias_text: str) -> tuple[str | None, bool]:
     """(run id, whether its controller still lives) from an alias of ours."""
     m = _ALIAS_RE.search(alias_text or "")
     if not m:
@@ -118,10 +118,10 @@ def _owner(alias_text: str) -> tuple[str | None, bool]:
 
 def _scan_links(kind: str, suffix_re: str) -> list[Leftover]:
     found = []
-    for name, text in sorted(_links().items()):
+    for name, text in sorted(interface_aliases().items()):
         if not (name.startswith(NAME_PREFIX) and re.fullmatch(NAME_PREFIX + r"[0-9a-f]{8}-" + suffix_re, name)):
             continue
-        run_id, live = _owner(text)
+        run_id, live = alias_owner(text)
         # A live controller's interfaces are never leftovers, whichever state directory
         # registered its run (cleanup compares with its own registry only).
         if not live:
@@ -132,10 +132,10 @@ def _scan_links(kind: str, suffix_re: str) -> list[Leftover]:
 def _del_link(name: str) -> None:
     """Delete an interface of ours if it is there. A veth whose namespace end was just
     deleted with its namespace vanishes by itself a moment later: losing that race is fine."""
-    if not _ours(name) or name not in _links():
+    if not _ours(name) or name not in interface_aliases():
         return
     proc = ip("link", "del", name, check=False)
-    if proc.returncode != 0 and name in _links():
+    if proc.returncode != 0 and name in interface_aliases():
         raise ToolError(f"ip link del {name}: {proc.stderr.strip()}")
 
 
@@ -175,7 +175,7 @@ class NetNamespace(ResourceKind):
         for name in names:
             if not re.fullmatch(NAME_PREFIX + r"[0-9a-f]{8}-n\d+", name):
                 continue
-            run_id, live = _owner(_links(netns=name).get("lo", ""))
+            run_id, live = alias_owner(interface_aliases(netns=name).get("lo", ""))
             if not live:
                 found.append(Leftover(cls.kind, name, run_id, {"name": name}))
         return found
@@ -205,7 +205,7 @@ class Bridge(ResourceKind):
 
     @classmethod
     def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        return spec["name"] in _links()
+        return spec["name"] in interface_aliases()
 
     @classmethod
     def scan(cls) -> list[Leftover]:
@@ -241,7 +241,7 @@ class Veth(ResourceKind):
 
     @classmethod
     def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        return spec["name"] in _links()
+        return spec["name"] in interface_aliases()
 
     @classmethod
     def scan(cls) -> list[Leftover]:

@@ -355,8 +355,8 @@ class LinkEmulator(HelperProcess):
         for ns in names:
             if not ns.startswith("tc-"):
                 continue
-            links = fabric._links(netns=ns)
-            run_id, live = fabric._owner(links.get("lo", ""))
+            links = fabric.interface_aliases(netns=ns)
+            run_id, live = fabric.alias_owner(links.get("lo", ""))
             if live:
                 continue
             found += [Leftover(cls.kind, f"{ns}/{name}", run_id, {"ports": [[-1, ns, name, ""]]})

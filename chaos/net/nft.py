@@ -17,7 +17,8 @@ import subprocess
 
 from chaos.errors import ToolError
 
-__all__ = ["add_input_drops", "delete_table", "namespace_exists", "table_name", "tbf_add", "tbf_del"]
+__all__ = ["add_input_drops", "attach_namespace", "delete_table", "forget_namespace", "namespace_exists",
+           "table_name", "tbf_add", "tbf_del"]
 
 
 def table_name(fault_id: str) -> str:
@@ -33,6 +34,18 @@ def _run(argv: list[str], stdin: str | None = None, check: bool = True) -> subpr
     if check and proc.returncode != 0:
         raise ToolError(f"{' '.join(argv)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
     return proc
+
+
+def attach_namespace(name: str, pid: int) -> None:
+    """Name the network namespace of process ``pid`` (a container's) ``name`` under
+    /run/netns, so that rules can be put in it like in a netns node's."""
+    _run(["ip", "netns", "attach", name, str(pid)])
+
+
+def forget_namespace(name: str) -> None:
+    """Remove the name ``attach_namespace`` gave; the namespace lives on with its process."""
+    if namespace_exists(name):
+        _run(["ip", "netns", "delete", name], check=False)
 
 
 def add_input_drops(netns: str, table: str, rules: list[str]) -> None:

@@ -201,12 +201,8 @@ class _Checker:
                 known = list(known_types())
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
                          f"{close_match(fault['type'], known)} known: {', '.join(known)}")
-        # A fault that acts through one backend's machinery (a scheduler fault: Slurm).
-        only = fault_type.backends if fault_type is not None else None
-        if only and self.backend_name not in only:
-            self.add((*loc, "type"), f"{fault_type.type_name} acts through the "
-                     f"{' or '.join(only)} backend; this scenario runs on "
-                     f"{self.backend_name} (set backend: {only[0]})")
+        if fault_type is not None:
+            self.backend_fits((*loc, "type"), fault_type)
         if "target" in fault:
             self.target((*loc, "target"), fault["target"], fault_type, topology)
         if "trigger" in fault:
@@ -227,6 +223,30 @@ class _Checker:
                                         if topology is not None else None)
                 for where, message in fault_type.check_params(params, context):
                     self.add((*loc, "params", *where), message)
+
+    def backend_fits(self, loc: Path, fault_type: type[FaultType]) -> None:
+        """A fault that acts through a backend capability (a scheduler fault: Slurm's) on a
+        backend that lacks it: the backends that have it, and what this one lacks."""
+        from chaos.cluster import UnknownBackend, lookup_backend
+        from chaos.cluster.capabilities import describe, has
+
+        try:
+            backend = lookup_backend(self.backend_name)
+        except UnknownBackend:
+            return  # reported at backend:
+        lacks = [c for c in fault_type.requires if not has(backend, c)]
+        named_out = fault_type.backends is not None and self.backend_name not in fault_type.backends
+        if not lacks and not named_out:
+            return
+        fits = fault_type.supported_backends()
+        why = (f": {self.backend_name} has no {' and no '.join(describe(c) for c in lacks)}" if lacks
+               else f": it runs on {', '.join(fault_type.backends or ())} only")
+        if not fits:
+            self.add(loc, f"{fault_type.type_name} needs {', '.join(describe(c) for c in fault_type.requires)}, "
+                     f"which no installed backend has{why}")
+            return
+        self.add(loc, f"{fault_type.type_name} acts through the {' or '.join(fits)} backend; this "
+                 f"scenario runs on {self.backend_name} (set backend: {fits[0]}){why}")
 
     def target(self, loc: Path, target: TargetDoc, fault_type: type[FaultType] | None,
                topology: records.Topology | None) -> None:

@@ -12,13 +12,14 @@ the run by that variable, and a daemon killed before its mount is released would
 mount dead ("Transport endpoint is not connected") for the last moments of teardown.
 
 Mounting is opt-in per scenario: only a scenario with a storage fault gets mounts, only over
-the tiers its faults name; every other scenario runs on the bare directories.
+the tiers its faults name (planned by the storage family, ``chaos.faults.storage.plan_mounts``,
+and handed to the backend in ``RunSpec.mounts``); every other scenario runs on the bare
+directories.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -43,10 +44,9 @@ from chaos.storage.daemon import FSTYPE
 
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
-    from chaos.workload import StorageLayout
 
-__all__ = ["FuseMount", "STORAGE_RUN_ENV", "acquire_storage_mounts", "control_dir", "mounted",
-           "storage_plan"]
+__all__ = ["FuseMount", "LOCAL_TIER_SUBDIR", "STORAGE_RUN_ENV", "acquire_storage_mounts", "control_dir",
+           "mounted", "tier_label"]
 
 STORAGE_RUN_ENV = contract.STORAGE_RUN_ID_ENV
 READY_TIMEOUT_S = 15.0
@@ -213,92 +213,24 @@ def tier_label(tier: str, node: int | None) -> str:
     return tier if tier == "shared" else f"{tier}-node-{node}"
 
 
-def storage_plan(scenario: dict[str, Any]) -> dict[str, bool]:
-    """Tier -> whether its mounts track unfsynced data, for the storage faults of a scenario
-    (as recorded in run.json); empty: nothing to mount."""
-    from chaos.faults.storage import STORAGE_TYPES
-
-    tiers: dict[str, bool] = {}
-    for fault in scenario.get("faults") or []:
-        if _drops_local_unfsynced(fault, scenario):
-            tiers["local"] = True  # a power cut drops what the node-local tier never fsynced
-            continue
-        if fault.get("type") not in STORAGE_TYPES:
-            continue
-        tier = (fault.get("params") or {}).get("tier", "shared")
-        tiers[tier] = tiers.get(tier, False) or fault.get("type") in ("lose_unfsynced", "torn_write")
-    return tiers
-
-
-def _drops_local_unfsynced(fault: dict[str, Any], scenario: dict[str, Any]) -> bool:
-    """A power fault with ``local_data: unfsynced`` on a workload that keeps a node-local tier."""
-    from chaos.faults.base import UnknownFaultType, lookup
-
-    try:
-        if "local_data" not in lookup(str(fault.get("type"))).params_model.model_fields:
-            return False
-    except UnknownFaultType:
-        return False
-    if (fault.get("params") or {}).get("local_data", "unfsynced") != "unfsynced":
-        return False
-    layout = _storage_layout(scenario)
-    return layout is not None and layout.node_local_checkpoints
-
-
-def _storage_layout(scenario: dict[str, Any]) -> StorageLayout | None:
-    """Where the scenario's workload (as recorded in run.json) keeps checkpoints and data;
-    None: none known (a command), or no workload recorded."""
-    from chaos.model import Workload as WorkloadRecord
-    from chaos.workload import workload_for
-
-    recorded = scenario.get("workload")
-    if not isinstance(recorded, dict):
-        return None
-    try:
-        return workload_for(WorkloadRecord(**recorded)).storage()
-    except (TypeError, ValueError):  # not a workload this version records (validated before)
-        return None
-
-
 LOCAL_TIER_SUBDIR = contract.LOCAL_TIER_SUBDIR
 """The node-local tier lives in ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints`` (harness/ckpt_tiers.py)."""
 
 
-def _data_copy(run_dir: str, layout: StorageLayout) -> str:
-    """The run's own copy of the data file (the workload's seed unless it is there already),
-    in the directory the data tier is mounted over: the original is never mounted over."""
-    path = os.path.join(run_dir, layout.data_file or "")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.exists(path) and layout.data_source:
-        shutil.copyfile(layout.data_source, path)
-    return os.path.dirname(path)
-
-
 def acquire_storage_mounts(backend: ClusterBackend, node_local_dir: Any) -> None:
-    """Mount the fault layer over the tiers the run's storage faults name (none: nothing).
-    Called by a backend once its node directories exist and before any node starts."""
-    try:
-        with open(os.path.join(backend.spec.run_dir, "run.json"), encoding="utf-8") as fh:
-            record = json.load(fh)
-    except (OSError, ValueError):
-        return
-    scenario = record.get("scenario") or {}
-    plan = storage_plan(scenario)
+    """Mount the fault layer over the tiers the runner planned (``RunSpec.mounts``; none:
+    nothing). Called by a backend once its node directories exist and before any node
+    starts."""
     run_id, run_dir = backend.spec.run_id, backend.spec.run_dir
-    layout = _storage_layout(scenario) if plan else None
-    if plan and layout is None:
-        raise ToolError("storage faults need a workload whose checkpoint and data paths are known "
-                        "(workload.harness); validation should have refused this scenario")
-    for tier, track in sorted(plan.items()):
-        if tier == "shared":
-            targets = [(layout.shared_checkpoint_dir(run_dir), None)]
-        elif tier == "data":
-            targets = [(_data_copy(run_dir, layout), None)]
-        else:
+    for mount in sorted(backend.spec.mounts, key=lambda m: m.tier):
+        if mount.path is not None:
+            targets: list[tuple[str, int | None]] = [(mount.path, None)]
+        else:  # each node's own local tier
             targets = [(os.path.join(node_local_dir(n), LOCAL_TIER_SUBDIR), n)
                        for n in range(backend.topology.total_nodes)]
         for path, node in targets:
-            label = tier_label(tier, node)
+            label = tier_label(mount.tier, node)
             backend.resources.acquire("fuse_mount", {
                 "path": path, "control_dir": control_dir(run_dir, label),
-                "fsname": f"{run_id}-{label}", "track_unfsynced": track, "name": f"{label} tier"})
+                "fsname": f"{run_id}-{label}", "track_unfsynced": mount.track_unfsynced,
+                "name": f"{label} tier"})

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import FABRIC_MTU, NODE_HOST_OFFSET
 from chaos.cluster.resources import RunResources
 from chaos.faults.base import lookup
@@ -74,6 +75,7 @@ class StandInCluster:
     topology: Topology = field(default_factory=lambda: Topology(nodes=2, ranks_per_node=1))
     nodes: dict[int, _Node] = field(default_factory=lambda: {0: _Node(), 1: _Node()})
     name: str = "netns"
+    capabilities = (Fabric,)
 
     def namespace(self, node: int) -> str:
         return fabric.node_namespace(self.run_id, node)
@@ -87,8 +89,7 @@ class StandInCluster:
     def node_address(self, node: int) -> str:
         return str(self.subnet.network_address + NODE_HOST_OFFSET + node)
 
-    @property
-    def gateway(self) -> str:
+    def gateway_address(self) -> str:
         return str(self.subnet.network_address + 1)
 
     def mark_lost(self, node: int) -> None:

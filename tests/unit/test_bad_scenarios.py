@@ -122,6 +122,10 @@ CASES: dict[str, tuple[str, str]] = {
     "network_fault_on_local.yaml": (
         "faults[0].type", "partition acts through the netns backend; this scenario runs on local "
         "(set backend: netns)"),
+    # a backend capability the backend lacks (chaos.cluster.capabilities)
+    "container_fault_on_local.yaml": (
+        "faults[0].type", "container_pause acts through the docker backend; this scenario runs on "
+        "local (set backend: docker): local has no ContainerHost (each node a container"),
     "link_flap_down_not_shorter.yaml": (
         "faults[0].params.down_s", "down_s must be less than period_s"),
 }

@@ -155,7 +155,7 @@ def test_container_faults_are_docker_only_with_mechanism_and_fidelity() -> None:
     types = known_types()
     for name in ("container_pause", "container_disconnect", "container_packet_loss", "container_limits"):
         cls = types[name]
-        assert cls.backends == ("docker",) and cls.mechanism and len(cls.fidelity) > 100
+        assert cls.supported_backends() == ("docker",) and cls.mechanism and len(cls.fidelity) > 100
     res = CliRunner().invoke(cli, ["faults"])
     assert "docker pause: the cgroup freezer" in res.output
 

@@ -47,18 +47,9 @@ Edge = tuple[str, str]
 
 # -- allowlists (shrinking): (importer, imported) -> who removes it --------------------------
 
-ALLOWED_LAYER: dict[Edge, str] = {
-    # storage_plan decides which tiers get a mount from the run's fault types: it moves to
-    # the storage family and the runner hands the mounts over (seams).
-    ("chaos.storage.mounts", "chaos.faults.storage"): "seams",
-    ("chaos.storage.mounts", "chaos.faults.base"): "seams",
-    # InjectionContext's scheduled reverts name FaultType (seams).
-    ("chaos.cluster.base", "chaos.faults.base"): "seams",
-}
+ALLOWED_LAYER: dict[Edge, str] = {}  # empty since the mount plan moved to the storage family: keep it so
 
 ALLOWED_CONCRETE: dict[Edge, str] = {
-    ("chaos.faults.container", "chaos.cluster.docker_engine"): "seams (ContainerHost capability)",
-    ("chaos.faults.scheduler", "chaos.cluster.slurm"): "seams (Scheduler capability)",
     ("chaos.gameday.attach", "chaos.cluster.docker"): "gameday",
     ("chaos.gameday.attach", "chaos.cluster.docker_engine"): "gameday",
     ("chaos.gameday.session", "chaos.cluster.docker_engine"): "gameday",
@@ -78,10 +69,6 @@ ALLOWED_CYCLE_EDGES: dict[Edge, str] = {
     ("chaos.cluster.resources", "chaos.cluster"): "seams",
     ("chaos.faults.base", "chaos.faults"): "seams",
     ("chaos.faults.base", "chaos.faults.container"): "seams",
-    # cluster/base <-> faults/base <-> faults/container; faults/storage <-> storage/mounts.
-    ("chaos.cluster.base", "chaos.faults.base"): "seams",
-    ("chaos.storage.mounts", "chaos.faults.storage"): "seams",
-    ("chaos.storage.mounts", "chaos.faults.base"): "seams",
     # gameday report <-> session (gameday).
     ("chaos.gameday.report", "chaos.gameday.session"): "gameday",
     # The report package's rebuild entry point and rebuild's use of the package's writers.

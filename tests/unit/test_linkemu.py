@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.capabilities import Fabric
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import lookup
 from chaos.faults.network import _directed_links
@@ -61,12 +62,15 @@ def test_good_latency_params_load(tmp_path: Path) -> None:
 
 class _Cluster:
     name = "netns"
+    capabilities = (Fabric,)
 
     def __init__(self) -> None:
         self.topology = Topology(nodes=3, ranks_per_node=1)
         self.subnet = ipaddress.ip_network("198.18.7.0/24")
         self.calls: list[tuple[Any, ...]] = []
-        self.running_emulator = self
+
+    def running_link_emulator(self) -> _Cluster:
+        return self
 
     def request(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("emu", kw["op"], kw.get("node"), kw.get("dst"), kw.get("delay_ms")))

@@ -13,6 +13,7 @@ import pytest
 
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
+from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import NetnsCluster
 from chaos.faults.base import lookup
 from chaos.model import Topology
@@ -59,9 +60,9 @@ def test_agent_runs_in_its_namespace_against_the_bridge_store_with_gloo_on_its_l
 
 def test_owner_and_liveness_come_from_the_alias() -> None:
     live = f"trainchaos run={RUN_ID} controller={controller_tag()}"
-    assert fabric._owner(live) == (RUN_ID, True)
-    assert fabric._owner(f"trainchaos run={RUN_ID} controller=1:0") == (RUN_ID, False)
-    assert fabric._owner("") == (None, False)
+    assert fabric.alias_owner(live) == (RUN_ID, True)
+    assert fabric.alias_owner(f"trainchaos run={RUN_ID} controller=1:0") == (RUN_ID, False)
+    assert fabric.alias_owner("") == (None, False)
 
 
 def test_missing_capability_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +86,10 @@ def test_missing_capability_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatc
 
 class _Fabric:
     name = "netns"
-    gateway = "198.18.5.1"
+    capabilities = (Fabric,)
+
+    def gateway_address(self) -> str:
+        return "198.18.5.1"
 
     def __init__(self, nodes: int) -> None:
         self.topology = Topology(nodes=nodes, ranks_per_node=1)

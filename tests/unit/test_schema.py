@@ -54,6 +54,7 @@ CROSS_FIELD = {
     "bitflip_stuck_at_without_duration.yaml",
     "partition_node_in_two_groups.yaml", "partition_group_unknown_node.yaml",
     "partition_link_to_itself.yaml", "partition_unknown_rack.yaml", "network_fault_on_local.yaml",
+    "container_fault_on_local.yaml",
     "link_flap_down_not_shorter.yaml",
 }
 # Not a YAML document at all: nothing for a schema to look at.

@@ -93,7 +93,7 @@ def test_a_scheduler_fault_on_a_node_outside_the_job_is_refused() -> None:
 def test_scheduler_faults_document_their_fidelity() -> None:
     for name in ("node_down", "drain_node"):
         cls = lookup(name)
-        assert cls.family == "scheduler" and cls.backends == ("slurm",) and "Stands for" in cls.fidelity
+        assert cls.family == "scheduler" and cls.supported_backends() == ("slurm",) and "Stands for" in cls.fidelity
 
 
 def test_preflight_without_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.capabilities import Scheduler
 from chaos.errors import ToolError
 from chaos.faults.scheduler import DrainNode, NodeDown
 
@@ -16,6 +17,7 @@ class _HalfBrokenSlurm:
     """Takes node 0 out, then fails on node 1's processes."""
 
     name = "slurm"
+    capabilities = (Scheduler,)
 
     def __init__(self) -> None:
         self.lost: set[int] = set()

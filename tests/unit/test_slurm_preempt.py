@@ -54,7 +54,7 @@ def test_preempt_job_targets_the_whole_job() -> None:
     resolved = resolve_target(scenario.faults[0].target, scenario.topology)
     assert resolved.srcs() == ["rank-0", "rank-1", "rank-2", "rank-3", "node-0", "node-1"]
     cls = lookup("preempt_job")
-    assert cls.family == "scheduler" and cls.backends == ("slurm",) and "Stands for" in cls.fidelity
+    assert cls.family == "scheduler" and cls.supported_backends() == ("slurm",) and "Stands for" in cls.fidelity
 
 
 @pytest.mark.parametrize(("fault", "needle"), [

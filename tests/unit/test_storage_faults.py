@@ -12,9 +12,9 @@ import pytest
 from chaos.cli import main
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.faults.base import known_types
+from chaos.faults.storage import storage_plan
 from chaos.plan import make_plan
 from chaos.scenario import parse_scenario
-from chaos.storage.mounts import storage_plan
 from chaos.storage.rules import Caller, Rule, RuleSet, errno_number, flip
 
 STORAGE = ("io_stall", "io_slow", "io_error", "disk_full", "io_corrupt", "lose_unfsynced", "torn_write")

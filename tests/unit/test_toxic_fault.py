@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.capabilities import ServiceProxies
 from chaos.cluster.netns import NetnsCluster
 from chaos.errors import ScenarioError
 from chaos.faults.base import lookup
@@ -79,10 +80,14 @@ def url() -> Iterator[str]:
 
 class _Cluster:
     name = "netns"
+    capabilities = (ServiceProxies,)
 
     def __init__(self, url: str) -> None:
         self.toxiproxy_url = url
         self.proxies = {"rendezvous": "trainchaos-x-rendezvous"}
+
+    def service_proxy(self, service: str) -> tuple[str, str] | None:
+        return (self.toxiproxy_url, self.proxies[service]) if service in self.proxies else None
 
     def namespace(self, n: int) -> str:
         return f"tc-x-n{n}"

@@ -1,0 +1,178 @@
+"""What a backend can do beyond the one interface every backend has (``ClusterBackend``).
+
+Toxiproxy's toxics are the model: one small required interface, and optional abilities as
+small interfaces of their own, checked once. A fault type lists the capabilities it needs
+(``FaultType.requires``); validation refuses a scenario whose backend lacks one (a located
+error, exit 2, before anything starts), and at injection the fault asks for the ability with
+``ctx.require(Fabric)``, which hands back the backend typed as that capability. No fault
+ever probes a backend with ``hasattr`` or imports a concrete one.
+
+A backend *declares* what it provides (``ClusterBackend.capabilities``) rather than having it
+found by inheritance or by the names of its methods: the netns backend is a local backend
+underneath but has no storage fault layer, a stand-in cluster in a test declares what it
+stands in for. ``ClusterBackend.__init_subclass__`` checks that every declared capability
+is implemented (each is a ``Protocol`` of methods only, so that check is structural).
+
+Abilities a fault needs to undo itself from the journal alone (``trainchaos cleanup``, no
+backend running) are classmethods: the fault records which backend made the change and
+finds its class again with ``chaos.cluster.backend_of(record, Capability, default)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["CAPABILITIES", "Capability", "ContainerHost", "Fabric", "LocalDisk", "PowerControl", "PowerCut",
+           "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
+
+
+class Fabric(Protocol):
+    """network namespaces and links between the nodes (nftables, tc, a link emulator)"""
+
+    def namespace(self, node: int) -> str:
+        """The node's network namespace (under /run/netns)."""
+
+    def node_interface(self, node: int) -> str:
+        """The node's end of its link, inside its namespace."""
+
+    def host_interface(self, node: int) -> str:
+        """The bridge's end of the node's link, in the root namespace."""
+
+    def gateway_address(self) -> str:
+        """The fabric's own address (the bridge's, where the rendezvous store listens)."""
+
+    def emulator_interface(self, node: int) -> str:
+        """The link emulator's device in the node's namespace."""
+
+    def link_emulator(self) -> Any:
+        """The run's link emulator, started on first use."""
+
+    def running_link_emulator(self) -> Any | None:
+        """The link emulator if one was started (a revert never starts one)."""
+
+    def mark_lost(self, node: int) -> None:
+        """The node is cut off for the rest of the run: its exit is not the job's outcome."""
+
+
+class ServiceProxies(Protocol):
+    """TCP services of the run (the rendezvous store) behind a Toxiproxy proxy"""
+
+    def service_proxy(self, service: str) -> tuple[str, str] | None:
+        """(Toxiproxy API URL, proxy name) of ``service``; None when it is not proxied."""
+
+
+class ContainerHost(Protocol):
+    """each node a container of a container engine (docker)"""
+
+    def container(self, node: int) -> Any:
+        """The node's container (a docker SDK ``Container``)."""
+
+    def host_of(self, node: int) -> str:
+        """The engine the node's container runs on."""
+
+    def container_name(self, node: int) -> str: ...
+
+    def network_name(self) -> str:
+        """The run's own container network."""
+
+    def mark_lost(self, node: int) -> None:
+        """The node is frozen or cut off for the rest of the run."""
+
+    # From the journal alone (no backend running): classmethods.
+    @classmethod
+    def find_container(cls, host: str, name: str, run_id: str) -> Any:
+        """The run's container ``name`` on ``host``; ToolError when it is gone."""
+
+    @classmethod
+    def run_network(cls, host: str, name: str, run_id: str) -> Any:
+        """The run's network ``name`` on ``host`` (never one the run does not own)."""
+
+    @classmethod
+    def engine_memory(cls, host: str) -> int:
+        """Bytes of memory of the engine's host."""
+
+    @classmethod
+    def shares_this_machine(cls, host: str) -> bool:
+        """Whether the engine runs on this machine (its containers' /proc is ours)."""
+
+
+class Scheduler(Protocol):
+    """a batch scheduler that owns the nodes and the job (Slurm)"""
+
+    def take_node_out(self, node: int, state: str, why: str) -> dict[str, Any]:
+        """The node out of service (``DOWN``, ``DRAIN``); returns what ``return_node`` needs."""
+
+    def requeue_job(self, why: str) -> dict[str, Any]:
+        """The job preempted and put back in the queue."""
+
+    def mark_lost(self, node: int) -> None:
+        """The node is gone for the rest of the run (its exit is not the job's outcome)."""
+
+    @classmethod
+    def return_node(cls, change: dict[str, Any]) -> None:
+        """Undo one ``take_node_out`` from its record alone."""
+
+
+@dataclass(frozen=True)
+class PowerCut:
+    """What a power cut of a set of nodes killed, and how far apart the kills were."""
+
+    pids: list[int]
+    spread_s: float
+    """From the first kill to the last: a real outage hits every node at the same instant."""
+
+
+class PowerControl(Protocol):
+    """power to whole nodes: every process killed at once, and back on later"""
+
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut: ...
+
+    def power_on(self, node: int) -> None: ...
+
+
+class LocalDisk(Protocol):
+    """a disk of each node's own, lost or rolled back with the node"""
+
+    def node_local_dir(self, node: int) -> str: ...
+
+    def drop_unfsynced(self, node: int) -> int | None: ...
+
+    def wipe_local_data(self, node: int) -> int: ...
+
+
+class StorageLayer(Protocol):
+    """the storage fault layer (FUSE) mounted over the run's checkpoint and data tiers"""
+
+    def storage_control_dir(self, label: str) -> str:
+        """Where the injector talks to the mount of ``label`` (``shared``, ``local-node-1``)."""
+
+
+Capability = type
+"""A capability is one of the protocols above (or a plugin's own, listed the same way)."""
+
+CAPABILITIES: tuple[type, ...] = (Fabric, ServiceProxies, ContainerHost, Scheduler, PowerControl,
+                                  LocalDisk, StorageLayer)
+
+
+def describe(capability: type) -> str:
+    """``Fabric (network namespaces and links between the nodes ...)``: for error messages."""
+    doc = (capability.__doc__ or "").strip().splitlines()
+    return f"{capability.__name__} ({doc[0]})" if doc else capability.__name__
+
+
+def has(backend: type, capability: type) -> bool:
+    """Whether ``backend`` (a class) declares ``capability``."""
+    return capability in getattr(backend, "capabilities", ())
+
+
+def missing(backend: type, capability: type) -> list[str]:
+    """The members of ``capability`` that ``backend`` does not implement."""
+    members = [name for name in vars(capability) if not name.startswith("_")]
+    return [name for name in members if not callable(getattr(backend, name, None))]
+
+
+def providers(capabilities: tuple[type, ...], backends: dict[str, type]) -> list[str]:
+    """Names of the ``backends`` that declare every one of ``capabilities``."""
+    return [name for name, cls in backends.items() if all(has(cls, c) for c in capabilities)]
+
