@@ -1,20 +1,23 @@
 """Cluster backends, by name: what ``backend:`` in a scenario picks (default ``local``).
 
 A backend starts the nodes of one run and answers the questions the runner, the faults and
-cleanup ask (``chaos.cluster.base.ClusterBackend``). Nothing outside this package names a
-concrete backend: they are looked up here.
+cleanup ask (``chaos.cluster.base.ClusterBackend``); what it can do beyond that it declares
+as capabilities (``chaos.cluster.capabilities``). Nothing outside this package names a
+concrete backend: they are looked up here, in a registry (``chaos.registry``) that lists the
+built-in ones as module names and takes others from ``TRAINCHAOS_PLUGINS`` and the
+``trainchaos.backends`` entry point group.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from chaos.registry import Registry
+
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
 
-__all__ = ["UnknownBackend", "backend_of", "known_backends", "lookup_backend", "register_backend"]
-
-_REGISTRY: dict[str, type[ClusterBackend]] = {}
+__all__ = ["BACKENDS", "UnknownBackend", "backend_of", "known_backends", "lookup_backend", "register_backend"]
 
 
 class UnknownBackend(KeyError):
@@ -23,32 +26,20 @@ class UnknownBackend(KeyError):
         self.name = name
 
 
-def register_backend(cls: type[ClusterBackend]) -> type[ClusterBackend]:
-    """Class decorator: make a backend known by its ``name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"backend {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+BACKENDS: Registry[type[ClusterBackend]] = Registry(
+    "backend", key=lambda cls: cls.name, group="trainchaos.backends", unknown=UnknownBackend,
+    builtins=("chaos.cluster.local", "chaos.cluster.netns", "chaos.cluster.docker", "chaos.cluster.slurm"))
 
-
-def _load_builtin() -> None:
-    import chaos.cluster.docker  # noqa: F401  (the docker backend and its resource kinds)
-    import chaos.cluster.local  # noqa: F401  (registers itself)
-    import chaos.cluster.netns  # noqa: F401
-    import chaos.cluster.slurm  # noqa: F401
+register_backend = BACKENDS.register
+"""Class decorator: make a backend known by its ``name``."""
 
 
 def lookup_backend(name: str) -> type[ClusterBackend]:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownBackend(name) from None
+    return BACKENDS.lookup(name)
 
 
 def known_backends() -> dict[str, type[ClusterBackend]]:
-    _load_builtin()
-    return dict(sorted(_REGISTRY.items()))
+    return BACKENDS.known()
 
 
 def backend_of(record: dict[str, Any], capability: type, default: str) -> type[Any]:

@@ -14,7 +14,10 @@ bridges, nftables tables, FUSE mounts, containers) has one lifecycle:
    (``destroy`` is a classmethod and must be idempotent), and ``cleanup --check`` asks each
    kind to ``scan`` the machine for leftovers named with the project's prefix.
 
-A kind registers by name with ``register_kind``; a later family adds its kinds the same way.
+A kind registers by name with ``register_kind`` (``RESOURCE_KINDS``, a ``chaos.registry``:
+the built-in kinds' modules are listed there by name, others come from ``TRAINCHAOS_PLUGINS``
+and the ``trainchaos.resource_kinds`` entry point group); cleanup must know every kind
+without any backend having been used in its process.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from chaos.procs import (
     kill_pids,
     process_start_time,
 )
+from chaos.registry import Registry
 from chaos.rollback import append_record, read_records, state_base
 
 __all__ = [
@@ -96,27 +100,16 @@ class ResourceKind(ABC):
         return []
 
 
-_KINDS: dict[str, type[ResourceKind]] = {}
+RESOURCE_KINDS: Registry[type[ResourceKind]] = Registry(
+    "resource kind", key=lambda cls: cls.kind, group="trainchaos.resource_kinds",
+    builtins=("chaos.net.fabric", "chaos.net.linkemu", "chaos.net.toxiproxy",
+              "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm"))
 
-
-def register_kind(cls: type[ResourceKind]) -> type[ResourceKind]:
-    if cls.kind in _KINDS and _KINDS[cls.kind] is not cls:
-        raise ValueError(f"resource kind {cls.kind!r} registered twice")
-    _KINDS[cls.kind] = cls
-    return cls
-
-
-def _load_builtin_kinds() -> None:
-    """Backends register their kinds on import (``chaos.net.fabric`` with ``netns``): cleanup
-    must know them without any backend having been used in its process."""
-    from chaos.cluster import _load_builtin
-
-    _load_builtin()
+register_kind = RESOURCE_KINDS.register
 
 
 def known_kinds() -> dict[str, type[ResourceKind]]:
-    _load_builtin_kinds()
-    return dict(_KINDS)
+    return RESOURCE_KINDS.known()
 
 
 def scratch_base() -> str:
@@ -258,9 +251,9 @@ class RunResources:
 
     def acquire(self, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Journal, then create. A failed create is still torn down (it may be half made)."""
-        cls = _KINDS.get(kind)
+        cls = RESOURCE_KINDS.items.get(kind)
         if cls is None:
-            raise ToolError(f"unknown resource kind {kind!r}; known: {', '.join(sorted(_KINDS))}")
+            raise ToolError(f"unknown resource kind {kind!r}; known: {', '.join(sorted(RESOURCE_KINDS.items))}")
         entry = {"id": len(self._held), "kind": kind, "spec": spec, "details": {}}
         append_record(self.path, {"op": "create", "run_id": self.run_id, **entry})
         self._held.append(entry)
@@ -296,9 +289,9 @@ def pending_resources(path: str) -> list[dict[str, Any]]:
 def release_records(path: str, entries: list[dict[str, Any]]) -> list[str]:
     """Destroy each entry in the order given, journaling each; goes on past failures."""
     failures = []
-    _load_builtin_kinds()
+    RESOURCE_KINDS.load()
     for entry in entries:
-        cls = _KINDS.get(entry["kind"])
+        cls = RESOURCE_KINDS.items.get(entry["kind"])
         label = f"{entry['kind']} {_label(entry['spec'])}"
         if cls is None:
             failures.append(f"{label}: unknown resource kind (left in place)")

@@ -1,3 +1,3 @@
-"""Fault families; importing this package registers every built-in fault type."""
-
-from chaos.faults import network, power, process, scheduler, sdc, storage  # noqa: F401  (registers by import)
+"""Fault families, one module each. Their types register with ``chaos.faults.base.FAULT_TYPES``
+when the registry first loads them (it lists them by module name): importing this package
+imports no family."""

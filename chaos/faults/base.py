@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from chaos import contract
 from chaos.cluster.base import ResolvedTarget
+from chaos.registry import PLUGINS_ENV, Registry
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILURE_CLASSES",
+    "FAULT_TYPES",
+    "PLUGINS_ENV",
     "FaultParams",
     "FaultType",
     "NoParams",
@@ -193,58 +195,20 @@ class UnknownFaultType(KeyError):
         self.name = name
 
 
-_REGISTRY: dict[str, type[FaultType]] = {}
+FAULT_TYPES: Registry[type[FaultType]] = Registry(
+    "fault type", key=lambda cls: cls.type_name, group="trainchaos.faults", unknown=UnknownFaultType,
+    builtins=tuple(f"chaos.faults.{family}" for family in (
+        "process", "network", "power", "scheduler", "sdc", "storage", "container")))
+"""Every fault type by name: the built-in families', then the modules of ``TRAINCHAOS_PLUGINS``
+and the ``trainchaos.faults`` entry point group (a team's own types register on import)."""
 
-
-def register(cls: type[FaultType]) -> type[FaultType]:
-    """Class decorator: make a fault type known by its ``type_name``."""
-    if cls.type_name in _REGISTRY and _REGISTRY[cls.type_name] is not cls:
-        raise ValueError(f"fault type {cls.type_name!r} registered twice")
-    _REGISTRY[cls.type_name] = cls
-    return cls
-
-
-PLUGINS_ENV = contract.PLUGINS_ENV
-"""Comma-separated modules imported before fault types are looked up: a team's own fault
-types register themselves on import (so do packages under the ``trainchaos.faults`` entry
-point group)."""
-
-
-def _load_builtin() -> None:
-    # Importing the package registers every built-in fault family.
-    import chaos.faults  # noqa: F401
-    import chaos.faults.container  # noqa: F401  (docker backend's container faults)
-
-    _load_plugins()
-
-
-_plugins_loaded: set[str] = set()
-
-
-def _load_plugins() -> None:
-    import importlib
-    import os
-    from importlib.metadata import entry_points
-
-    names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
-    for name in names:
-        if name not in _plugins_loaded:
-            _plugins_loaded.add(name)
-            importlib.import_module(name)
-    for ep in entry_points(group="trainchaos.faults"):
-        if ep.value not in _plugins_loaded:
-            _plugins_loaded.add(ep.value)
-            ep.load()
+register = FAULT_TYPES.register
+"""Class decorator: make a fault type known by its ``type_name``."""
 
 
 def lookup(name: str) -> type[FaultType]:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownFaultType(name) from None
+    return FAULT_TYPES.lookup(name)
 
 
 def known_types() -> dict[str, type[FaultType]]:
-    _load_builtin()
-    return dict(sorted(_REGISTRY.items()))
+    return FAULT_TYPES.known()

@@ -120,10 +120,10 @@ def _recorder_registered() -> Any:
     """Known only while a test of this module runs: other tests list every registered type."""
     from chaos.faults import base
 
-    base._load_builtin()
+    base.FAULT_TYPES.load()
     register(_Recorder)
     yield
-    base._REGISTRY.pop(_Recorder.type_name, None)
+    base.FAULT_TYPES.unregister(_Recorder.type_name)
 
 
 class _FakeRun:

@@ -267,8 +267,8 @@ class _BareBackend:
 @pytest.fixture
 def fake_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     chaos.cluster.known_backends()  # the built-in ones first
-    monkeypatch.setitem(chaos.cluster._REGISTRY, "fake", _FakeBackend)
-    monkeypatch.setitem(chaos.cluster._REGISTRY, "bare", _BareBackend)
+    monkeypatch.setitem(chaos.cluster.BACKENDS.items, "fake", _FakeBackend)
+    monkeypatch.setitem(chaos.cluster.BACKENDS.items, "bare", _BareBackend)
 
 
 @pytest.mark.usefixtures("fake_backends")
