@@ -45,10 +45,11 @@ from pydantic import Field
 
 from chaos import contract
 from chaos.cluster import register_backend
-from chaos.cluster.base import FATAL_SIGNALS, LiveRank, NodeStatus, PowerCut
+from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, LiveRank, NodeStatus, PowerCut
 from chaos.cluster.capabilities import ContainerHost, LocalDisk, PowerControl
 from chaos.cluster.docker_engine import (
     LABEL_NODE,
+    LABEL_RUN,
     client,
     container_of,
     default_host,
@@ -132,6 +133,7 @@ class DockerCluster(LocalCluster):
         self._last_poll = 0.0
         self._log_threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._attached = False
 
     # -- before anything starts -------------------------------------------------------------
     @classmethod
@@ -194,6 +196,43 @@ class DockerCluster(LocalCluster):
     def shares_this_machine(cls, host: str) -> bool:
         return is_local_host(host)
 
+    # -- a live run another controller started (``trainchaos gameday``) --------------------
+    @classmethod
+    def attach(cls, spec: Any) -> DockerCluster:
+        """The backend of a live run started by another controller, bound to the node
+        containers its hosts list under the run's label (``rescan``): faults act on them as
+        within the run; nothing of the run's is created, started (no spares) or removed here."""
+        cluster = cls(spec, None)
+        cluster._attached = True
+        cluster.rescan()
+        return cluster
+
+    def rescan(self) -> dict[int, str]:
+        """The run's node containers as the engines list them now (the run's label and
+        name): node -> state (``running``, ``paused``, ``exited``...). An attached backend
+        binds to them."""
+        states: dict[int, str] = {}
+        for host in self.hosts:
+            for cont in client(host).containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.spec.run_id}"}):
+                node = int(cont.labels.get(LABEL_NODE, -1))
+                if node >= 0 and cont.name == self.container_name(node):
+                    states[node] = cont.status
+        if self._attached:
+            self._containers.update({n: self.container_name(n) for n in states})
+            for node in states:
+                self._status.setdefault(node, NodeStatus(None))
+            if self.subnet is None and states:
+                import ipaddress
+
+                with contextlib.suppress(Exception):
+                    net = client(self.host_of(min(states))).networks.get(self.network_name())
+                    self.subnet = ipaddress.ip_network(net.attrs["IPAM"]["Config"][0]["Subnet"])
+        return states
+
+    def node_containers(self) -> dict[int, str]:
+        """Node -> the name of its container (started or attached to by this backend)."""
+        return dict(self._containers)
+
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         from chaos.net import fabric
@@ -241,6 +280,10 @@ class DockerCluster(LocalCluster):
         # gloo binds and advertises this interface's address (the run's network); left to
         # itself it would resolve the container's hostname.
         keep["GLOO_SOCKET_IFNAME"] = "eth0"
+        if self.options.image is None and env.get("PYTHONPATH"):
+            # The controller's import path (a worktree of the project: mounted at its path)
+            # comes first here too, or the nodes import the editable install's tree instead.
+            keep["PYTHONPATH"] = env["PYTHONPATH"]
         keep.pop("DOCKER_HOST", None)
         return keep
 
@@ -336,7 +379,10 @@ class DockerCluster(LocalCluster):
         if event.get("kind") == "rank_start" and isinstance(event.get("pid"), int) \
                 and isinstance(event.get("node"), int) and event["pid"] < PID_STRIDE:
             event = {**event, "pid": handle(event["node"], event["pid"])}
-        super().note_event(event)
+        if self._attached:  # spares are started by the run's own controller, never here
+            ClusterBackend.note_event(self, event)
+        else:
+            super().note_event(event)
 
     def poll(self) -> dict[int, NodeStatus]:
         now = time.monotonic()
