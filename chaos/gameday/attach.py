@@ -1,37 +1,48 @@
 """The live run a game day exercises: found by its id (or the newest live docker run), its
 node containers found by the run's labels, and every plan target resolved to them.
 
-``AttachedRun`` is the docker backend bound to containers it did not start: the fault types
-see the same backend interface as in a scenario (``container``, ``signal_node``,
-``power_off``, ``live_ranks`` from the run's ``rank_start`` events...). Resolution is the
-blast-radius guard of the exercise: a target naming a container, node or rank that is not
-one of the run's labelled containers is refused (``BlastRadiusError``, exit 2) before any
-step runs, and that container is never touched.
+``AttachedRun`` holds the docker backend attached to containers it did not start
+(``DockerCluster.attach``, looked up by name: nothing here names a concrete backend): the
+fault types see the same backend as in a scenario (``container``, ``signal_node``,
+``power_off``, ``live_ranks`` from the run's ``rank_start`` events...).
+
+Two checks, two moments:
+
+- the blast-radius guard, on the whole plan before any step runs: a target naming a
+  container, node, domain or rank that is not the run's is refused (``TargetRefused``,
+  exit 2) and never touched;
+- preconditions, just before each inject (and in ``--dry-run``): the target's containers
+  exist and run (not paused, exited or gone), its ranks have live processes. An unmet one
+  stops the exercise with one located line (exit 2) or, with ``skip_if_absent``, skips the
+  step; either way the fault is never handed to the engine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
+from chaos.cluster import lookup_backend
 from chaos.cluster.base import ResolvedTarget, RunSpec, node_group, target_ranks
-from chaos.cluster.docker import DockerCluster
-from chaos.cluster.docker_engine import (
-    LABEL_NODE,
-    LABEL_RUN,
-    BlastRadiusError,
-    client,
-    default_host,
-    owned,
-)
-from chaos.errors import ScenarioError, ToolError, ValidationIssue
+from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ValidationIssue
 from chaos.model import Topology
 from chaos.record import RunRecordError, load_run_start
 from chaos.rollback import active_runs, run_is_live
 from chaos.rundir import RunDir
 from chaos.telemetry import EventTailer
 
-__all__ = ["AttachedRun", "Resolution", "find_run"]
+__all__ = ["AttachedRun", "Resolution", "TargetRefused", "find_run"]
+
+APPLIES_TO = "running"
+"""The container state every docker fault applies to: a paused one cannot be paused again
+or given packet loss through its frozen processes, an exited one has nothing to act on."""
+
+
+class TargetRefused(ChaosError):
+    """A plan target outside the run (the blast-radius guard), or one whose containers or
+    processes are not there now (a precondition): nothing is touched."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def find_run(which: str, plan_path: str) -> dict[str, Any]:
@@ -57,21 +68,34 @@ def find_run(which: str, plan_path: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What one inject step would touch, now."""
+    """What one inject step would touch, now, and what keeps it from applying."""
 
     target: ResolvedTarget
     containers: list[tuple[int, str, str]]
-    """(node, container name, status) per node hit."""
+    """(node, container name, state) per node hit."""
+    unmet: list[str] = field(default_factory=list)
+    """Preconditions that do not hold now (empty: the step may run)."""
 
     def describe(self) -> str:
-        parts = [f"node {n} = container {name} ({status})" for n, name, status in self.containers]
+        parts = [f"node {n} = container {name} ({state})" for n, name, state in self.containers]
         if self.target.ranks:
             parts.append(f"ranks {', '.join(map(str, self.target.ranks))}")
         return "; ".join(parts)
 
+    def precondition(self) -> str:
+        """The preconditions in words, with whether they hold now (the dry run's line)."""
+        what = []
+        if self.containers:
+            what.append(f"container{'s' if len(self.containers) > 1 else ''} {APPLIES_TO}")
+        if self.target.ranks:
+            what.append("ranks live")
+        state = "met" if not self.unmet else "NOT MET: " + "; ".join(self.unmet)
+        return f"precondition: {' and '.join(what) or 'none'} ({state})"
 
-class AttachedRun(DockerCluster):
-    """The docker backend attached to a live run's containers (started by another controller)."""
+
+class AttachedRun:
+    """A live docker run as a game day sees it: its backend (attached), its containers'
+    states and its events since the last refresh."""
 
     def __init__(self, entry: dict[str, Any], hosts: list[str]) -> None:
         record = entry["record"]
@@ -82,115 +106,101 @@ class AttachedRun(DockerCluster):
         options = dict((scenario.get("backend") or {}).get("options") or {})
         if hosts:
             options["hosts"] = list(hosts)
-        spec = RunSpec(run_id=record["run_id"], run_dir=entry["run_dir"], topology=Topology(**topo),
-                       worker_argv=[], options=options)
+        self.spec = RunSpec(run_id=record["run_id"], run_dir=entry["run_dir"], topology=Topology(**topo),
+                            worker_argv=[], options=options)
+        self.topology = self.spec.topology
         # No resources: an attached game day creates nothing of the run's (its faults are
         # journaled by the session), and a dry run writes nothing at all.
-        super().__init__(spec, None)  # type: ignore[arg-type]
-        self.hosts = list(self.options.hosts) or [default_host()]
+        self.backend = cast(Any, lookup_backend("docker")).attach(self.spec)
+        self.states: dict[int, str] = {}
+        """Node -> its container's state at the last refresh (a node without one: absent)."""
         self._tailer = EventTailer(RunDir(entry["run_dir"]).events)
         self.backlog = self.refresh()
         """The run's events up to the attach (the observer starts from them)."""
 
     def refresh(self) -> list[dict[str, Any]]:
-        """Containers from the engines (by the run's label), ranks from the run's events;
-        returns the new events."""
-        self._containers = {}
-        self._addresses: dict[int, str] = {}
-        for host in self.hosts:
-            for cont in client(host).containers.list(all=True, filters={"label": f"{LABEL_RUN}={self.spec.run_id}"}):
-                node = int(cont.labels.get(LABEL_NODE, -1))
-                if node < 0:
-                    continue
-                self._containers[node] = cont.name
-                nets = cont.attrs.get("NetworkSettings", {}).get("Networks", {})
-                addr = (nets.get(self.network_name()) or {}).get("IPAddress")
-                if addr:
-                    self._addresses[node] = addr
+        """Container states from the engines, ranks from the run's events; returns the new
+        events."""
+        self.states = self.backend.rescan()
+        return self.poll_events()
+
+    def poll_events(self) -> list[dict[str, Any]]:
+        """The run's events written since the last poll (files only: cheap to call often)."""
         events = self._tailer.poll()
         for ev in events:
-            self.note_event(ev)
+            self.backend.note_event(ev)
         return events
 
-    def note_event(self, event: dict) -> None:
-        # Not the backend's: spares are started by the run's own controller, never here.
-        from chaos.cluster.base import ClusterBackend
-        from chaos.cluster.docker import PID_STRIDE, handle
-
-        if event.get("kind") == "rank_start" and isinstance(event.get("pid"), int) \
-                and isinstance(event.get("node"), int) and event["pid"] < PID_STRIDE:
-            event = {**event, "pid": handle(event["node"], event["pid"])}
-        ClusterBackend.note_event(self, event)
-
-    def host_of(self, node: int) -> str:
-        for host in self.hosts:
-            try:
-                client(host).containers.get(self.container_name(node))
-                return host
-            except Exception:
-                continue
-        return self.hosts[node % len(self.hosts)]
-
-    def node_address(self, node: int) -> str:
-        if node not in self._addresses:
-            raise ToolError(f"node {node}'s container has no address on {self.network_name()}")
-        return self._addresses[node]
-
-    def mark_lost(self, node: int) -> None:
-        """The run's own controller decides what its nodes' exits mean."""
-
     def status_of(self, node: int) -> str:
-        try:
-            return self.container(node).status
-        except ToolError:
-            return "gone"
+        return self.states.get(node, "gone")
 
-    def poll(self):  # noqa: ANN201 (ClusterBackend.poll)
-        from chaos.cluster.base import NodeStatus
-
-        return {n: NodeStatus(None if self.status_of(n) in ("running", "paused") else -1)
-                for n in self._containers}
+    def containers_running(self) -> int:
+        return sum(1 for s in self.states.values() if s == "running")
 
     # -- targets ----------------------------------------------------------------------------
     def resolve_step(self, target: dict[str, Any], live: bool = True) -> Resolution:
-        """A plan target -> the run's containers (and ranks) it means now; anything outside
-        the run's labels is refused before it is touched."""
+        """A plan target -> the run's containers (and ranks) it means now. Anything outside
+        the run is refused (TargetRefused) before it is touched; what is the run's but not
+        there or not running now is listed in ``unmet``. ``live``: ask the containers which
+        ranks live (an exec per node); else only the recorded states are used."""
         if "container" in target:
-            name = str(target["container"])
-            found = None
-            for host in self.hosts:
-                try:
-                    found = client(host).containers.get(name)
-                    break
-                except Exception:
-                    continue
-            if found is None:
-                raise BlastRadiusError(f"container {name!r} does not exist on {', '.join(self.hosts)}")
-            owned(found, self.spec.run_id, "container")
-            target = {"node": int(found.labels.get(LABEL_NODE, -1))}
-        nodes = node_group(target, self.topology)
-        ranks = target_ranks(target)
-        if ranks is not None:
-            live_ranks = self.live_ranks() if live else {}
-            missing = [r for r in ranks if r not in live_ranks]
-            if live and missing:
-                raise BlastRadiusError(f"rank {', '.join(map(str, missing))} has no live process in the run's "
-                                       f"containers (live ranks: {sorted(live_ranks) or 'none'})")
-            nodes = tuple(sorted({live_ranks[r].node for r in ranks})) if live else ()
-            resolved = ResolvedTarget(ranks=ranks, pids={r: live_ranks[r].pid for r in ranks} if live else {})
-        else:
-            if nodes is None:
-                raise ToolError(f"cannot resolve target {target!r}")
-            unknown = [n for n in nodes if n not in self._containers]
-            if unknown:
-                raise BlastRadiusError(f"node {', '.join(map(str, unknown))} has no container labelled "
-                                       f"{LABEL_RUN}={self.spec.run_id} (the run's nodes: "
-                                       f"{sorted(self._containers)})")
-            on = {r: lr for r, lr in (self.live_ranks() if live else {}).items() if lr.node in nodes}
-            resolved = ResolvedTarget(ranks=tuple(sorted(on)), nodes=tuple(nodes),
-                                      pids={r: lr.pid for r, lr in sorted(on.items())})
-        containers = []
+            target = {"node": self._node_of_container(str(target["container"]))}
+        if target_ranks(target) is not None:
+            return self._resolve_ranks(target_ranks(target) or (), live)
+        try:
+            nodes = node_group(target, self.topology)
+        except KeyError as exc:
+            key = next(iter(target))
+            known = sorted(getattr(self.topology, "racks" if key == "rack" else "power_domains"))
+            raise TargetRefused(f"{key} {exc.args[0]!r} is not one of the run's (known: "
+                                f"{', '.join(known) or 'none'})") from None
+        if nodes is None:
+            raise TargetRefused(f"cannot resolve target {target!r}")
+        outside = [n for n in nodes if not 0 <= n < self.topology.total_nodes]
+        if outside:
+            raise TargetRefused(f"node {', '.join(map(str, outside))} is not one of the run's nodes "
+                                f"(0..{self.topology.total_nodes - 1})")
+        containers, unmet = self._containers(nodes)
+        on = {r: lr for r, lr in (self.backend.live_ranks() if live else {}).items() if lr.node in nodes}
+        resolved = ResolvedTarget(ranks=tuple(sorted(on)), nodes=tuple(nodes),
+                                  pids={r: lr.pid for r, lr in sorted(on.items())})
+        return Resolution(resolved, containers, unmet)
+
+    def _resolve_ranks(self, ranks: tuple[int, ...], live: bool) -> Resolution:
+        outside = [r for r in ranks if not 0 <= r < self.topology.world_size]
+        if outside:
+            raise TargetRefused(f"rank {', '.join(map(str, outside))} is not one of the run's ranks "
+                                f"(0..{self.topology.world_size - 1})")
+        if not live:
+            return Resolution(ResolvedTarget(ranks=ranks), [])
+        live_ranks = self.backend.live_ranks()
+        missing = [r for r in ranks if r not in live_ranks]
+        unmet = [f"rank {', '.join(map(str, missing))} has no live process in the run's containers "
+                 f"(live ranks: {', '.join(map(str, sorted(live_ranks))) or 'none'})"] if missing else []
+        here = [r for r in ranks if r in live_ranks]
+        nodes = tuple(sorted({live_ranks[r].node for r in here}))
+        containers, more = self._containers(nodes)
+        resolved = ResolvedTarget(ranks=ranks, pids={r: live_ranks[r].pid for r in here})
+        return Resolution(resolved, containers, unmet + more)
+
+    def _containers(self, nodes: tuple[int, ...]) -> tuple[list[tuple[int, str, str]], list[str]]:
+        out, unmet = [], []
         for node in nodes:
-            cont = self.container(node)  # raises BlastRadiusError for a container not of the run
-            containers.append((node, cont.name, cont.status))
-        return Resolution(resolved, containers)
+            name = self.backend.container_name(node)
+            state = self.status_of(node)
+            out.append((node, name, state))
+            if state == "gone":
+                unmet.append(f"node {node} is down: it has no container (no {name} on "
+                             f"{', '.join(self.backend.hosts)})")
+            elif state != APPLIES_TO:
+                down = "down" if state in ("exited", "dead", "created", "removing") else state
+                unmet.append(f"node {node} is {down}: its container {name} is {state}, not {APPLIES_TO}")
+        return out, unmet
+
+    def _node_of_container(self, name: str) -> int:
+        ours = {self.backend.container_name(n): n for n in self.states}
+        if name not in ours:
+            raise TargetRefused(f"refusing to touch container {name!r}: it is not one of run "
+                                f"{self.spec.run_id}'s labelled containers (those: "
+                                f"{', '.join(sorted(ours)) or 'none'}); trainchaos only touches what the run owns")
+        return ours[name]

@@ -5,6 +5,14 @@ events as they arrive.
 per second over the last ``window_s`` against the same measure taken just before the first
 disruptive step): an operator's question is "how much slower is training now", not the
 run-level productive-time fraction ``chaos.metrics`` reports after the run.
+
+Detections have one source, ``Observer.detections``: every ``detected`` event of the run,
+kept with the time it was written (the event's own ``t``, not when it was read). The
+``detections`` metric counts those since the plan started, a check's ``since: STEP`` those
+since that inject began (before the engine was called: a job that notices within
+milliseconds, while the fault is still being applied, is counted), and the report's Faults
+table gives each one to the newest fault injected before it (``attribute``): the metric at
+the end is always the table's total.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["Observer"]
+__all__ = ["Observer", "attribute"]
 
 
 class Observer:
@@ -25,8 +33,10 @@ class Observer:
         self.max_step = 0
         self.t_last_step: float | None = None
         self.detections: list[dict[str, Any]] = []
+        """Every detection event read, in the order written (backlog included)."""
         self.reference_pace: float | None = None
-        self.t_since = time.time()
+        self.t_plan = time.time()
+        """Since when ``detections`` counts: the start of the exercise."""
         self.containers_running = 0
         self.t_start = time.time()
 
@@ -45,12 +55,25 @@ class Observer:
                         self._steps.append((t, step))
                     self.t_last_step = max(t, self.t_last_step or t)
                 elif kind == "detected":
-                    self.detections.append({"t": ev.get("t"), "by": ev.get("by"), "src": ev.get("src"),
-                                            "suspect": ev.get("suspect"),
-                                            "failure_class": ev.get("failure_class")})
+                    self.detections.append({"t": float(ev.get("t") or 0.0), "by": ev.get("by"),
+                                            "src": ev.get("src"), "suspect": ev.get("suspect"),
+                                            "failure_class": ev.get("failure_class"),
+                                            "reason": ev.get("reason")})
+            self.detections.sort(key=lambda d: d["t"])
             if self._steps:
                 cut = self._steps[-1][0] - 10 * self.window_s
                 self._steps = [s for s in self._steps if s[0] >= cut]
+
+    def start_plan(self) -> None:
+        """The exercise starts now: detections before it are the job's history, not its."""
+        with self._lock:
+            self.t_plan = time.time()
+
+    def detections_since(self, t: float | None = None) -> list[dict[str, Any]]:
+        """Detection events written at or after ``t`` (default: the plan's start)."""
+        since = self.t_plan if t is None else t
+        with self._lock:
+            return [d for d in self.detections if d["t"] >= since]
 
     def pace(self, now: float | None = None) -> float:
         """Steps per second over the last window (new highest steps only: a replay of steps
@@ -66,17 +89,13 @@ class Observer:
             self.reference_pace = self.pace()
         return self.reference_pace
 
-    def mark_inject(self) -> None:
-        with self._lock:
-            self.t_since = time.time()
-
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self, detections_since: float | None = None) -> dict[str, float]:
         now = time.time()
         pace = self.pace(now)
         ref = self.reference_pace
+        detections = len(self.detections_since(detections_since))
         with self._lock:
             dead = now - self.t_last_step if self.t_last_step is not None else now - self.t_start
-            detections = sum(1 for d in self.detections if (d.get("t") or 0) >= self.t_since)
             return {
                 "step": float(self.max_step),
                 "steps_per_s": round(pace, 3),
@@ -85,3 +104,18 @@ class Observer:
                 "detections": float(detections),
                 "containers_running": float(self.containers_running),
             }
+
+
+def attribute(detections: list[dict[str, Any]], injected: list[tuple[str, float]]) -> dict[str | None, list[dict[str, Any]]]:
+    """Each detection to the newest fault injected at or before it (``injected``: fault
+    key, time its inject began); those before every inject to ``None``. Every detection
+    lands in exactly one list."""
+    order = sorted(injected, key=lambda kv: kv[1])
+    out: dict[str | None, list[dict[str, Any]]] = {None: [], **{k: [] for k, _ in order}}
+    for det in detections:
+        owner = None
+        for key, t in order:
+            if t <= det["t"]:
+                owner = key
+        out[owner].append(det)
+    return out

@@ -9,7 +9,7 @@ steps:
   - observe: {seconds: 5}
   - name: freeze
     inject: {type: container_pause, target: {node: 1}}
-  - check: {condition: "detections >= 1", within_s: 20}
+  - check: {condition: "detections >= 1", within_s: 20, since: freeze}
   - ask: "Did the on-call page fire?"
   - revert: freeze
   - wait: {condition: "steps_per_s > 0", within_s: 60}
@@ -38,7 +38,7 @@ METRICS: dict[str, str] = {
     "steps_per_s": "steps per second over the last window_s",
     "goodput": "steps_per_s now / steps_per_s before the first inject (1.0 until then)",
     "dead_s": "seconds since the last step_end of any rank",
-    "detections": "detected events since the last inject",
+    "detections": "detected events since the plan started (a check or wait with since: STEP: since that inject began)",
     "containers_running": "the run's node containers running (not paused, not exited)",
 }
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
@@ -88,6 +88,9 @@ class WaitStep(StrictModel):
     """Wait this long; or, with ``condition``, at most ``within_s`` for it."""
     condition: str | None = None
     within_s: float = Field(60.0, gt=0)
+    since: str | None = None
+    """The name of an earlier inject step: ``detections`` counts from when it began (default:
+    from the start of the plan). Skipped with that step when it was skipped."""
 
 
 class ObserveStep(StrictModel):
@@ -101,6 +104,9 @@ class CheckStep(StrictModel):
     within_s: float = Field(0.0, ge=0)
     on_fail: str = Field("abort", pattern="^(abort|continue)$")
     """abort: revert everything and stop the exercise; continue: record it and go on."""
+    since: str | None = None
+    """The name of an earlier inject step: ``detections`` counts from when it began (default:
+    from the start of the plan). Skipped with that step when it was skipped."""
 
 
 class Step(StrictModel):
@@ -116,6 +122,9 @@ class Step(StrictModel):
     """The name of an earlier inject step, or ``all``."""
     ask: str | None = None
     """A question for the operator; the answer goes into the report as a note."""
+    skip_if_absent: bool = False
+    """An inject whose target is not there or not running just before it (its precondition)
+    is skipped, the reason recorded in the report; default: the exercise stops there, exit 2."""
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:
@@ -214,13 +223,18 @@ def _semantic_issues(path: str, stop_when: list[str], steps: list[tuple[int, Ste
             if len(keys) != 1 or not keys <= allowed:
                 issues.append(ValidationIssue(path, f"{where}.inject.target",
                                               f"one of {', '.join(sorted(allowed))} (got {sorted(keys)})"))
-        for key, cond in (("wait", step.wait.condition if step.wait else None),
-                          ("check", step.check.condition if step.check else None)):
-            if cond is not None:
+        for key, sub in (("wait", step.wait), ("check", step.check)):
+            if sub is not None and sub.condition is not None:
                 try:
-                    parse_condition(cond)
+                    parse_condition(sub.condition)
                 except ValueError as exc:
                     issues.append(ValidationIssue(path, f"{where}.{key}.condition", str(exc)))
+            if sub is not None and sub.since is not None and sub.since not in names:
+                issues.append(ValidationIssue(path, f"{where}.{key}.since", f"no earlier inject step named "
+                                              f"{sub.since!r}; named so far: {', '.join(sorted(names)) or 'none'}"))
+        if step.skip_if_absent and step.inject is None:
+            issues.append(ValidationIssue(path, f"{where}.skip_if_absent", "only an inject step has a target "
+                                          f"to be absent (this is a {step.action} step)"))
         if step.wait is not None and step.wait.seconds is None and step.wait.condition is None:
             issues.append(ValidationIssue(path, f"{where}.wait", "give seconds or a condition"))
         if step.revert is not None and step.revert != "all" and step.revert not in names:

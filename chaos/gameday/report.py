@@ -1,18 +1,17 @@
 """The game day's report: ``report.json`` (everything) and ``report.md`` (for the postmortem
-doc): the outcome, the timeline, every decision and operator note, the faults with what
-they touched and when they were reverted, and the measured metrics."""
+doc): the outcome, the timeline, every decision and operator note, the steps skipped and
+why, the faults with what they touched, when they were reverted and the detections given to
+each, and the measured metrics. The session assembles the data (``GameDay._report``); this
+module only writes it, and imports nothing of the session."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.jsonsafe import jsonable
-
-if TYPE_CHECKING:
-    from chaos.gameday.session import GameDay
 
 __all__ = ["write_report"]
 
@@ -21,31 +20,12 @@ def _iso(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}" if t else "-"
 
 
-def write_report(gd: GameDay, status: str, reason: str, exit_code: int) -> str:
-    faults = []
-    for active in [*gd.done, *gd.active.values()]:
-        detections = [d for d in gd.observer.detections if (d.get("t") or 0) >= active.t_inject
-                      and (active.t_revert is None or (d.get("t") or 0) <= active.t_revert + 30)]
-        first = detections[0] if detections else None
-        faults.append({
-            "step": active.name, "fault_id": active.fault.fault_id, "type": active.fault.type_name,
-            "target": active.fault.target.to_dict(), "record": active.record, "t_inject": active.t_inject,
-            "t_revert": active.t_revert, "revert_error": active.revert_error,
-            "detection_s": round(first["t"] - active.t_inject, 3) if first else None,
-            "detected_by": first.get("src") if first else None,
-            "suspect": first.get("suspect") if first else None,
-        })
-    data: dict[str, Any] = {
-        "format": 1, "plan": gd.plan.model_dump(), "plan_path": os.path.abspath(gd.plan_path),
-        "game_day_id": gd.id, "run_id": gd.run.spec.run_id, "run_dir": gd.run.spec.run_dir,
-        "status": status, "reason": reason, "exit_code": exit_code,
-        "started": gd.t0, "ended": time.time(), "reference_pace": gd.observer.reference_pace,
-        "timeline": gd.timeline, "decisions": gd.decisions, "notes": gd.notes, "faults": faults,
-        "metrics": gd.snapshots, "detections": gd.observer.detections,
-    }
-    with open(os.path.join(gd.out_dir, "report.json"), "w", encoding="utf-8") as fh:
+def write_report(out_dir: str, data: dict[str, Any]) -> str:
+    """``report.json`` (``data`` as the session assembled it) and ``report.md``; returns the
+    markdown's path."""
+    with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as fh:
         json.dump(jsonable(data), fh, indent=1, default=str)
-    path = os.path.join(gd.out_dir, "report.md")
+    path = os.path.join(out_dir, "report.md")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(_markdown(data))
     return path
@@ -69,13 +49,20 @@ def _markdown(d: dict[str, Any]) -> str:
     lines += ["", "## Operator notes", ""]
     lines += [f"- {_iso(n['t'])} step {n['step']}: " + (f"Q: {n['question']} A: " if n.get("question") else "") + n["text"]
               for n in d["notes"]] or ["- none"]
-    lines += ["", "## Faults", "", "| step | type | target | injected | reverted | detection | suspect |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "## Skipped steps", ""]
+    lines += [f"- {_iso(x['t'])} step {x['step']} ({x['name']}): {x['reason']}" for x in d["skipped"]] or ["- none"]
+    lines += ["", "## Faults", "", "Each detection of the run since the plan started, given to the newest fault "
+              "injected before it (the `detections` metric counts the same events).", "",
+              "| step | type | target | injected | reverted | first detection | suspect | detections |",
+              "|---|---|---|---|---|---|---|---|"]
     for f in d["faults"]:
         target = ", ".join(f"{k} {v}" for k, v in f["target"].items() if v and k != "pids") or "-"
         det = f"{f['detection_s']:.2f} s by {f['detected_by']}" if f["detection_s"] is not None else "undetected"
         rev = _iso(f["t_revert"]) + (f" (error: {f['revert_error']})" if f["revert_error"] else "")
-        lines.append(f"| {f['step']} | {f['type']} | {target} | {_iso(f['t_inject'])} | {rev} | {det} | {f['suspect'] or '-'} |")
+        lines.append(f"| {f['step']} | {f['type']} | {target} | {_iso(f['t_inject'])} | {rev} | {det} | "
+                     f"{f['suspect'] or '-'} | {f['detections']} |")
+    if d["detections_before_faults"]:
+        lines.append(f"| (before any inject) | | | | | | | {d['detections_before_faults']} |")
     lines += ["", "## Metrics", "", "| when | step | steps/s | goodput | dead s | detections | containers running |",
               "|---|---|---|---|---|---|---|"]
     for m in d["metrics"]:

@@ -3,12 +3,17 @@ operator in the loop and every fault reverted whatever happens.
 
 Order of business: the plan is validated, the run found, every inject target resolved
 against the live containers (a target outside the run's labels refuses the whole plan with
-exit 2 before the first step); ``--dry-run`` prints that and stops. Then each step runs;
-a disruptive one (inject) waits for the operator's yes unless ``--yes``. A monitor thread
+exit 2 before the first step); ``--dry-run`` prints that, with each inject's precondition
+as it stands now, and stops. Then each step runs; an inject's precondition (its containers
+running, its ranks live) is checked just before it: unmet, the exercise stops with one
+located line and exit 2 (or the step is skipped, ``skip_if_absent``), and the fault never
+reaches the engine. A disruptive step (inject) waits for the operator's yes unless
+``--yes``. A monitor thread
 re-reads the run's events and containers every 0.5 s and checks the stop conditions; one
 that holds interrupts the exercise, exactly as Ctrl-C does: every fault still in effect is
 reverted (newest first), the report is written, and the exit code says why (1 stopped by a
-condition or a failed check, 2 refused by the blast-radius guard, 130 Ctrl-C). Faults are
+condition or a failed check, 2 refused by the blast-radius guard or a precondition, 130
+Ctrl-C). Faults are
 journaled before they act in ``<out>/fault_journal.jsonl`` and the exercise is registered
 like a run, so ``trainchaos cleanup`` reverts what a SIGKILLed game day left.
 """
@@ -27,13 +32,20 @@ from typing import Any
 
 from chaos import interrupts, probe
 from chaos.cluster.base import InjectionContext
-from chaos.cluster.docker_engine import BlastRadiusError
-from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_TARGET_MISSED, EXIT_TOOL_FAILED, ChaosError
+from chaos.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_TARGET_MISSED,
+    EXIT_TOOL_FAILED,
+    ChaosError,
+    ValidationIssue,
+)
 from chaos.faults.base import FaultType, lookup
 from chaos.gameday.attach import AttachedRun, Resolution, find_run
-from chaos.gameday.observe import Observer
-from chaos.gameday.plan import Plan, Step, parse_condition
+from chaos.gameday.observe import Observer, attribute
+from chaos.gameday.plan import Condition, Plan, Step, parse_condition
 from chaos.gameday.report import write_report
+from chaos.gameday.view import LiveStatus, LiveView, PlainView
 from chaos.rollback import FaultJournal, register_run, unregister_run
 
 __all__ = ["EXIT_INTERRUPTED", "GameDay"]
@@ -66,10 +78,13 @@ class GameDay:
     yes: bool = False
     echo: Callable[[str], None] = print
     ask: Callable[[str], str] = input
+    live: bool = False
+    """A live panel on the terminal (``LiveView``); else plain lines."""
     timeline: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.id = f"trainchaos-gd-{uuid.uuid4().hex[:8]}"
@@ -78,6 +93,12 @@ class GameDay:
         self.active: dict[str, _Active] = {}
         self.done: list[_Active] = []
         self.tripped: str | None = None
+        self.view = (LiveView if self.live else PlainView)(self.echo, self.ask)
+        self.t_injects: dict[str, float] = {}
+        """Inject step name -> when its inject began (``since:`` counts from there)."""
+        self._held: dict[str, float] = {}
+        """Stop condition -> since when (monotonic) it holds."""
+        self._current = ("", time.monotonic())
         self._lock = threading.RLock()
         self._stop_monitor = threading.Event()
         self._tearing_down = False
@@ -89,12 +110,13 @@ class GameDay:
         self.run = AttachedRun(entry, self.plan.hosts)
         self.observer.take(self.run.backlog)
 
-    def resolve_all(self) -> list[tuple[int, Step, Resolution | None]]:
+    def resolve_all(self, live: bool = False) -> list[tuple[int, Step, Resolution | None]]:
         """Every inject step's target against the live containers (the guard): raises
-        BlastRadiusError for anything outside the run, before any step runs."""
+        TargetRefused for anything outside the run, before any step runs. ``live``: also
+        which ranks live now (the preconditions, as they stand)."""
         out = []
         for i, step in enumerate(self.plan.steps):
-            res = self.run.resolve_step(step.inject.target) if step.inject is not None else None
+            res = self.run.resolve_step(step.inject.target, live=live) if step.inject is not None else None
             out.append((i, step, res))
         return out
 
@@ -102,26 +124,48 @@ class GameDay:
         self.echo(f"game day {self.plan.name!r} on run {self.run.spec.run_id} (dry run: nothing is changed)")
         if self.stop_conditions:
             self.echo("stop when: " + "; ".join(map(str, self.stop_conditions)))
-        for i, step, res in self.resolve_all():
+        blocking = []
+        for i, step, res in self.resolve_all(live=True):
             self.echo(f"  [{i}] {self._describe(step, res)}")
+            if res is not None:
+                then = ""
+                if res.unmet:
+                    then = " -> would be skipped (skip_if_absent)" if step.skip_if_absent else " -> the game day would stop here (exit 2)"
+                    if not step.skip_if_absent:
+                        blocking.append(self._unmet_line(i, step, res))
+                self.echo(f"      {res.precondition()}{then}")
+        if blocking:
+            self.echo(f"dry run: {blocking[0]}")
+            self.echo("dry run: nothing was touched")
+            return EXIT_BAD_INPUT
         self.echo("dry run: every target resolved to the run's own containers; nothing was touched")
         return EXIT_OK
+
+    def _unmet_line(self, i: int, step: Step, res: Resolution) -> str:
+        """The one located line an unmet precondition stops the exercise with."""
+        assert step.inject is not None
+        return str(ValidationIssue(self.plan_path, f"steps[{i}].inject.target",
+                                   f"{'; '.join(res.unmet)}; {step.inject.type} ({step.name or f'step-{i}'}) "
+                                   "was not started, nothing touched"))
 
     def _describe(self, step: Step, res: Resolution | None) -> str:
         name = f" ({step.name})" if step.name else ""
         if step.inject is not None:
             cls = lookup(step.inject.type)
             params = f" {step.inject.params}" if step.inject.params else ""
+            skip = " (skip_if_absent)" if step.skip_if_absent else ""
             return (f"inject{name} {step.inject.type}{params} -> {res.describe() if res else '?'}"
-                    f"  [{cls.describe_mechanism()}]")
+                    f"  [{cls.describe_mechanism()}]{skip}")
         if step.wait is not None:
             w = step.wait
-            return f"wait {w.seconds:g} s" if w.condition is None else f"wait until {w.condition} (at most {w.within_s:g} s)"
+            since = f", detections since {w.since}" if w.since else ""
+            return f"wait {w.seconds:g} s" if w.condition is None else f"wait until {w.condition} (at most {w.within_s:g} s{since})"
         if step.observe is not None:
             return f"observe {step.observe.seconds:g} s"
         if step.check is not None:
             c = step.check
-            return f"check {c.condition} within {c.within_s:g} s (else {c.on_fail})"
+            since = f", detections since {c.since}" if c.since else ""
+            return f"check {c.condition} within {c.within_s:g} s (else {c.on_fail}{since})"
         if step.revert is not None:
             return f"revert {step.revert}"
         return f"ask: {step.ask}"
@@ -129,10 +173,12 @@ class GameDay:
     # -- the exercise -----------------------------------------------------------------------
     def execute(self) -> int:
         resolved = self.resolve_all()  # refuses before anything is touched
+        self.t0 = time.time()
+        self.observer.start_plan()
         os.makedirs(self.out_dir, exist_ok=True)
         self.journal = FaultJournal(os.path.join(self.out_dir, "fault_journal.jsonl"))
         self.injector = probe.Probe(os.path.join(self.out_dir, "events"), "gameday", 0)
-        self.ctx = InjectionContext(self.out_dir, self.run, self.injector, None)
+        self.ctx = InjectionContext(self.out_dir, self.run.backend, self.injector, None)
         register_run(self.id, self.out_dir)
         monitor = threading.Thread(target=self._monitor, daemon=True, name="trainchaos-gameday-monitor")
         self._event("start", f"game day {self.plan.name} on run {self.run.spec.run_id}")
@@ -144,9 +190,11 @@ class GameDay:
         try:
             self._refresh()
             monitor.start()
+            self.view.start(self._live_status)
             for i, step, res in resolved:
                 if step.note:
-                    self.echo(f"note: {step.note}")
+                    self._say(f"note: {step.note}")
+                self._current = (f"{i + 1}/{len(resolved)} {self._describe(step, res)}", time.monotonic())
                 self._run_step(i, step, res)
             if any(e.get("outcome") == "failed" for e in self.timeline):
                 status, reason, code = "checks_failed", "a check failed (on_fail: continue)", EXIT_TARGET_MISSED
@@ -157,10 +205,10 @@ class GameDay:
                 status, reason, code = "stopped", f"stop condition held: {self.tripped}", EXIT_TARGET_MISSED
             else:
                 status, reason, code = "interrupted", "Ctrl-C by the operator", EXIT_INTERRUPTED
-        except BlastRadiusError as exc:
-            status, reason, code = "refused", str(exc), EXIT_BAD_INPUT
         except ChaosError as exc:
-            status, reason, code = "tool_error", str(exc), exc.exit_code
+            # Exit 2: a target outside the run, caught by the guard at the engine's door.
+            status = "refused" if exc.exit_code == EXIT_BAD_INPUT else "tool_error"
+            reason, code = str(exc), exc.exit_code
         except Exception as exc:
             status, reason, code = "tool_error", f"{type(exc).__name__}: {exc}", EXIT_TOOL_FAILED
         finally:
@@ -168,19 +216,53 @@ class GameDay:
             interrupts.hold()
             self._tearing_down = True
             self._stop_monitor.set()
+            self._current = ("reverting what is in effect", time.monotonic())
             failures = self._revert_all(reason if status != "completed" else "end of the exercise")
             failures += [f"{a.name}: {a.revert_error}" for a in self.done if a.revert_error]
             if failures and code in (EXIT_OK, EXIT_TARGET_MISSED):
                 status, reason, code = "tool_error", "revert failed: " + "; ".join(dict.fromkeys(failures)), EXIT_TOOL_FAILED
             self._event("end", f"{status}: {reason}")
             self.injector.close()
-            self.snapshots.append({"t": time.time(), "step": None, "label": "final", **self.observer.snapshot()})
-            path = write_report(self, status, reason, code)
+            if monitor.is_alive():
+                monitor.join(timeout=5)
+            self.view.stop()
+            # The last events written before the end count too (the report's one source).
+            with contextlib.suppress(Exception):
+                self.observer.take(self.run.poll_events())
+            detections = self.observer.detections_since()
+            final = {**self.observer.snapshot(), "detections": float(len(detections))}
+            self.snapshots.append({"t": time.time(), "step": None, "label": "final", **final})
+            path = write_report(self.out_dir, self._report(status, reason, code, detections))
             unregister_run(self.id)
             interrupts.release()
         self.echo(f"game day {status}: {reason}")
         self.echo(f"report: {path}")
         return code
+
+    def _report(self, status: str, reason: str, code: int, detections: list[dict[str, Any]]) -> dict[str, Any]:
+        actives = [*self.done, *self.active.values()]
+        owners = attribute(detections, [(a.name, a.t_inject) for a in actives])
+        faults = []
+        for a in actives:
+            mine = owners[a.name]
+            first = mine[0] if mine else None
+            faults.append({
+                "step": a.name, "fault_id": a.fault.fault_id, "type": a.fault.type_name,
+                "target": a.fault.target.to_dict(), "record": a.record, "t_inject": a.t_inject,
+                "t_revert": a.t_revert, "revert_error": a.revert_error, "detections": len(mine),
+                "detection_s": round(first["t"] - a.t_inject, 3) if first else None,
+                "detected_by": first.get("src") if first else None,
+                "suspect": first.get("suspect") if first else None,
+            })
+        return {
+            "format": 2, "plan": self.plan.model_dump(), "plan_path": os.path.abspath(self.plan_path),
+            "game_day_id": self.id, "run_id": self.run.spec.run_id, "run_dir": self.run.spec.run_dir,
+            "status": status, "reason": reason, "exit_code": code,
+            "started": self.t0, "ended": time.time(), "reference_pace": self.observer.reference_pace,
+            "timeline": self.timeline, "decisions": self.decisions, "notes": self.notes,
+            "skipped": self.skipped, "faults": faults, "detections_before_faults": len(owners[None]),
+            "metrics": self.snapshots, "detections": detections,
+        }
 
     def _run_step(self, i: int, step: Step, res: Resolution | None) -> None:
         name = step.name or f"step-{i}"
@@ -191,6 +273,12 @@ class GameDay:
                 self._refresh()
                 res = self.run.resolve_step(step.inject.target)
             what = self._describe(step, res)
+            if res.unmet:
+                line = self._unmet_line(i, step, res)
+                if not step.skip_if_absent:
+                    raise _Stop("precondition_failed", line, EXIT_BAD_INPUT)
+                self._skip(i, name, what, "; ".join(res.unmet))
+                return
             if not self._confirm(i, what):
                 self._event("skip", what, step=i, outcome="skipped")
                 return
@@ -201,23 +289,32 @@ class GameDay:
             if w.condition is None:
                 self._sleep(w.seconds or 0)
                 self._event("wait", what, step=i, outcome="done")
+            elif self._skipped_with(i, name, what, w.since):
+                return
             else:
-                ok = self._until(parse_condition(w.condition), w.within_s)
-                self._event("wait", what, step=i, outcome="held" if ok else "timed out", metrics=self.observer.snapshot())
+                since = self.t_injects.get(w.since) if w.since else None
+                ok = self._until(parse_condition(w.condition), w.within_s, since)
+                self._event("wait", what, step=i, outcome="held" if ok else "timed out",
+                            metrics=self.observer.snapshot(since))
         elif step.observe is not None:
             t = time.time()
             self._sleep(step.observe.seconds)
-            snap = {"t": time.time(), "step": i, "label": name, "since": t, **self.observer.snapshot()}
+            self._take_events()
+            metrics = self.observer.snapshot()
+            snap = {"t": time.time(), "step": i, "label": name, "since": t, **metrics}
             self.snapshots.append(snap)
             self._event("observe", what, step=i, outcome="recorded", metrics=snap)
-            self.echo("  " + ", ".join(f"{k}={v:g}" for k, v in self.observer.snapshot().items()))
+            self._say("  " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
         elif step.check is not None:
             c = step.check
-            ok = self._until(parse_condition(c.condition), c.within_s)
-            snap = self.observer.snapshot()
+            if self._skipped_with(i, name, what, c.since):
+                return
+            since = self.t_injects.get(c.since) if c.since else None
+            ok = self._until(parse_condition(c.condition), c.within_s, since)
+            snap = self.observer.snapshot(since)
             self._event("check", what, step=i, outcome="passed" if ok else "failed", metrics=snap)
             metric = parse_condition(c.condition).metric
-            self.echo(f"  check {c.condition}: {'passed' if ok else 'FAILED'} ({metric}={snap[metric]:g})")
+            self._say(f"  check {c.condition}: {'passed' if ok else 'FAILED'} ({metric}={snap[metric]:g})")
             if not ok and c.on_fail == "abort":
                 raise _Stop("check_failed", f"check failed: {c.condition}", EXIT_TARGET_MISSED)
         elif step.revert is not None:
@@ -232,8 +329,20 @@ class GameDay:
             self.notes.append({"t": time.time(), "step": i, "text": answer, "question": step.ask})
             self._event("ask", step.ask, step=i, outcome="answered")
 
+    def _skip(self, i: int, name: str, what: str, reason: str) -> None:
+        self.skipped.append({"t": time.time(), "step": i, "name": name, "reason": reason})
+        self._event("skip", what, step=i, outcome=f"skipped: {reason}")
+        self._say(f"  skipped step {i} ({name}): {reason}")
+
+    def _skipped_with(self, i: int, name: str, what: str, since: str | None) -> bool:
+        """A check or wait counting from a skipped inject has nothing to count: skipped too."""
+        if since is None or not any(s["name"] == since for s in self.skipped):
+            return False
+        self._skip(i, name, what, f"it counts from step {since}, which was skipped")
+        return True
+
     def _confirm(self, i: int, what: str) -> bool:
-        self.echo(f"step {i}: {what}")
+        self._say(f"step {i}: {what}")
         if self.yes:
             self.decisions.append({"t": time.time(), "step": i, "decision": "yes", "by": "--yes"})
             return True
@@ -251,11 +360,11 @@ class GameDay:
                 raise _Stop("aborted", "aborted by the operator", EXIT_TARGET_MISSED)
             if answer:
                 self.notes.append({"t": time.time(), "step": i, "text": answer})
-                self.echo("  noted.")
+                self._say("  noted.")
 
     def _prompt(self, text: str) -> str:
         try:
-            return self.ask(text)
+            return self.view.ask(text)
         except EOFError:
             raise _Stop("aborted", "no operator answer (end of input)", EXIT_TARGET_MISSED) from None
 
@@ -267,15 +376,17 @@ class GameDay:
                     target_spec=dict(step.inject.target), seed=i)
         with self._critical():
             self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **res.target.to_dict()})
+            # Before the engine is called: the job may notice within milliseconds, while the
+            # fault is still being applied, and that detection is this step's.
             t = time.time()
             active = _Active(name, fault, {}, t)
             self.active[name] = active
+            self.t_injects[name] = t
             active.record = fault.inject(self.ctx)
             self.journal.applied(fault.fault_id, active.record)
-        self.observer.mark_inject()
         self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=res.describe())
         self._event("inject", self._describe(step, res), step=i, outcome="injected", fault=fault.fault_id)
-        self.echo(f"  injected {fault.type_name} on {res.describe()}")
+        self._say(f"  injected {fault.type_name} on {res.describe()}")
 
     @contextlib.contextmanager
     def _critical(self) -> Iterator[None]:
@@ -304,7 +415,7 @@ class GameDay:
             self.done.append(active)
         self.ctx.emit("fault_reverted", fault=active.fault.fault_id)
         self._event("reverted", f"{active.fault.type_name} ({name}): {why}", outcome="error" if active.revert_error else "done")
-        self.echo(f"  reverted {name} ({active.fault.type_name})" + (f": FAILED {active.revert_error}" if active.revert_error else ""))
+        self._say(f"  reverted {name} ({active.fault.type_name})" + (f": FAILED {active.revert_error}" if active.revert_error else ""))
         return active.revert_error
 
     def _revert_all(self, why: str) -> list[str]:
@@ -322,11 +433,14 @@ class GameDay:
             self._due_reverts()
             time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
-    def _until(self, cond: Any, within_s: float) -> bool:
+    def _until(self, cond: Condition, within_s: float, since: float | None = None) -> bool:
+        """Whether ``cond`` holds within ``within_s``; each look reads the run's events first
+        (what was written a moment ago counts, not only what the monitor last saw)."""
         end = time.monotonic() + within_s
         while True:
             self._due_reverts()
-            if cond.holds(self.observer.snapshot()):
+            self._take_events()
+            if cond.holds(self.observer.snapshot(since)):
                 return True
             if time.monotonic() >= end:
                 return False
@@ -341,10 +455,28 @@ class GameDay:
     def _refresh(self) -> None:
         events = self.run.refresh()
         self.observer.take(events)
-        self.observer.containers_running = sum(1 for n in self.run._containers if self.run.status_of(n) == "running")
+        self.observer.containers_running = self.run.containers_running()
+
+    def _take_events(self) -> None:
+        with self._lock:
+            self.observer.take(self.run.poll_events())
+
+    def _say(self, line: str) -> None:
+        self.view.echo(line)
+
+    def _live_status(self) -> LiveStatus:
+        snap = self.observer.snapshot()
+        now = time.monotonic()
+        held = dict(self._held)
+        stops = [(str(c), snap[c.metric], str(c) in held, now - held[str(c)] if str(c) in held else 0.0)
+                 for c in self.stop_conditions]
+        step, since = self._current
+        return LiveStatus(plan=self.plan.name, run_id=self.run.spec.run_id, elapsed_s=time.time() - self.t0,
+                          metrics=snap, containers=dict(self.run.states), stops=stops, step=step,
+                          step_s=now - since)
 
     def _monitor(self) -> None:
-        since: dict[str, float] = {}
+        since = self._held
         """Condition -> when it began to hold (a stop with ``for`` trips after that long)."""
         while not self._stop_monitor.wait(MONITOR_EVERY_S):
             try:
@@ -368,7 +500,7 @@ class GameDay:
                 return
             if held is not None and not self._stop_monitor.is_set():
                 self.tripped = f"{held} ({held.metric}={snap[held.metric]:g})"
-                self.echo(f"\nSTOP: {self.tripped}; reverting everything")
+                self._say(f"\nSTOP: {self.tripped}; reverting everything")
                 # As a SIGINT in the main thread: it interrupts a wait or a prompt, and waits
                 # for an inject or a revert under way (``_critical``).
                 _thread.interrupt_main()

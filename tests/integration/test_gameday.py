@@ -3,13 +3,17 @@ pseudo-terminal (pexpect) as an operator would: a dry run that changes nothing, 
 at an unlabelled container refused with exit 2 (that container untouched), a confirmed
 freeze whose stop condition trips and reverts everything, the report; then the job's
 controller is SIGKILLed and ``trainchaos cleanup`` leaves no container or network of it.
+Last, the shipped plans in sequence against the staging job (issue 26): the power-domain
+outage detected and counted, then the freeze of a node the outage took stopped before it
+reaches the engine.
 
-One job serves every test (module fixture, tests in file order): starting containers is
-the slow part.
+One job serves the tests up to the SIGKILL (module fixture, tests in file order), the
+staging job the last one: starting containers is the slow part.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from chaos.net.fabric import short_id
 from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture)
@@ -51,22 +56,26 @@ def _docker():  # noqa: ANN202
     return docker.DockerClient(base_url=os.environ["DOCKER_HOST"])
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 class Job:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, scenario: str = JOB, ranks: int = 2) -> None:
         self.work = work
+        self.ranks = ranks
         self.env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(work / "state"), "COLUMNS": "200"}
-        (work / "job.yaml").write_text(JOB)
+        (work / "job.yaml").write_text(scenario)
         self.controller = subprocess.Popen([*TRAINCHAOS, "run", "job.yaml", "--out", "reports"], env=self.env,
                                            cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                            stdin=subprocess.DEVNULL)
-        self.run_dir = work / "reports" / "gd-job" / "0"
+        self.run_dir = work / "reports" / yaml.safe_load(scenario)["name"] / "0"
         self.run_id: str | None = None
 
     def wait_for_steps(self, timeout: float = 150) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ranks = list((self.run_dir / "events").glob("rank-*.jsonl")) if self.run_dir.exists() else []
-            if len(ranks) >= 2 and all('"step_end"' in p.read_text() for p in ranks):
+            if len(ranks) >= self.ranks and all('"step_end"' in p.read_text() for p in ranks):
                 self.run_id = json.loads((self.run_dir / "run.json").read_text())["run_id"]
                 return
             assert self.controller.poll() is None, "the job's controller died"
@@ -91,9 +100,8 @@ class Job:
             client.close()
 
 
-@pytest.fixture(scope="module")
-def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:  # noqa: F811
-    job = Job(tmp_path_factory.mktemp("gameday"))
+@contextlib.contextmanager
+def _running(job: Job) -> Iterator[Job]:
     try:
         job.wait_for_steps()
         yield job
@@ -106,6 +114,26 @@ def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 job.controller.kill()
         if job.run_id:
             job.cli("cleanup", "--run-dir", str(job.run_dir))
+
+
+@pytest.fixture(scope="module")
+def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:  # noqa: F811
+    with _running(Job(tmp_path_factory.mktemp("gameday"))) as job:
+        yield job
+
+
+@pytest.fixture
+def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:  # noqa: F811
+    """scenarios/gameday/staging-job.yaml (three nodes, pd-a: [0], pd-b: [1, 2], down to one
+    node), long enough to outlast the test whatever the host's pace, and without the hang
+    watchdog: a crash is still seen (the peer monitor always runs), and no restart of its
+    own races the steps the test reads."""
+    scenario = yaml.safe_load((REPO / "scenarios" / "gameday" / "staging-job.yaml").read_text())
+    harness = scenario["workload"]["harness"]
+    harness["steps"] = 20000
+    harness["failure"] = {"watchdog_s": 0}
+    with _running(Job(tmp_path, yaml.safe_dump(scenario), ranks=3)) as job:
+        yield job
 
 
 def _plan(job: Job, name: str, body: str) -> str:
@@ -320,3 +348,54 @@ def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(job: J
     ours = [line for line in check.stdout.splitlines() if job.run_id in line or "docker_" in line]
     assert ours == [], check.stdout
     client.close()
+
+
+@pytest.mark.timeout(420)
+def test_power_domain_then_freeze_a_node_against_the_staging_job(staging: Job) -> None:
+    """Issue 26, as an operator plays it: the outage of pd-b is detected and the check sees
+    it, the report's metrics and Faults table tell the same count; then the freeze of node 2
+    (down since the outage) stops before the step with one line, exit 2, nothing touched."""
+    power = str(REPO / "gamedays" / "power-domain.yaml")
+    freeze = str(REPO / "gamedays" / "freeze-a-node.yaml")
+    gd = staging.spawn("gameday", power, "--out", "gd-power")
+    gd.expect("stop when")  # the live panel (a terminal): stop conditions against their values
+    gd.expect(r"proceed\? \[y\]es", timeout=90)
+    gd.sendline("y")
+    gd.expect("injected power_outage")
+    gd.expect(r"check detections >= 1: (passed|FAILED)", timeout=60)
+    assert gd.match.group(1) == "passed", gd.before
+    gd.expect("report: ", timeout=150)
+    gd.expect(pexpect.EOF)
+    gd.close()
+    report = json.loads((staging.work / "gd-power" / "report.json").read_text())
+    assert gd.exitstatus == 0, (report["status"], report["reason"])
+    [fault] = report["faults"]
+    assert fault["type"] == "power_outage" and fault["target"]["nodes"] == [1, 2]
+    assert fault["detections"] >= 1 and 0 <= fault["detection_s"] < 10
+    # One source: the metric at the end is the Faults table's total, event for event.
+    final = report["metrics"][-1]
+    assert final["label"] == "final"
+    assert final["detections"] == len(report["detections"]) == fault["detections"] + report["detections_before_faults"]
+    check = next(e for e in report["timeline"] if e["action"] == "check")
+    assert check["outcome"] == "passed" and check["metrics"]["detections"] >= 1
+    states = staging.states()
+    node2 = f"{staging.run_id}-n2"
+    assert states[node2][0] == "exited"
+
+    dry = staging.cli("gameday", freeze, "--dry-run")
+    assert dry.returncode == 2, dry.stdout + dry.stderr
+    assert f"node 2 is down: its container {node2} is exited, not running" in dry.stdout
+
+    gd = staging.spawn("gameday", freeze, "--yes", "--out", "gd-freeze")
+    gd.expect("game day precondition_failed: (.*)\r\n", timeout=60)
+    line = gd.match.group(1)
+    gd.expect(pexpect.EOF)
+    gd.close()
+    assert gd.exitstatus == 2
+    assert line == (f"{freeze}: steps[1].inject.target: node 2 is down: its container {node2} is exited, not "
+                    "running; container_pause (freeze) was not started, nothing touched"), line
+    report = json.loads((staging.work / "gd-freeze" / "report.json").read_text())
+    assert report["status"] == "precondition_failed" and report["faults"] == []
+    journal = staging.work / "gd-freeze" / "fault_journal.jsonl"
+    assert not journal.exists() or journal.read_text() == "", "the fault reached the journal (and the engine)"
+    assert staging.states() == states, "a container changed"

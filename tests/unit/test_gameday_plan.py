@@ -6,8 +6,10 @@ dockerd through a pseudo-terminal, is tests/integration/test_gameday.py.)"""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,13 +17,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from chaos.cluster.base import ResolvedTarget
 from chaos.errors import ScenarioError
-from chaos.faults.base import FaultType, register
-from chaos.gameday.attach import Resolution
-from chaos.gameday.observe import Observer
+from chaos.faults.base import FaultParams, FaultType, register
+from chaos.gameday.attach import AttachedRun
+from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Plan, load_plan, parse_condition
 from chaos.gameday.session import EXIT_INTERRUPTED, GameDay
+from chaos.gameday.view import LiveStatus, render_status
+from chaos.model import Topology
 
 
 def _plan_file(tmp_path: Path, text: str) -> str:
@@ -98,6 +101,11 @@ def test_gameday_without_a_live_run_is_exit_2(tmp_path: Path, monkeypatch: pytes
 EVENTS: list[tuple[str, Any]] = []
 
 
+class _RecorderParams(FaultParams):
+    detected_after_s: float | None = None
+    """The job writes a detection this long after the inject began (the inject takes 0.3 s)."""
+
+
 @dataclass
 class _Recorder(FaultType):
     type_name: ClassVar[str] = "test_gameday_recorder"
@@ -106,9 +114,17 @@ class _Recorder(FaultType):
     fidelity: ClassVar[str] = "a test double"
     summary: ClassVar[str] = "records inject and revert"
     target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    params_model: ClassVar[type[FaultParams]] = _RecorderParams
 
     def inject(self, ctx: Any) -> dict[str, Any]:
         EVENTS.append(("inject", self.target.nodes))
+        if self.params.get("detected_after_s") is not None:
+            # The job notices while the engine call is still under way (a power cut takes
+            # longer to apply than the survivors take to see the crash).
+            t = time.time()
+            time.sleep(0.3)
+            ctx.cluster.written.append({"kind": "detected", "t": t + self.params["detected_after_s"],
+                                        "src": "rank-0", "suspect": "rank-1", "failure_class": "crash"})
         return {"nodes": list(self.target.nodes)}
 
     def revert(self, ctx: Any, record: dict[str, Any]) -> None:
@@ -126,23 +142,41 @@ def _recorder_registered() -> Any:
     base.FAULT_TYPES.unregister(_Recorder.type_name)
 
 
-class _FakeRun:
-    def __init__(self, tmp_path: Path) -> None:
+class _FakeBackend:
+    """The attached backend's side: container names and states, events as they are written."""
+
+    hosts: ClassVar[list[str]] = ["unix:///fake.sock"]
+
+    def __init__(self, states: dict[int, str]) -> None:
+        self.states = states
+        self.written: list[dict[str, Any]] = []
+
+    def container_name(self, node: int) -> str:
+        return f"trainchaos-fake-n{node}"
+
+    def rescan(self) -> dict[int, str]:
+        return dict(self.states)
+
+    def live_ranks(self) -> dict[int, Any]:
+        return {}
+
+
+class _FakeRun(AttachedRun):
+    """The real target resolution and preconditions over a stand-in backend."""
+
+    def __init__(self, tmp_path: Path, states: dict[int, str] | None = None) -> None:
         self.spec = SimpleNamespace(run_id="trainchaos-fake", run_dir=str(tmp_path / "run"))
-        self._containers = {0: "trainchaos-fake-n0", 1: "trainchaos-fake-n1"}
+        self.topology = Topology(nodes=2, ranks_per_node=1)
+        self.backend = _FakeBackend(states or {0: "running", 1: "running"})
+        self.states = self.backend.rescan()
 
-    def refresh(self) -> list[dict[str, Any]]:
-        return []
-
-    def status_of(self, node: int) -> str:
-        return "running"
-
-    def resolve_step(self, target: dict[str, Any], live: bool = True) -> Resolution:
-        node = int(target["node"])
-        return Resolution(ResolvedTarget(nodes=(node,)), [(node, self._containers[node], "running")])
+    def poll_events(self) -> list[dict[str, Any]]:
+        events, self.backend.written[:] = list(self.backend.written), []
+        return events
 
 
-def _session(tmp_path: Path, plan_text: str, answers: list[Any], yes: bool = False) -> GameDay:
+def _session(tmp_path: Path, plan_text: str, answers: list[Any], yes: bool = False,
+             states: dict[int, str] | None = None, echo: Any = None) -> GameDay:
     import yaml
 
     plan = Plan.model_validate(yaml.safe_load(plan_text))
@@ -154,8 +188,9 @@ def _session(tmp_path: Path, plan_text: str, answers: list[Any], yes: bool = Fal
             raise answer
         return answer
 
-    gd = GameDay(plan, str(tmp_path / "plan.yaml"), str(tmp_path / "out"), yes=yes, echo=lambda s: None, ask=ask)
-    gd.run = _FakeRun(tmp_path)
+    gd = GameDay(plan, str(tmp_path / "plan.yaml"), str(tmp_path / "out"), yes=yes,
+                 echo=echo or (lambda s: None), ask=ask)
+    gd.run = _FakeRun(tmp_path, states)
     EVENTS.clear()
     return gd
 
@@ -210,3 +245,124 @@ steps:
     assert gd.execute() == 1
     assert EVENTS == [("inject", (1,)), ("revert", (1,))]
     assert [d["decision"] for d in _report(tmp_path)["decisions"]] == ["skip", "yes", "abort"]
+
+
+def test_a_detection_within_200ms_of_injection_passes_the_check_and_the_report_agrees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the job noticed 0.12 s after the outage began, while the fault was still
+    being applied; the check must see it, counted from the inject's start, and the metrics
+    rows and the Faults table must tell the same count."""
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    gd = _session(tmp_path, """\
+name: d
+steps:
+  - {name: outage, inject: {type: test_gameday_recorder, target: {node: 1}, params: {detected_after_s: 0.12}}}
+  - check: {condition: "detections >= 1", since: outage}
+  - check: {condition: "detections >= 1"}
+  - observe: {seconds: 0.1}
+""", [], yes=True)
+    assert gd.execute() == 0, _report(tmp_path)["reason"]
+    report = _report(tmp_path)
+    assert [e["outcome"] for e in report["timeline"] if e["action"] == "check"] == ["passed", "passed"]
+    fault = report["faults"][0]
+    assert fault["detections"] == 1 and fault["detection_s"] == pytest.approx(0.12, abs=0.01)
+    assert fault["suspect"] == "rank-1"
+    assert [m["detections"] for m in report["metrics"]] == [1.0, 1.0]  # the observe row and the final
+    assert len(report["detections"]) == 1 and report["detections_before_faults"] == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| outage | test_gameday_recorder | nodes [1] |" in md and "0.12 s by rank-0 | rank-1 | 1 |" in md
+
+
+def test_detections_go_to_the_newest_fault_injected_before_them() -> None:
+    dets = [{"t": 5.0}, {"t": 10.5}, {"t": 11.0}, {"t": 30.0}]
+    owners = attribute(dets, [("b", 20.0), ("a", 10.0)])
+    assert owners == {None: [{"t": 5.0}], "a": [{"t": 10.5}, {"t": 11.0}], "b": [{"t": 30.0}]}
+
+
+def test_an_absent_target_stops_before_the_engine_with_one_located_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    said: list[str] = []
+    gd = _session(tmp_path, """\
+name: p
+steps:
+  - {name: a, inject: {type: test_gameday_recorder, target: {node: 0}}}
+  - {name: freeze, inject: {type: test_gameday_recorder, target: {node: 1}}}
+  - wait: {seconds: 60}
+""", [], yes=True, states={0: "running", 1: "exited"}, echo=said.append)
+    assert gd.execute() == 2
+    # Node 1 never reached the engine; what was in effect is reverted.
+    assert EVENTS == [("inject", (0,)), ("revert", (0,))]
+    report = _report(tmp_path)
+    line = (f"{tmp_path / 'plan.yaml'}: steps[1].inject.target: node 1 is down: its container "
+            "trainchaos-fake-n1 is exited, not running; test_gameday_recorder (freeze) was not started, nothing touched")
+    assert report["status"] == "precondition_failed" and report["reason"] == line
+    assert f"game day precondition_failed: {line}" in said
+    assert [f["step"] for f in report["faults"]] == ["a"]
+
+
+def test_an_absent_target_with_skip_if_absent_is_skipped_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    gd = _session(tmp_path, """\
+name: k
+steps:
+  - {name: freeze, skip_if_absent: true, inject: {type: test_gameday_recorder, target: {node: 1}}}
+  - check: {condition: "detections >= 1", within_s: 30, since: freeze}
+  - {name: other, inject: {type: test_gameday_recorder, target: {node: 0}}}
+""", [], yes=True, states={0: "running"})
+    assert gd.execute() == 0
+    assert EVENTS == [("inject", (0,)), ("revert", (0,))]
+    report = _report(tmp_path)
+    assert [(s["step"], s["reason"]) for s in report["skipped"]] == [
+        (0, "node 1 is down: it has no container (no trainchaos-fake-n1 on unix:///fake.sock)"),
+        (1, "it counts from step freeze, which was skipped")]
+    assert "## Skipped steps" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_dry_run_shows_each_precondition_and_exits_2_when_one_is_unmet(tmp_path: Path) -> None:
+    said: list[str] = []
+    gd = _session(tmp_path, """\
+name: dry
+steps:
+  - {name: a, inject: {type: test_gameday_recorder, target: {node: 0}}}
+  - {name: b, inject: {type: test_gameday_recorder, target: {node: 1}}}
+""", [], states={0: "running", 1: "paused"}, echo=said.append)
+    assert gd.dry_run() == 2
+    text = "\n".join(said)
+    assert "precondition: container running (met)" in text
+    assert ("precondition: container running (NOT MET: node 1 is paused: its container trainchaos-fake-n1 is "
+            "paused, not running) -> the game day would stop here (exit 2)") in text
+    assert said[-2].startswith(f"dry run: {tmp_path / 'plan.yaml'}: steps[1].inject.target: node 1 is paused")
+    assert EVENTS == [] and not (tmp_path / "out").exists()
+
+
+def test_a_target_outside_the_run_is_refused_by_the_guard(tmp_path: Path) -> None:
+    from chaos.gameday.attach import TargetRefused
+
+    run = _FakeRun(tmp_path)
+    with pytest.raises(TargetRefused, match="node 5 is not one of the run's nodes"):
+        run.resolve_step({"node": 5})
+    with pytest.raises(TargetRefused, match="refusing to touch container 'bystander'"):
+        run.resolve_step({"container": "bystander"})
+    with pytest.raises(TargetRefused, match="power_domain 'pd-z' is not one of the run's"):
+        run.resolve_step({"power_domain": "pd-z"})
+    assert run.resolve_step({"container": "trainchaos-fake-n1"}).target.nodes == (1,)
+
+
+def test_live_panel_shows_metrics_containers_each_stop_condition_and_the_step() -> None:
+    from rich.console import Console
+
+    status = LiveStatus(plan="power-domain", run_id="trainchaos-x", elapsed_s=42.0,
+                        metrics={"steps_per_s": 4.5, "goodput": 0.9, "detections": 1.0, "dead_s": 0.3, "step": 812.0},
+                        containers={0: "running", 1: "exited", 2: "exited"},
+                        stops=[("dead_s > 30", 0.3, False, 0.0), ("goodput < 0.3 for 25s", 0.2, True, 12.0)],
+                        step="3/5 check detections >= 1 within 10 s", step_s=2.0)
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(render_status(status))
+    text = out.getvalue()
+    for part in ("power-domain on trainchaos-x", "3/5 check detections >= 1 within 10 s",
+                 "steps/s 4.5   goodput 0.9   detections 1", "n0 running  n1 exited  n2 exited"):
+        assert part in text, text
+    assert [line.split() for line in text.splitlines() if "dead_s > 30" in line][0][-3:] == ["now", "0.3", "ok"]
+    assert [line.split() for line in text.splitlines() if "goodput < 0.3" in line][0][-5:] == ["now", "0.2", "HOLDS", "12", "s"]
