@@ -49,19 +49,15 @@ Edge = tuple[str, str]
 
 ALLOWED_LAYER: dict[Edge, str] = {}  # empty since the mount plan moved to the storage family: keep it so
 
-ALLOWED_CONCRETE: dict[Edge, str] = {
-    ("chaos.gameday.attach", "chaos.cluster.docker"): "gameday",
-    ("chaos.gameday.attach", "chaos.cluster.docker_engine"): "gameday",
-    ("chaos.gameday.session", "chaos.cluster.docker_engine"): "gameday",
-}
+ALLOWED_CONCRETE: dict[Edge, str] = {}
+"""Nothing outside chaos/cluster names a concrete backend: no exception left."""
 
 ALLOWED_HARNESS: dict[Edge, str] = {}
 """Only chaos.workload (the Workload seam) may know the harness: no exception left."""
 
 ALLOWED_CYCLE_EDGES: dict[Edge, str] = {
     # One edge per known cycle, the one that goes the wrong way: removing these leaves the
-    # graph acyclic. gameday report <-> session (gameday).
-    ("chaos.gameday.report", "chaos.gameday.session"): "gameday",
+    # graph acyclic.
     # The report package's rebuild entry point and rebuild's use of the package's writers.
     ("chaos.report", "chaos.report.rebuild"): "records",
 }
