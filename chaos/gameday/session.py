@@ -280,7 +280,7 @@ class GameDay:
                 self._skip(i, name, what, "; ".join(res.unmet))
                 return
             if not self._confirm(i, what):
-                self._event("skip", what, step=i, outcome="skipped")
+                self._skip(i, name, what, "the operator skipped it")
                 return
             self.observer.freeze_reference()
             self._inject(i, name, step, res)
