@@ -9,7 +9,8 @@ comparison is the median over all pairs of (B step - A step):
 
 - ``off -> off``: nothing changes, the noise floor of this A/B;
 - ``off -> X`` for each detector alone (the every-step work it adds: the gathered evidence,
-  the gradient norm, the verdict);
+  the gradient norm, the verdict; for the fingerprint, its checksums: ``params`` as it runs
+  on most steps, ``update`` as on checkpoint steps or in that mode);
 - ``every-step -> +digest`` and ``every-step -> +golden``, with the periodic detector forced
   to run on each B step: the cost of one parameter digest, of one golden self-test;
 - the checkpoint checksum: the read-back of one checkpoint file, timed alone (it runs in the
@@ -17,8 +18,10 @@ comparison is the median over all pairs of (B step - A step):
 
 A detector's overhead at its default frequency is its every-step cost plus its periodic
 cost divided by its period, in % of the step time with every detector off; "all" adds them
-up the same way (every-step costs measured together, not summed). Rounds of ``--pairs``
-pairs per comparison, interleaved, ``--repeats`` times. Goal: all together <= 5 %.
+up the same way (every-step costs measured together, not summed; the fingerprint's
+``update`` checksum on checkpoint steps is a few % of one checkpoint step, left out).
+Rounds of ``--pairs`` pairs per comparison, interleaved, ``--repeats`` times. Goal: all
+together <= 5 %.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import tempfile
 import time
 from dataclasses import replace
 
-OFF = {"nonfinite": False, "spike": False, "digest_every": 0, "golden_every": 0}
+OFF = {"nonfinite": False, "spike": False, "digest_every": 0, "golden_every": 0, "fingerprint": "off"}
 NEVER = 10**9
 """A period no run reaches: the detector is on (its every-step part runs) but never fires."""
 SETTINGS = {
@@ -44,11 +47,14 @@ SETTINGS = {
     "spike": {**OFF, "spike": True},
     "digest": {**OFF, "digest_every": NEVER},
     "golden": {**OFF, "golden_every": NEVER},
+    "fingerprint": {**OFF, "fingerprint": "params"},
+    "fingerprint_update": {**OFF, "fingerprint": "update"},
     "every_step": {"digest_every": NEVER, "golden_every": NEVER},
     "every_step+digest": {"digest_every": 1, "golden_every": NEVER},
     "every_step+golden": {"digest_every": NEVER, "golden_every": 1},
 }
 COMPARISONS = [("off", "off"), ("off", "nonfinite"), ("off", "spike"), ("off", "digest"), ("off", "golden"),
+               ("off", "fingerprint"), ("off", "fingerprint_update"),
                ("off", "every_step"), ("every_step", "every_step+digest"),
                ("every_step", "every_step+golden")]
 
@@ -149,6 +155,8 @@ def bench(repeats: int, pairs: int) -> dict:
         "spike": d["off->spike"],
         "digest": d["off->digest"] + hash_s / defaults["digest"],
         "golden": d["off->golden"] + golden_s / defaults["golden"],
+        "fingerprint": d["off->fingerprint"],
+        "fingerprint_update": d["off->fingerprint_update"],
         "ckpt_checksum": checksum_s / defaults["ckpt_every"],
         "all": d["off->every_step"] + hash_s / defaults["digest"] + golden_s / defaults["golden"]
         + checksum_s / defaults["ckpt_every"],

@@ -160,6 +160,8 @@ class DetectConfig:
     """Steps the spike detector compares against; it judges once it has 20 of them."""
     digest_every: int = 10
     """Cross-replica parameter digest every N steps and before every checkpoint save: data-parallel replicas must be bitwise equal (0 = off)."""
+    fingerprint: Literal["off", "params", "update"] = "params"
+    """Every step, before the optimizer update: an exact checksum of the bits of each replica's parameters (params; on steps that end in a checkpoint, of everything the update reads), or of everything the update reads at every step (update: parameters, gradients, optimizer state), compared across replicas: a single flipped bit of what is checksummed is seen at that step, by construction (off = none)."""
     golden_every: int = 50
     """Golden self-test every N steps: a fixed batch through forward/backward with the initial weights on each rank, compared bitwise with the result recorded at start (0 = off)."""
     ckpt_checksum: bool = True

@@ -13,6 +13,18 @@ Each detector is switched by a ``detect`` option and timed (``run_end.detector_s
     parameters. Data-parallel replicas must be bitwise equal (the harness's all-reduce is
     deterministic). Every step, for free: the gradient norms of all ranks, which are equal
     after the all-reduce unless a rank's gradients were changed after it.
+``fingerprint``
+    Every step, *before* the optimizer update (after every flip point of the step): an exact
+    integer checksum of the bits of each rank's parameters (``params``) or of everything the
+    update reads (``update``: parameters, gradients after the all-reduce, optimizer state),
+    compared across replicas; on a step that ends in a checkpoint, everything the update
+    reads whatever the mode, so no checkpoint is written of a replica that differs. Each
+    tensor's elements are read as integers (their bit patterns) and summed without overflow,
+    so one flipped bit anywhere changes the sum by +-2^k: a single flip in one replica is seen
+    at the very step it is read, by construction, on every machine -- not left to the later
+    updates' rounding, which can bring the replicas back into agreement (after the
+    all-reduce has carried the flip's effect into every replica) before a periodic digest
+    looks (docs/sdc.md has the measurements).
 ``golden``
     Every ``golden_every`` steps, on each rank: a fixed batch through forward and backward
     with the *initial* weights, compared bitwise with what the rank computed at start. It
@@ -23,7 +35,7 @@ Each detector is switched by a ``detect`` option and timed (``run_end.detector_s
     verified on load (a failed verification is reported as a detection).
 
 One collective a step carries all the evidence: each rank contributes a row ``[local loss,
-gradient norm, golden status, digest]`` and every rank judges the same gathered table, so
+gradient norm, golden status, digest, fingerprint]`` and every rank judges the same gathered table, so
 all ranks reach the same verdict at the same step without another round. That gather
 replaces the all-reduce of the loss the step needs anyway (it is that all-reduce, over a
 table where each rank fills its own row); the global loss is the sum of the local ones in
@@ -36,8 +48,9 @@ cannot say which is wrong), the rank whose golden self-test failed. Otherwise it
 nobody: a spike seen by every rank after the all-reduce says the job is corrupted, not where.
 
 Rollback: a verdict carries ``clean_before``, the first step the corruption may have
-touched -- the detection step for the every-step detectors, one after the last step a
-periodic detector passed for the others. Checkpoints of that step or later are quarantined
+touched -- the detection step for ``nonfinite`` and ``spike``, one after the last step a
+periodic detector passed for the digest and the golden self-test, one after the last step
+whose whole update input agreed for the fingerprint. Checkpoints of that step or later are quarantined
 (``CheckpointManager.quarantine``) and the group restarts from the newest one left.
 """
 
@@ -59,16 +72,23 @@ from torch import nn
 
 from harness.config import DetectConfig
 
-__all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "grad_norm", "param_digest"]
+__all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "bits_checksum", "grad_norm",
+           "param_digest", "update_fingerprint", "words_of"]
 
-ROW = 9
+ROW = 16
 """[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest present,
-digest words x4, stop vote] per rank, float64."""
+digest words x4, stop vote, fingerprint present, fingerprint words x6] per rank, float64."""
 STOP_COLUMN = 8
 """A rank's vote to stop after this step (harness.preempt): it rides on the evidence
 collective, so agreeing on a stop step costs no collective of its own."""
+_FINGERPRINT_COLUMN = 9
+_FINGERPRINT_PARTS = ("parameters", "gradients", "optimizer state")
+_PARAMS_ONLY, _FULL = 1.0, 2.0
+"""What a row's fingerprint covers: the parameters, or everything the update reads."""
 _DIGEST_WORDS = 4
 _WORD_BYTES = 6  # 48-bit words: exact in a float64
+_CHECKSUM_BITS = 64
+_CHECKSUM_WORD_BITS = 32  # two 32-bit words per checksum: exact in a float64
 GOLDEN_BATCH = 2
 """Sequences in the golden self-test's fixed batch."""
 SPIKE_MIN_HISTORY = 20
@@ -111,6 +131,50 @@ def param_digest(model: nn.Module) -> bytes:
             data = data.contiguous()
         digest.update(data.reshape(-1).view(torch.uint8).numpy())
     return digest.digest()
+
+
+def bits_checksum(tensors: Iterable[torch.Tensor]) -> int:
+    """The sum of the tensors' bit patterns read as signed integers, mod 2^64.
+
+    Each element is viewed as 32-bit words (16-bit ones for half-precision dtypes) and the
+    words are summed in int64: no overflow is possible below 2^32 words per tensor, and
+    integer addition is exact in any order, so equal tensors give equal checksums on every
+    machine, whatever its kernels. One flipped bit (bit k of a word) changes the sum by
+    exactly +-2^k, never 0 mod 2^64: a single flip is always seen. Several flips can cancel
+    (bit k set in one element and cleared in another); the sha256 digest before checkpoints
+    covers that.
+    """
+    total = 0
+    for tensor in tensors:
+        flat = tensor.detach().reshape(-1)
+        words = flat.view(torch.int32 if flat.element_size() >= 4 else torch.int16)
+        total += int(words.sum(dtype=torch.int64))
+    return total % (1 << _CHECKSUM_BITS)
+
+
+def update_fingerprint(params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor] | None = None,
+                       optim_state: Iterable[torch.Tensor] | None = None) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer state) checksums (``bits_checksum``); a part not
+    given is 0."""
+    return (bits_checksum(params), bits_checksum(grads) if grads is not None else 0,
+            bits_checksum(optim_state) if optim_state is not None else 0)
+
+
+def words_of(checksum: int) -> list[float]:
+    """A 64-bit checksum as two 32-bit words, each exact in a float64 (the evidence table)."""
+    mask = (1 << _CHECKSUM_WORD_BITS) - 1
+    return [float(checksum >> _CHECKSUM_WORD_BITS), float(checksum & mask)]
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's floating state (exp_avg, exp_avg_sq...), in a fixed order."""
+    out = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for _key, value in sorted(optimizer.state.get(param, {}).items()):
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() > 0:
+                    out.append(value)
+    return out
 
 
 def _digest_words(digest: bytes) -> list[float]:
@@ -199,7 +263,7 @@ class SdcMonitor:
         self.norm_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
         # Periodic detectors vouch for the state they last passed; the loaded checkpoint was
         # vouched for when it was written.
-        self.last_pass = {"digest": start_step, "golden": start_step}
+        self.last_pass = {"digest": start_step, "golden": start_step, "fingerprint": start_step}
         self.seconds: dict[str, float] = collections.defaultdict(float)
         self.detection: Detection | None = None
         self.last_digest: bytes | None = None
@@ -211,11 +275,33 @@ class SdcMonitor:
         self.stop_votes: list[int] = []
         """Ranks that voted to stop after the last step (``end_step(stop=...)``)."""
         self._table = torch.zeros(world_size, ROW, dtype=torch.float64)
+        self._fingerprint: list[float] | None = None
 
     @property
     def active(self) -> bool:
         c = self.cfg
-        return c.nonfinite or c.spike or c.digest_every > 0 or self.golden is not None
+        return (c.nonfinite or c.spike or c.digest_every > 0 or c.fingerprint != "off"
+                or self.golden is not None)
+
+    def fingerprint(self, optimizer: torch.optim.Optimizer, verify: bool = False) -> None:
+        """Checksum what the optimizer update of this step is about to read (call it right
+        before ``optimizer.step()``); it travels with the step's evidence (``end_step``).
+        ``verify``: the step ends in a checkpoint, so everything the update reads is
+        checksummed, whatever the mode: no checkpoint is written of a replica whose
+        gradients or optimizer state differ from the others'."""
+        if self.cfg.fingerprint == "off":
+            return
+        t0 = time.perf_counter()
+        params = list(self.model.parameters())
+        if self.cfg.fingerprint == "update" or verify:
+            grads = [p.grad for p in params if p.grad is not None]
+            checksums = update_fingerprint(params, grads, _optimizer_tensors(optimizer))
+            coverage = _FULL
+        else:
+            checksums = update_fingerprint(params)
+            coverage = _PARAMS_ONLY
+        self._fingerprint = [coverage, *(w for value in checksums for w in words_of(value))]
+        self.seconds["fingerprint"] += time.perf_counter() - t0
 
     @property
     def needs_grad_norm(self) -> bool:
@@ -250,6 +336,11 @@ class SdcMonitor:
             return float(total[0]) / self.world_size
         row = [float(local_loss), norm if norm is not None else 0.0, 0.0, 0.0] + [0.0] * _DIGEST_WORDS
         row.append(1.0 if stop else 0.0)
+        if self._fingerprint is not None:
+            row += self._fingerprint
+            self._fingerprint = None  # one step's evidence, never carried into the next
+        else:
+            row += [0.0] * (ROW - len(row))
         golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
         if golden_ran:
             t0 = time.perf_counter()
@@ -318,6 +409,8 @@ class SdcMonitor:
                     "recorded at start", suspect, self.last_pass["golden"] + 1))
             else:
                 self.last_pass["golden"] = step
+        if cfg.fingerprint != "off" and world > 1:
+            found += self._fingerprints(step, table)
         if cfg.digest_every > 0:
             found += self._replicas(step, table, has_norm and not nonfinite)
         if cfg.spike and not nonfinite:
@@ -382,6 +475,38 @@ class SdcMonitor:
             elif not out:
                 self.last_pass["digest"] = step
         return out
+
+    def _fingerprints(self, step: int, table: list[list[float]]) -> list[Detection]:
+        """Replicas whose update inputs differ bitwise at this step.
+
+        The verdict's ``clean_before`` is one after the last step whose whole update input
+        (parameters, gradients, optimizer state) agreed: that update, being deterministic,
+        wrote the same state on every replica, so its checkpoint is clean. A parameter
+        checksum alone vouches for less: an optimizer state flipped since then may have been
+        checkpointed before it moved a parameter.
+        """
+        coverage = min(r[_FINGERPRINT_COLUMN] for r in table)
+        if not coverage:
+            return []
+        differ = []
+        for i, part in enumerate(_FINGERPRINT_PARTS if coverage == _FULL else _FINGERPRINT_PARTS[:1]):
+            lo = _FINGERPRINT_COLUMN + 1 + 2 * i
+            groups = _groups([tuple(r[lo:lo + 2]) for r in table])
+            if len(groups) > 1:
+                differ.append((part, groups))
+        if not differ:
+            if coverage == _FULL:
+                self.last_pass["fingerprint"] = step
+            return []
+        groups = differ[0][1]
+        suspect = _odd_one_out(groups, self.world_size)
+        sets = " vs ".join("{" + ", ".join(f"rank {r}" for r in ranks) + "}" for ranks in groups.values())
+        who = (f"rank {suspect} differs from the majority" if suspect is not None
+               else "no majority names the odd one")
+        parts = " and ".join(part for part, _ in differ)
+        return [Detection("fingerprint", step, f"the replicas' {parts} differ bitwise before the "
+                          f"update of step {step} (exact checksums): {sets}; {who}", suspect,
+                          self.last_pass["fingerprint"] + 1)]
 
     def _spikes(self, step: int, losses: list[float], global_loss: float, norm: float | None
                 ) -> list[Detection]:

@@ -319,6 +319,7 @@ class Trainer:
         loss.backward()
         probe.fault_point("after_backward", step=step)
         norm = self.sdc.grad_norm(self.raw_model)
+        self.sdc.fingerprint(self.optimizer, verify)  # what the update reads, after every flip point
         self.optimizer.step()
         self.scheduler.step()
         # The logged loss is the global mean, identical on every rank; it travels with the

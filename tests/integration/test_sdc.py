@@ -2,7 +2,13 @@
 fault-free baseline (they share the workload and seed; detector settings do not change the
 weights, so one baseline serves all). Each test asserts when the corruption was detected,
 by which detector, how many checkpoints held it, and whether the final model equals the
-baseline's -- or, with the detector off, that it does not."""
+baseline's -- or, with the detectors off, that the run does not pass.
+
+Only what holds on every machine is asserted: exact steps where a detector guarantees them
+by construction (a bitwise comparison of the replicas before the update, an overflow), and
+for a quiet flip nobody compares, the invariant that an undetected corruption is never a
+silent pass. Whether later updates round a quiet flip away is a property of the machine's
+floating-point kernels (benchmarks/sdc_escape.py measures it), never asserted here."""
 
 from __future__ import annotations
 
@@ -72,31 +78,50 @@ def test_exponent_flip_in_a_weight_is_caught_at_once_and_blamed_on_its_rank(work
     assert journal["verdict"]["passed"], journal["verdict"]
 
 
-def test_quiet_mantissa_flip_is_seen_only_by_the_replica_digest(workdir, baseline):
+def _never_a_silent_pass(journal: dict, sdc: dict) -> None:
+    """What holds for a flip on every machine: detected before any checkpoint of corrupted
+    state and recovered to the baseline, or a failed run that says why (undetected, with
+    the contaminated checkpoints counted, and the final state compared)."""
+    reasons = " | ".join(c["reason"] for c in journal["verdict"]["checks"] if not c["ok"])
+    if sdc["detector"] is not None and sdc["contaminated_checkpoints"] == 0:
+        assert journal["metrics"]["digest_match"] is True
+        assert journal["verdict"]["passed"], journal["verdict"]
+        return
+    assert not journal["verdict"]["passed"], "a corruption that was not caught in time passed"
+    if sdc["detector"] is None:
+        assert "undetected" in reasons
+    if journal["metrics"]["digest_match"] is False:
+        assert "!= baseline" in reasons
+
+
+def test_quiet_mantissa_flip_is_seen_by_the_replica_fingerprint_at_its_step(workdir, baseline):
     journal, sdc, events = _run("mantissa-flip-one-replica", workdir, baseline)
     (flip,) = _flips(events)
-    assert flip["bit"] == 0 and flip["src"] == "rank-1"
+    assert (flip["bit"], flip["src"], flip["step"]) == (0, "rank-1", 23)
+    _never_a_silent_pass(journal, sdc)
     first = _first_detection(events)
-    # the digest runs before the step-30 checkpoint: corrupted state is never written
-    assert (first["detector"], first["step"], first["suspect"]) == ("digest", 30, None)
-    assert sdc["sdc_detection_steps"] == 7 and sdc["contaminated_checkpoints"] == 0
+    # by construction: rank 1's parameters differ from rank 0's by one bit before the update
+    # of step 23, and the exact checksum of their bits differs by 2^0
+    assert (first["detector"], first["step"], first["suspect"]) == ("fingerprint", 23, None)
+    assert sdc["sdc_detection_steps"] == 0 and sdc["contaminated_checkpoints"] == 0
     rollback = next(e for e in events if e["kind"] == "sdc_rollback")
+    # the last step whose whole update input agreed is the step-20 checkpoint's
     assert rollback["clean_before"] == 21
-    # measured from the detection: steps 21-29 were trained on corrupted state and are lost
-    assert (sdc["resumed_from"], sdc["last_step_before"], sdc["lost_steps"]) == (20, 29, 9)
+    # measured from the detection: steps 21-22 were trained, and are replayed
+    assert (sdc["resumed_from"], sdc["last_step_before"], sdc["lost_steps"]) == (20, 22, 2)
     assert journal["metrics"]["digest_match"] is True
     assert journal["verdict"]["passed"], journal["verdict"]
 
 
-def test_without_the_digest_the_same_flip_goes_unnoticed_into_every_checkpoint(workdir, baseline):
+def test_without_replica_comparisons_the_same_flip_goes_unnoticed_into_every_checkpoint(workdir, baseline):
     journal, sdc, events = _run("mantissa-flip-no-digest", workdir, baseline)
     assert len(_flips(events)) == 1
     assert not [e for e in events if e["kind"] == "detected"]
     assert sdc["detector"] is None and sdc["sdc_detection_steps"] is None
     assert sdc["contaminated_checkpoints"] == 4  # steps 30, 40, 50, 60
-    assert journal["metrics"]["digest_match"] is False
-    reasons = " | ".join(c["reason"] for c in journal["verdict"]["checks"] if not c["ok"])
-    assert "undetected" in reasons and "!= baseline" in reasons
+    # whether the final model still differs from the baseline is the machine's rounding;
+    # that the run fails, and says undetected, is not
+    _never_a_silent_pass(journal, sdc)
 
 
 def test_gradient_flip_before_the_allreduce_is_invisible_to_the_digest(workdir, baseline):

@@ -136,7 +136,7 @@ def test_the_option_is_checked() -> None:
 @pytest.mark.parametrize("detectors_on", [True, False])
 def test_the_vote_rides_on_the_evidence_all_reduce(one_rank_group, detectors_on: bool) -> None:
     cfg = DetectConfig() if detectors_on else DetectConfig(nonfinite=False, spike=False, digest_every=0,
-                                                           golden_every=0)
+                                                           golden_every=0, fingerprint="off")
     monitor = SdcMonitor(cfg, 0, 1, nn.Linear(2, 2), 0)
     assert monitor.end_step(1, torch.tensor(2.5), 1.0, verify=False, stop=False) == 2.5
     assert monitor.stop_votes == []

@@ -10,17 +10,36 @@ import os
 import torch
 from torch import nn
 
+from chaos.bitflip import flip_
 from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
 from harness.config import DetectConfig, HarnessConfig, config_from_args, config_to_args
-from harness.sdc import GoldenSelfTest, RobustSpike, SdcMonitor, param_digest
+from harness.sdc import (
+    ROW,
+    GoldenSelfTest,
+    RobustSpike,
+    SdcMonitor,
+    bits_checksum,
+    param_digest,
+    update_fingerprint,
+    words_of,
+)
 
 
 def _monitor(world: int = 2, start_step: int = 0, **detect) -> SdcMonitor:
     return SdcMonitor(DetectConfig(**detect), 0, world, nn.Linear(2, 2), start_step)
 
 
-def _row(loss: float = 2.0, norm: float = 1.0, golden: float = 0.0, digest: tuple | None = None) -> list[float]:
-    return [loss, norm, golden, 1.0 if digest else 0.0, *(digest or (0.0,) * 4)]
+def _row(loss: float = 2.0, norm: float = 1.0, golden: float = 0.0, digest: tuple | None = None,
+         fingerprint: tuple | None = None) -> list[float]:
+    """``fingerprint``: 6 words (parameters, gradients, optimizer state); the coverage is
+    "everything the update reads" when the last four are set, else "parameters"."""
+    row = [loss, norm, golden, 1.0 if digest else 0.0, *(digest or (0.0,) * 4), 0.0]
+    if fingerprint:
+        row += [2.0 if any(fingerprint[2:]) else 1.0, *fingerprint]
+    else:
+        row += [0.0] * 7
+    assert len(row) == ROW
+    return row
 
 
 def _warm(monitor: SdcMonitor, values: int = 30) -> None:
@@ -67,6 +86,82 @@ def test_gradients_that_differ_after_the_allreduce_are_a_replica_mismatch_every_
     assert (det.detector, det.suspect, det.clean_before) == ("digest", "rank-1", 5)
 
 
+def test_a_flip_of_any_single_bit_changes_the_exact_checksum():
+    torch.manual_seed(0)
+    tensors = [torch.randn(7, 5), torch.randn(3).double(), torch.randn(4).half(), torch.randn(6).bfloat16()]
+    reference = bits_checksum(tensors)
+    assert bits_checksum([t.clone() for t in tensors]) == reference
+    for tensor in tensors:
+        width = tensor.element_size() * 8
+        for bit in range(width):
+            for index in (0, tensor.numel() - 1):
+                flip_(tensor, index, bit)
+                assert bits_checksum(tensors) != reference, (tensor.dtype, bit, index)
+                flip_(tensor, index, bit)
+    assert bits_checksum(tensors) == reference
+    # a non-contiguous view is read in its logical order, like the tensor it equals
+    weight = torch.randn(4, 6)
+    assert bits_checksum([weight.t()]) == bits_checksum([weight.t().contiguous()])
+
+
+def test_checksum_words_are_exact_in_float64():
+    for value in (0, 1, (1 << 64) - 1, 0x8000_0000_0000_0001, 123456789 << 30):
+        high, low = words_of(value)
+        assert int(high) << 32 | int(low) == value and float(int(high)) == high
+    assert update_fingerprint([torch.ones(2)])[1:] == (0, 0)
+
+
+def test_replicas_whose_update_inputs_differ_are_seen_at_that_step():
+    a, b = (1.0, 2.0, 0.0, 0.0, 0.0, 0.0), (1.0, 3.0, 0.0, 0.0, 0.0, 0.0)
+    full, full_optim = (1.0, 2.0, 7.0, 7.0, 5.0, 5.0), (1.0, 2.0, 7.0, 7.0, 5.0, 6.0)
+    monitor = _monitor(world=2, start_step=10, digest_every=0)
+    assert monitor._judge(23, [_row(fingerprint=a), _row(fingerprint=a)], 2.0, True) == []
+    (det,) = monitor._judge(24, [_row(fingerprint=a), _row(fingerprint=b)], 2.0, True)
+    assert (det.detector, det.step, det.suspect) == ("fingerprint", 24, None)
+    assert "parameters differ bitwise before the update of step 24" in det.reason
+    # parameters alone vouch for nothing checkpointed: an optimizer state flipped since the
+    # state loaded at start may be in a checkpoint before it moved a parameter
+    assert det.clean_before == 11
+    # a step that ends in a checkpoint compares everything the update reads: its checkpoint
+    # is clean, and so the next rollback keeps it
+    assert monitor._judge(30, [_row(fingerprint=full), _row(fingerprint=full)], 2.0, True) == []
+    (det,) = monitor._judge(33, [_row(fingerprint=a), _row(fingerprint=b)], 2.0, True)
+    assert det.clean_before == 31
+    # the optimizer state differs while the parameters agree: seen on a checkpoint step
+    (det,) = monitor._judge(40, [_row(fingerprint=full), _row(fingerprint=full_optim)], 2.0, True)
+    assert det.clean_before == 31 and "replicas' optimizer state differ" in det.reason
+    monitor = _monitor(world=3, fingerprint="update")
+    assert monitor._judge(8, [_row(fingerprint=full)] * 3, 2.0, True) == []
+    (det,) = monitor._judge(9, [_row(fingerprint=full), _row(fingerprint=full), _row(fingerprint=full_optim)],
+                            2.0, True)
+    assert (det.suspect, det.clean_before) == ("rank-2", 9)
+    # a rank that sent no fingerprint this step (a caller that skipped it): no verdict
+    assert _monitor(world=2)._judge(9, [_row(fingerprint=a), _row()], 2.0, True) == []
+    assert _monitor(world=2, fingerprint="off")._judge(9, [_row(fingerprint=a), _row(fingerprint=b)],
+                                                       2.0, True) == []
+
+
+def test_the_fingerprint_covers_what_its_mode_names(one_rank_group):
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    seen = {}
+    for mode, verify in (("params", False), ("params", True), ("update", False)):
+        monitor = SdcMonitor(DetectConfig(fingerprint=mode), 0, 1, model, 0)
+        monitor.fingerprint(optimizer, verify)
+        seen[mode, verify] = list(monitor._fingerprint)
+        monitor.end_step(1, torch.tensor(1.0), 1.0, verify=verify)
+        assert monitor._fingerprint is None and monitor.detector_seconds()["fingerprint"] >= 0
+    params, full = seen["params", False], seen["update", False]
+    assert params[0] == 1.0 and params[3:] == [0.0] * 4
+    assert full[0] == 2.0 and full[1:3] == params[1:3] and full[3:5] != [0.0, 0.0] and full[5:] != [0.0, 0.0]
+    assert seen["params", True] == full  # a step that ends in a checkpoint: all of it
+    off = SdcMonitor(DetectConfig(fingerprint="off"), 0, 1, model, 0)
+    off.fingerprint(optimizer)
+    assert off._fingerprint is None
+
+
 def test_a_failed_golden_self_test_names_its_rank_and_rolls_back_to_the_last_pass():
     monitor = _monitor(world=2, start_step=0)
     assert monitor._judge(50, [_row(golden=1.0), _row(golden=1.0)], 2.0, True) == []
@@ -85,9 +180,10 @@ def test_spikes_need_history_and_a_loss_spike_of_one_rank_names_it():
 
 
 def test_switched_off_detectors_stay_silent():
-    monitor = _monitor(nonfinite=False, spike=False, digest_every=0)
+    monitor = _monitor(nonfinite=False, spike=False, digest_every=0, fingerprint="off")
     _warm(monitor)
-    table = [_row(loss=math.nan, norm=1e9, digest=(1.0,) * 4), _row(norm=2.0, digest=(2.0,) * 4)]
+    table = [_row(loss=math.nan, norm=1e9, digest=(1.0,) * 4, fingerprint=(1.0,) * 6),
+             _row(norm=2.0, digest=(2.0,) * 4, fingerprint=(2.0,) * 6)]
     assert monitor._judge(10, table, math.nan, True) == []
 
 
@@ -151,7 +247,7 @@ def test_a_verdict_the_replay_reaches_again_is_reported_not_rolled_back(one_rank
 
 
 def test_all_detectors_off_falls_back_to_a_plain_loss_allreduce(one_rank_group):
-    cfg = DetectConfig(nonfinite=False, spike=False, digest_every=0, golden_every=0)
+    cfg = DetectConfig(nonfinite=False, spike=False, digest_every=0, golden_every=0, fingerprint="off")
     monitor = SdcMonitor(cfg, 0, 1, nn.Linear(2, 2), 0)
     assert not monitor.active and not monitor.needs_grad_norm
     assert monitor.end_step(1, torch.tensor(3.0), None, verify=True) == 3.0
@@ -220,7 +316,8 @@ def test_quarantine_takes_suspect_checkpoints_out_of_reach_and_logs_why(tmp_path
 
 
 def test_detectors_that_are_on_by_default_can_be_switched_off_from_the_command_line():
-    cfg = config_from_args(["--no-detect-spike", "--detect-digest-every", "0"])
+    cfg = config_from_args(["--no-detect-spike", "--detect-digest-every", "0", "--detect-fingerprint", "off"])
     assert cfg.detect.spike is False and cfg.detect.nonfinite is True and cfg.detect.digest_every == 0
+    assert cfg.detect.fingerprint == "off" and HarnessConfig().detect.fingerprint == "params"
     assert config_from_args(config_to_args(cfg)) == cfg
     assert config_from_args(config_to_args(HarnessConfig())) == HarnessConfig()
