@@ -14,6 +14,7 @@ __all__ = [
     "CONTROLLER_ENV",
     "ENV_PREFIX",
     "EVENTS_DIR_ENV",
+    "EVENTS_SUBDIR",
     "FAILURE_DOMAIN_ENV",
     "LOCAL_TIER_SUBDIR",
     "NODE_ADDR_ENV",
@@ -23,6 +24,7 @@ __all__ = [
     "PROBE_FAULTS_ENV",
     "RESOURCE_ENV",
     "RUN_ID_ENV",
+    "SHARED_CHECKPOINTS_SUBDIR",
     "SLURM_TESTBED_ENV",
     "SRC_ENV",
     "STATE_DIR_ENV",
@@ -55,6 +57,14 @@ SRC_ENV = "TRAINCHAOS_SRC"
 
 LOCAL_TIER_SUBDIR = "checkpoints"
 """The node-local checkpoint tier: ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``."""
+
+# -- the run directory, as both sides name its parts (the rest: ``chaos.rundir``) ------------
+
+EVENTS_SUBDIR = "events"
+"""``<run_dir>/events``: what EVENTS_DIR_ENV points to; the controller tails it."""
+SHARED_CHECKPOINTS_SUBDIR = "checkpoints"
+"""``<run_dir>/checkpoints``: the shared checkpoint tier when ``checkpoint.dir`` is not set;
+the job writes it, the controller's storage faults and mounts find it there."""
 
 # -- controller side only (named here so that every TRAINCHAOS_* name has one home) ----------
 

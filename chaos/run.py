@@ -197,11 +197,11 @@ class _Runner:
         except ChaosError as exc:
             st.error = f"target unavailable: {exc}"
             self._tool_error(f"{fault.fault_id}: {exc}")
-            self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(exc)})
-            self.journal.reverted(fault.fault_id, "never applied: no live target")
+            self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(exc)})
+            self.fault_journal.reverted(fault.fault_id, "never applied: no live target")
             return
         fault.target = st.resolved
-        self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **st.resolved.to_dict()})
+        self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **st.resolved.to_dict()})
         st.active = True
         # A signal is in effect the moment it is sent, and peers can notice within a
         # millisecond, before inject() has even returned: the clock is read first. A fault
@@ -214,7 +214,7 @@ class _Runner:
             st.record = {}
             self._tool_error(f"{fault.fault_id}: {st.error}")
         st.t_inject = float(st.record.get("t_effective", t_called))
-        self.journal.applied(fault.fault_id, st.record)
+        self.fault_journal.applied(fault.fault_id, st.record)
         self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
                       step=st.step_seen_at_inject, mechanism="injector", details=st.record)
         self.progress.note(f"{fault.fault_id} injected on {fault.target.describe()} at step {st.step_seen_at_inject}")
@@ -232,7 +232,7 @@ class _Runner:
             self._tool_error(f"{fault.fault_id}: {err}")
         st.active = False
         st.t_revert = time.time()
-        self.journal.reverted(fault.fault_id, err)
+        self.fault_journal.reverted(fault.fault_id, err)
         self.ctx.emit("fault_reverted", fault=fault.fault_id, target=fault.target.describe())
 
     # -- the run --------------------------------------------------------------------------
@@ -256,7 +256,7 @@ class _Runner:
                        mounts=plan_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
-        self.journal = FaultJournal(self.rundir.fault_journal)
+        self.fault_journal = FaultJournal(self.rundir.fault_journal)
         injector = probe.Probe(events_dir, "injector", 0)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)

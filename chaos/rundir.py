@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-EVENTS_SUBDIR = "events"
-CHECKPOINTS_SUBDIR = "checkpoints"
+from chaos.contract import EVENTS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
+
 LOGS_SUBDIR = "logs"
 PROBE_FAULTS_FILE = "probe_faults.json"
 __all__ = [
@@ -110,7 +110,7 @@ class RunDir:
 
     @property
     def checkpoints(self) -> str:
-        return self._join(CHECKPOINTS_SUBDIR)
+        return self._join(SHARED_CHECKPOINTS_SUBDIR)
 
     @property
     def summary(self) -> str:

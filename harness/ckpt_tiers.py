@@ -70,7 +70,7 @@ def build_checkpoints(cfg: HarnessConfig, rank: int, *, emit: Any = None, fault_
                   verify_checksum=cfg.detect.ckpt_checksum, retries=c.save_retries,
                   max_failed_saves=c.max_failed_saves, when_busy=c.when_busy,
                   save_deadline_s=c.save_deadline_s, on_deadline=on_deadline)
-    shared_dir = c.dir or os.path.join(cfg.run_dir, "checkpoints")
+    shared_dir = c.dir or os.path.join(cfg.run_dir, contract.SHARED_CHECKPOINTS_SUBDIR)
     parts = c.placement_parts
     if not c.fast_tier:
         return CheckpointManager(shared_dir, every_steps=c.every_steps, every_seconds=c.every_seconds,

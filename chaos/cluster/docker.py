@@ -60,6 +60,7 @@ from chaos.cluster.docker_engine import (
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import scratch_base, tmp_dir_for
 from chaos.errors import ToolError
+from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ class DockerCluster(LocalCluster):
         from chaos.net import fabric
 
         run_id = self.spec.run_id
-        os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
+        os.makedirs(RunDir(self.spec.run_dir).logs, exist_ok=True)
         os.makedirs(os.path.join(self.spec.run_dir, "docker"), exist_ok=True)
         self.subnet = fabric.pick_subnet(run_id)
         self.gateway = str(next(self.subnet.hosts()))
@@ -319,7 +320,7 @@ class DockerCluster(LocalCluster):
 
         host = self.host_of(node)
         name = self.container_name(node)
-        log_path = os.path.join(self.spec.run_dir, "logs", f"node-{node}.log")
+        log_path = RunDir(self.spec.run_dir).node_log(node)
         api = client(host).api
         endpoint = EndpointConfig(api._version, ipv4_address=self.node_address(node))
         create: dict[str, Any] = {
@@ -448,7 +449,7 @@ class DockerCluster(LocalCluster):
         return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
 
     def node_logs(self) -> dict[int, str]:
-        return {n: os.path.join(self.spec.run_dir, "logs", f"node-{n}.log") for n in self._containers}
+        return {n: RunDir(self.spec.run_dir).node_log(n) for n in self._containers}
 
     def mark_lost(self, node: int) -> None:
         """Taken down by a fault (killed, frozen for good, cut off): its exit is not the job's."""

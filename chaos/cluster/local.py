@@ -41,6 +41,7 @@ from chaos.cluster.base import (
 from chaos.cluster.capabilities import LocalDisk, PowerControl, StorageLayer
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
+from chaos.rundir import RunDir
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
 from chaos.workload.torchrun import TorchrunPerNode
@@ -77,7 +78,7 @@ class LocalCluster(ClusterBackend):
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
+        os.makedirs(RunDir(self.spec.run_dir).logs, exist_ok=True)
         for node in range(self.topology.total_nodes):
             self.acquire_node_dirs(node)
         # The storage fault layer over the checkpoint tiers, when the scenario has storage faults.
@@ -135,7 +136,7 @@ class LocalCluster(ClusterBackend):
         env.update({
             RUN_ID_ENV: self.spec.run_id,
             CONTROLLER_ENV: controller_tag(),
-            contract.EVENTS_DIR_ENV: os.path.join(self.spec.run_dir, "events"),
+            contract.EVENTS_DIR_ENV: RunDir(self.spec.run_dir).events,
             contract.NODE_ENV: str(node),
             contract.NODE_ADDR_ENV: self.node_address(node),
             NODE_LOCAL_ENV: local_dir,
@@ -156,7 +157,7 @@ class LocalCluster(ClusterBackend):
         return env
 
     def start_node(self, node: int) -> None:
-        log_path = os.path.join(self.spec.run_dir, "logs", f"node-{node}.log")
+        log_path = RunDir(self.spec.run_dir).node_log(node)
         log = open(log_path, "ab")  # noqa: SIM115 (owned by the child from here on)
         proc = subprocess.Popen(
             self.agent_command(node), env=self.node_env(node), stdout=log, stderr=subprocess.STDOUT,

@@ -32,6 +32,7 @@ from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, ServiceP
 from chaos.cluster.local import LocalCluster
 from chaos.net import fabric, linkemu
 from chaos.net import toxiproxy as toxi
+from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class NetnsCluster(LocalCluster):
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         run_id = self.spec.run_id
-        os.makedirs(os.path.join(self.spec.run_dir, "logs"), exist_ok=True)
+        os.makedirs(RunDir(self.spec.run_dir).logs, exist_ok=True)
         self.subnet = fabric.pick_subnet(run_id)
         hosts = list(self.subnet.hosts())
         self.gateway = str(hosts[0])
@@ -121,7 +122,7 @@ class NetnsCluster(LocalCluster):
         if self.toxiproxy_url is None:
             details = self.resources.acquire("toxiproxy_server", {
                 "host": "127.0.0.1", "port_file": os.path.join(self.spec.run_dir, "toxiproxy.port"),
-                "log": os.path.join(self.spec.run_dir, "logs", "toxiproxy.log")})
+                "log": RunDir(self.spec.run_dir).log("toxiproxy.log")})
             self.toxiproxy_url = details["url"]
         for service in self.options.proxy_services:
             name = f"trainchaos-{fabric.short_id(self.spec.run_id)}-{service}"
@@ -162,7 +163,7 @@ class NetnsCluster(LocalCluster):
                      for n in range(self.topology.total_nodes)]
             self.resources.acquire("link_emulator", {
                 "ports": ports, "mtu": FABRIC_MTU,
-                "log": os.path.join(self.spec.run_dir, "logs", "link-emulator.log")})
+                "log": RunDir(self.spec.run_dir).log("link-emulator.log")})
             self._emulator = linkemu.LinkEmulatorClient(self.spec.run_id)
         return self._emulator
 

@@ -46,6 +46,7 @@ from chaos.procs import (
 )
 from chaos.registry import Registry
 from chaos.rollback import append_record, read_records, state_base
+from chaos.rundir import RunDir
 
 __all__ = [
     "HelperProcess",
@@ -61,7 +62,6 @@ __all__ = [
 ]
 
 PREFIX = "trainchaos-"
-RESOURCES_FILE = "resources.jsonl"
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ class RunResources:
 
     def __init__(self, run_id: str, run_dir: str) -> None:
         self.run_id = run_id
-        self.path = os.path.join(run_dir, RESOURCES_FILE)
+        self.path = RunDir(run_dir).resources_journal
         os.makedirs(run_dir, exist_ok=True)
         self._held: list[dict[str, Any]] = []
 

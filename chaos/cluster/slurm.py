@@ -47,6 +47,7 @@ from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, regis
 from chaos.cluster.slurm_node import node_file
 from chaos.errors import ToolError
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids
+from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 __all__ = ["SlurmCluster", "SlurmJob", "SlurmNodeState", "SlurmOptions", "slurm"]
@@ -395,7 +396,7 @@ class SlurmCluster(LocalCluster):
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
         os.makedirs(os.path.join(self.spec.run_dir, "slurm"), exist_ok=True)
-        self._slurm_probe = probe.Probe(os.path.join(self.spec.run_dir, "events"), "slurm", 0)
+        self._slurm_probe = probe.Probe(RunDir(self.spec.run_dir).events, "slurm", 0)
         self._launch: dict[str, Any] = {}
         super().start()  # node-local dirs, the rendezvous store, start_node per node
         for node in range(self.topology.nodes, self.topology.total_nodes):
@@ -421,7 +422,7 @@ class SlurmCluster(LocalCluster):
         overrides = {k: v for k, v in env.items() if os.environ.get(k) != v}
         self._launch[str(node)] = {
             "argv": self.agent_command(node), "env": overrides,
-            "log": os.path.join(self.spec.run_dir, "logs", f"node-{node}.log"),
+            "log": RunDir(self.spec.run_dir).node_log(node),
         }
 
     def _srun_argv(self) -> list[str]:
@@ -435,7 +436,7 @@ class SlurmCluster(LocalCluster):
         argv[1:1] = [f"--jobid={self.options.jobid}", f"--job-name={self.spec.run_id}", "--overlap"]
         return {"name": self.spec.run_id, "job_id": str(self.options.jobid), "argv": argv,
                 "cwd": self.spec.run_dir, "slurm_conf": self.conf,
-                "log": os.path.join(self.spec.run_dir, "logs", "srun.out"),
+                "log": RunDir(self.spec.run_dir).log("srun.out"),
                 "env": {k: v for k, v in (("SLURM_CONF", self.conf),) if v}}
 
     def _job_spec(self) -> dict[str, Any]:

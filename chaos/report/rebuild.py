@@ -9,14 +9,15 @@ import json
 import os
 from typing import Any
 
+from chaos.contract import EVENTS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
 from chaos.record import RunRecordError, load_run_record
 from chaos.report.html import SUITE_HTML, write_run_html
 from chaos.report.summary import write_summary
-from chaos.rundir import CHECKPOINTS_SUBDIR, EVENTS_SUBDIR, LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
+from chaos.rundir import LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
 
 __all__ = ["find_run_dirs", "rebuild"]
 
-_NOT_RUNS = {CHECKPOINTS_SUBDIR, EVENTS_SUBDIR, LOGS_SUBDIR}
+_NOT_RUNS = {SHARED_CHECKPOINTS_SUBDIR, EVENTS_SUBDIR, LOGS_SUBDIR}
 
 
 def find_run_dirs(root: str) -> list[str]:

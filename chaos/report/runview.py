@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from chaos.events import read_events
 from chaos.report._format import finite_number
+from chaos.rundir import RunDir
 
 __all__ = ["Lane", "Mark", "MarkKind", "RunView", "Segment", "build_run_view", "baseline_events"]
 
@@ -110,7 +111,7 @@ def baseline_events(journal: dict[str, Any], run_dir: str | None = None) -> list
             candidates.append(os.path.join(os.path.dirname(os.path.abspath(str(where))), "baseline"))
     candidates.append(str(baseline.get("run_dir") or ""))
     for candidate in candidates:
-        events_dir = os.path.join(candidate, "events")
+        events_dir = RunDir(candidate).events
         if candidate and os.path.isdir(events_dir):
             return read_events(events_dir)
     return []

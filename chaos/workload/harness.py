@@ -13,6 +13,7 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos import contract
 from chaos.workload.base import Launch, Location, StorageLayout, Workload
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.config import (
@@ -104,7 +105,7 @@ class HarnessWorkload(Workload):
         # Only a relative path is the run's own copy: the original is never mounted over.
         streamed = bool(cfg.data_stream and data and not os.path.isabs(data) and ".." not in data.split("/"))
         return StorageLayout(
-            shared_checkpoints=cfg.checkpoint.dir or "checkpoints",
+            shared_checkpoints=cfg.checkpoint.dir or contract.SHARED_CHECKPOINTS_SUBDIR,
             node_local_checkpoints=cfg.checkpoint.fast_tier,
             data_file=data if streamed else None,
             data_source=str(resources.files("harness") / "data" / "corpus.txt"),
