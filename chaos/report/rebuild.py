@@ -40,7 +40,7 @@ def _rebuild_run(run_dir: str) -> tuple[dict[str, Any], list[str]]:
 def rebuild(path: str) -> list[str]:
     """Rebuild ``path``: a run directory (its ``report.html`` and ``summary.md``), or a suite
     directory (every run's, then ``suite.json``, ``suite.md`` and ``index.html``)."""
-    from chaos.report import write_suite_reports
+    from chaos.report.writers import write_suite_reports
 
     path = os.path.normpath(path)
     if not os.path.isdir(path):
