@@ -98,10 +98,7 @@ def _system_out(journal: dict[str, Any]) -> list[str]:
         f"status: {journal.get('status') or 'unknown'}",
         f"seed: {journal.get('seed', '-')}",
     ]
-    # The gated metrics of the catalogue (what `trainchaos compare` follows); false alarms are
-    # a line of their own below the attribution.
-    for spec in gated():
-        if spec.key != "false_detections":
-            lines.append(f"{spec.label}: {fmt_metric(journal, spec.key)}")
+    # The gated metrics of the catalogue: what `trainchaos compare` follows.
+    lines += [f"{spec.label}: {fmt_metric(journal, spec.key)}" for spec in gated()]
     lines.append(f"attribution: {attribution_text(journal)}")
     return lines
