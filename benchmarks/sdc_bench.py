@@ -84,8 +84,11 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
         monitors[name] = SdcMonitor(detect, rank, world, trainer.raw_model, 0,
                                     golden if detect.golden_every else None)
 
+    steps_run = dict.fromkeys(monitors, 0)
+
     def step(name: str) -> float:
         trainer.sdc = monitors[name]
+        steps_run[name] += 1
         t0 = time.perf_counter()
         trainer.train_step(verify=False)
         trainer.step += 1
@@ -114,7 +117,8 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
                 checksum.append((verify, time.perf_counter() - t0))
         with open(out, "w", encoding="utf-8") as fh:
             json.dump({"diffs": diffs, "base": base, "checksum": checksum, "pairs": pairs,
-                       "repeats": repeats, "own": {n: m.detector_seconds() for n, m in monitors.items()}}, fh)
+                       "repeats": repeats, "own": {n: m.detector_seconds() for n, m in monitors.items()},
+                       "steps_run": steps_run}, fh)
     dist.barrier()
     os._exit(0)
 
@@ -169,12 +173,20 @@ def bench(repeats: int, pairs: int) -> dict:
         "sdc_one_digest_ms": round(hash_s * 1000, 3),
         "sdc_one_golden_self_test_ms": round(golden_s * 1000, 3),
         "sdc_one_checkpoint_read_back_ms": round(checksum_s * 1000, 3),
+        # Timed inside the run (run_end.detector_s does the same): no A/B noise, but the load.
+        "sdc_one_fingerprint_params_ms": _own_ms(raw, "fingerprint"),
+        "sdc_one_fingerprint_update_ms": _own_ms(raw, "fingerprint_update"),
+        "sdc_one_grad_norm_ms": _own_ms(raw, "nonfinite", "grad_norm"),
         # The same A/B with nothing changed: how far from 0 a difference can be by chance.
         "sdc_null_ab_pct": round(d["off->off"] / base * 100, 2),
         "sdc_pairs_per_comparison": raw["pairs"] * raw["repeats"],
     })
     figures["sdc_goal_all_le_5pct"] = figures["sdc_overhead_pct_all"] <= 5.0
     return figures
+
+
+def _own_ms(raw: dict, monitor: str, part: str = "fingerprint") -> float:
+    return round(raw["own"][monitor].get(part, 0.0) / max(1, raw["steps_run"][monitor]) * 1000, 3)
 
 
 def main() -> int:

@@ -137,19 +137,47 @@ def bits_checksum(tensors: Iterable[torch.Tensor]) -> int:
     """The sum of the tensors' bit patterns read as signed integers, mod 2^64.
 
     Each element is viewed as 32-bit words (16-bit ones for half-precision dtypes) and the
-    words are summed in int64: no overflow is possible below 2^32 words per tensor, and
-    integer addition is exact in any order, so equal tensors give equal checksums on every
-    machine, whatever its kernels. One flipped bit (bit k of a word) changes the sum by
-    exactly +-2^k, never 0 mod 2^64: a single flip is always seen. Several flips can cancel
-    (bit k set in one element and cleared in another); the sha256 digest before checkpoints
-    covers that.
+    words are summed in int64: no overflow is possible below 2^32 words, and integer
+    addition is exact in any order, so equal tensors give equal checksums on every machine,
+    whatever its kernels. One flipped bit (bit k of a word) changes the sum by exactly
+    +-2^k, never 0 mod 2^64: a single flip is always seen. Several flips can cancel (bit k
+    set in one element and cleared in another); the sha256 digest before checkpoints covers
+    that.
     """
+    return _sum_words([_as_words(t) for t in tensors])
+
+
+def _as_words(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().reshape(-1)
+    return flat.view(torch.int32 if flat.element_size() >= 4 else torch.int16)
+
+
+def _sum_words(words: list[torch.Tensor]) -> int:
+    # One concatenation and one sum per word size: summing tensor by tensor costs a few
+    # dispatches each, which for a model of many small tensors is most of the time.
     total = 0
-    for tensor in tensors:
-        flat = tensor.detach().reshape(-1)
-        words = flat.view(torch.int32 if flat.element_size() >= 4 else torch.int16)
-        total += int(words.sum(dtype=torch.int64))
+    for dtype in (torch.int32, torch.int16):
+        group = [w for w in words if w.dtype == dtype]
+        if group:
+            total += int(torch.cat(group).sum(dtype=torch.int64))
     return total % (1 << _CHECKSUM_BITS)
+
+
+class _ParamWords:
+    """Integer views of the parameters, made once: the optimizer and ``load_state_dict``
+    write into the parameters in place, so the views keep seeing their bits. A parameter
+    whose storage was swapped (``param.data = ...``) or that is not contiguous (its flat
+    view would be a copy) is viewed afresh."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = params
+        self.words = [_as_words(p) for p in params]
+
+    def checksum(self) -> int:
+        for i, param in enumerate(self.params):
+            if not param.is_contiguous() or self.words[i].data_ptr() != param.data_ptr():
+                self.words[i] = _as_words(param)
+        return _sum_words(self.words)
 
 
 def update_fingerprint(params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor] | None = None,
@@ -276,6 +304,7 @@ class SdcMonitor:
         """Ranks that voted to stop after the last step (``end_step(stop=...)``)."""
         self._table = torch.zeros(world_size, ROW, dtype=torch.float64)
         self._fingerprint: list[float] | None = None
+        self._param_words: _ParamWords | None = None
 
     @property
     def active(self) -> bool:
@@ -292,14 +321,14 @@ class SdcMonitor:
         if self.cfg.fingerprint == "off":
             return
         t0 = time.perf_counter()
-        params = list(self.model.parameters())
+        if self._param_words is None:
+            self._param_words = _ParamWords(list(self.model.parameters()))
+        checksums = (self._param_words.checksum(), 0, 0)
+        coverage = _PARAMS_ONLY
         if self.cfg.fingerprint == "update" or verify:
-            grads = [p.grad for p in params if p.grad is not None]
-            checksums = update_fingerprint(params, grads, _optimizer_tensors(optimizer))
+            grads = [p.grad for p in self._param_words.params if p.grad is not None]
+            checksums = (checksums[0], bits_checksum(grads), bits_checksum(_optimizer_tensors(optimizer)))
             coverage = _FULL
-        else:
-            checksums = update_fingerprint(params)
-            coverage = _PARAMS_ONLY
         self._fingerprint = [coverage, *(w for value in checksums for w in words_of(value))]
         self.seconds["fingerprint"] += time.perf_counter() - t0
 

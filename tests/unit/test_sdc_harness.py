@@ -157,6 +157,13 @@ def test_the_fingerprint_covers_what_its_mode_names(one_rank_group):
     assert params[0] == 1.0 and params[3:] == [0.0] * 4
     assert full[0] == 2.0 and full[1:3] == params[1:3] and full[3:5] != [0.0, 0.0] and full[5:] != [0.0, 0.0]
     assert seen["params", True] == full  # a step that ends in a checkpoint: all of it
+    # the parameter views are made once: they must follow in-place updates and swapped storage
+    monitor = SdcMonitor(DetectConfig(), 0, 1, model, 0)
+    for change in (lambda: optimizer.step(), lambda: setattr(model.weight, "data", model.weight.data + 1.0),
+                   lambda: setattr(model.bias, "data", torch.zeros(4)[::2])):
+        change()
+        monitor.fingerprint(optimizer)
+        assert monitor._fingerprint[1:3] == words_of(bits_checksum(model.parameters()))
     off = SdcMonitor(DetectConfig(fingerprint="off"), 0, 1, model, 0)
     off.fingerprint(optimizer)
     assert off._fingerprint is None
