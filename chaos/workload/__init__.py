@@ -62,13 +62,19 @@ def _load(target: str) -> type[Workload]:
     return cls
 
 
+_ENTRY_POINTS_READ: list[bool] = []
+"""Non-empty once the installed packages' entry points were read (once per process)."""
+
+
 def _load_all() -> None:
     for name, target in _BUILTIN.items():
         if name not in _REGISTRY:
             register_workload(_load(target))
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name not in _REGISTRY:
-            register_workload(_load(entry.value))
+    if not _ENTRY_POINTS_READ:
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            if entry.name not in _REGISTRY:
+                register_workload(_load(entry.value))
+        _ENTRY_POINTS_READ.append(True)
 
 
 def known_workloads() -> dict[str, type[Workload]]:
