@@ -260,11 +260,8 @@ class DockerCluster(LocalCluster):
             self.start_node(node)
         self._write_clocks()
 
-    def agent_command(self, node: int) -> list[str]:
-        argv = super().agent_command(node)
-        argv[0] = self.python()
-        argv[argv.index("--rdzv-endpoint") + 1] = f"{self.gateway}:{self.rdzv_port}"
-        return argv
+    def rdzv_endpoint(self) -> str:
+        return f"{self.gateway}:{self.rdzv_port}"
 
     def python(self) -> str:
         return self.options.python or (sys.executable if self.options.image is None else "python")

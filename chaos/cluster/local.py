@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -123,11 +124,19 @@ class LocalCluster(ClusterBackend):
 
     def agent_command(self, node: int) -> list[str]:
         """The node's torchrun agent, as the workload's launcher writes it (RunSpec carries
-        what the workload runs per rank)."""
+        what the workload runs per rank); the backend says only where things are."""
         launcher = TorchrunPerNode(tuple(self.spec.worker_argv), tee_output=self.spec.tee_worker_output)
         return launcher.agent_command(self.topology, run_id=self.spec.run_id,
-                                      rdzv_endpoint=f"{LOOPBACK}:{self.rdzv_port}",
-                                      local_addr=self.node_address(node))
+                                      rdzv_endpoint=self.rdzv_endpoint(),
+                                      local_addr=self.node_address(node), python=self.python())
+
+    def rdzv_endpoint(self) -> str:
+        """Where the agents reach the rendezvous store the controller hosts."""
+        return f"{LOOPBACK}:{self.rdzv_port}"
+
+    def python(self) -> str:
+        """The interpreter that runs the agent (and, through torchrun, the ranks)."""
+        return sys.executable
 
     def node_env(self, node: int) -> dict[str, str]:
         env = dict(os.environ)

@@ -172,10 +172,10 @@ class NetnsCluster(LocalCluster):
         return self._emulator
 
     def agent_command(self, node: int) -> list[str]:
-        argv = super().agent_command(node)
-        i = argv.index("--rdzv-endpoint")
-        argv[i + 1] = f"{self.gateway}:{self.agent_rdzv_port or self.rdzv_port}"
-        return ["ip", "netns", "exec", self.namespace(node), *argv]
+        return ["ip", "netns", "exec", self.namespace(node), *super().agent_command(node)]
+
+    def rdzv_endpoint(self) -> str:
+        return f"{self.gateway}:{self.agent_rdzv_port or self.rdzv_port}"
 
     def node_env(self, node: int) -> dict[str, str]:
         env = super().node_env(node)
