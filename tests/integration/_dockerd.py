@@ -93,11 +93,12 @@ def _stop(proc: subprocess.Popen) -> None:
 def docker_host() -> Iterator[str]:
     """The engine the tests use, as ``DOCKER_HOST`` (set for the session: the controller's
     subprocesses and ``trainchaos cleanup`` find it there): one that answers already, else
-    a private dockerd for the session."""
-    if shutil.which("dockerd") is None and not engine_answers(os.environ.get("DOCKER_HOST")):
-        pytest.skip("no docker engine and no dockerd to start (make install adds docker.io)")
-    if os.geteuid() != 0 and not engine_answers(os.environ.get("DOCKER_HOST")):
-        pytest.skip("starting a private dockerd needs root")
+    a private dockerd for the session. Tests that use it are marked ``docker``; the skip
+    here is for one that is not."""
+    from tests.integration._support import missing
+
+    if reason := missing("docker"):
+        pytest.skip(reason)
     before = os.environ.get("DOCKER_HOST")
     with contextlib.ExitStack() as stack:
         url = before if engine_answers(before) else stack.enter_context(private_dockerd())

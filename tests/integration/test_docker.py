@@ -14,28 +14,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture)
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
-REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["kill-rank", "kill-node", "pause-node", "power-outage"]
 
 
-def _env(state: Path) -> dict[str, str]:
-    return {**os.environ, "TRAINCHAOS_STATE_DIR": str(state)}
-
-
 def _cli(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCHAOS, *argv], env=_env(cwd / "state"), cwd=cwd, capture_output=True,
+    return subprocess.run([*TRAINCHAOS, *argv], env=cli_env(cwd / "state"), cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -55,7 +46,7 @@ def _labelled(run_id: str | None = None) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:  # noqa: F811
+def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     work = tmp_path_factory.mktemp("docker-suite")
     # Shorter than the shipped scenarios (same faults, same targets): the test budget.
     for name in SCENARIOS:

@@ -5,33 +5,24 @@ journal, nothing left), and spares stand in for a lost node.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
 from chaos.procs import find_run_processes
+from tests.integration._support import TRAINCHAOS, cli_env
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 
 TINY = "steps: {steps}\n    model: {{name: mlp}}\n    checkpoint: {{every_steps: 10}}"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["TRAINCHAOS_STATE_DIR"] = str(tmp_path / "state")
-    env["TRAINCHAOS_PLUGINS"] = "broken_fault"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), str(REPO), env.get("PYTHONPATH")]))
-    return env
+    return cli_env(tmp_path / "state", PLUGINS, TRAINCHAOS_PLUGINS="broken_fault")
 
 
 def _cli(tmp_path: Path, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

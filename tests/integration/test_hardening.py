@@ -10,20 +10,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.integration._support import TRAINCHAOS, cli_env
 
-REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+pytestmark = pytest.mark.integration
 
 SCENARIOS = {
     "exploding": """\
@@ -87,10 +82,8 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, 
     tmp = tmp_path_factory.mktemp("hardening")
     for name, text in SCENARIOS.items():
         (tmp / f"{name}.yaml").write_text(text)
-    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp / "state"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([*TRAINCHAOS, "run", str(tmp), "--out", str(tmp / "out")], env=env, cwd=tmp,
-                            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = subprocess.run([*TRAINCHAOS, "run", str(tmp), "--out", str(tmp / "out")], env=cli_env(tmp / "state"),
+                            cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # exploding fails
     journals: dict[str, list[dict[str, Any]]] = {}
     for path in sorted((tmp / "out").glob("*/[0-9]*/journal.json")):

@@ -36,6 +36,7 @@ from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
 from harness.checkpoint import STATE_FILE, CheckpointManager
 from harness.config import config_from_mapping, config_to_args
+from tests.integration._support import REPO, state_dir_env
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,6 @@ CKPT_EVERY = 20
 # The options every 2x2 run shares; the fault-free digest is compared across all of them.
 WORKLOAD: dict[str, Any] = {"steps": STEPS, "checkpoint": {"every_steps": CKPT_EVERY, "mode": "async"}}
 TOPOLOGY = {"nodes": 2, "ranks_per_node": 2}
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # What a run writes into its run dir; any of these appearing elsewhere is a leak.
 RUN_OUTPUTS = {"final.json", "checkpoints", "events", "logs", "tmp", "journal.json", "summary.md",
                "probe_faults.json", "fault_journal.jsonl"}
@@ -131,7 +131,7 @@ def run_harness(run_dir: Path, topology: Topology, options: dict[str, Any],
 def _watched_entries() -> set[str]:
     """Entries a leaky run would create outside its run dir (concurrent tests' files excluded)."""
     entries = set()
-    for base in (REPO_ROOT, Path.cwd()):
+    for base in (REPO, Path.cwd()):
         entries |= {str(base / n) for n in RUN_OUTPUTS if (base / n).exists()}
     tmp = Path(tempfile.gettempdir())
     entries |= {str(p) for p in tmp.iterdir() if p.name.startswith(("torchelastic", "trainchaos"))}
@@ -144,9 +144,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory):
 
     Module-scoped and autouse, so it is in place before the module-scoped baseline run.
     """
-    path = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINCHAOS_STATE_DIR", str(path))
+    with state_dir_env(tmp_path_factory.mktemp("state")) as path:
         yield path
 
 

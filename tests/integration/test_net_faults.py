@@ -23,10 +23,7 @@ from chaos.faults.base import lookup
 from chaos.model import Topology
 from chaos.net import fabric
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(bool(fabric.missing_capabilities()), reason="needs CAP_NET_ADMIN (root), ip and nft"),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
 _UDP_RECV = """
 import socket, sys, time

@@ -9,33 +9,24 @@ Needs CAP_NET_ADMIN (root): skipped otherwise.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from chaos.net.fabric import missing_capabilities, short_id
+from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0 or bool(missing_capabilities()),
-                       reason="the netns backend needs CAP_NET_ADMIN (root), ip and nft"),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "network" / "isolate-then-heal.yaml"
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+SCENARIO = REPO / "scenarios" / "network" / "isolate-then-heal.yaml"
 
 
 @pytest.mark.timeout(200)
 def test_partition_heals_and_the_node_is_taken_back(tmp_path: Path) -> None:
-    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp_path / "state")}
-    res = subprocess.run([*TRAINCHAOS, "run", str(SCENARIO), "--out", "reports"], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=190, stdin=subprocess.DEVNULL)
+    res = subprocess.run([*TRAINCHAOS, "run", str(SCENARIO), "--out", "reports"], env=cli_env(tmp_path / "state"),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=190, stdin=subprocess.DEVNULL)
     journal = json.loads((tmp_path / "reports" / "isolate-then-heal" / "0" / "journal.json").read_text())
     metrics = journal["metrics"]
     fault = metrics["faults"][0]

@@ -11,25 +11,17 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from chaos.net.fabric import missing_capabilities, short_id
+from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
 from tests.integration._sigkill import sigkilled_after_apply
+from tests.integration._support import TRAINCHAOS, cli_env
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0 or bool(missing_capabilities()),
-                       reason="the netns backend needs CAP_NET_ADMIN (root), ip and nft"),
-]
-
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
 HARNESS = """\
 workload:
@@ -44,7 +36,7 @@ workload:
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp_path / "state")}
+    return cli_env(tmp_path / "state")
 
 
 def _cli(tmp_path: Path, *argv: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:

@@ -13,28 +13,22 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chaos.net.fabric import missing_capabilities, short_id
+from chaos.net.fabric import short_id
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 SCENARIOS = REPO / "scenarios" / "power"
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp / "state"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return cli_env(tmp / "state")
 
 
 def _journals(out: Path) -> dict[str, dict[str, Any]]:
@@ -117,6 +111,7 @@ def placements(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Com
     return result, _journals(tmp / "out"), tmp / "out"
 
 
+@pytest.mark.fuse  # node 0's page-cache tier is a fault-layer mount that drops what was not fsynced
 def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements) -> None:
     """The outage takes node 0 and the fast tier only it held: local+shared falls back to the
     shared checkpoint (the steps since it are lost, past the target: exit 1); replicated+shared
@@ -141,8 +136,7 @@ def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements
     assert "trainchaos comparison: checkpoint.placement" in result.stdout
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or bool(missing_capabilities()),
-                    reason="netns needs CAP_NET_ADMIN (root)")
+@pytest.mark.netns
 def test_on_the_fabric_the_survivors_hear_silence_and_the_node_comes_back(tmp_path: Path) -> None:
     result = subprocess.run(
         [*TRAINCHAOS, "run", str(SCENARIOS / "domain-out-on-fabric.yaml"), "--out", str(tmp_path / "out")],

@@ -17,21 +17,15 @@ The same path on Slurm (a drain with grace, a preemption) is in test_slurm.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from chaos.procs import find_run_processes
+from tests.integration._support import TRAINCHAOS, cli_env
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 
 
 def _scenario(name: str, target: str, topology: str, extra: str = "", failure: str = "") -> str:
@@ -54,8 +48,7 @@ timeout_s: 150
 def _run(tmp_path: Path, text: str) -> tuple[dict, Path]:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
-    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp_path / "state"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = cli_env(tmp_path / "state")
     result = subprocess.run([*TRAINCHAOS, "run", str(scenario), "--out", str(tmp_path / "out")], env=env,
                             cwd=tmp_path, capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL)
     run_dir = next(p for p in (tmp_path / "out").glob("*/0") if (p / "journal.json").exists())

@@ -30,8 +30,7 @@ def _only_fault(journal: dict) -> tuple[dict, dict]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(200)
-def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, state_dir):
     journal, events = _run("kill-node", tmp_path)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
@@ -48,8 +47,7 @@ def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, monkeypatc
 
 @pytest.mark.integration
 @pytest.mark.timeout(200)
-def test_device_error_is_reported_by_the_failing_rank_at_its_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_device_error_is_reported_by_the_failing_rank_at_its_step(tmp_path, state_dir):
     journal, events = _run("device-error", tmp_path)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
@@ -62,8 +60,7 @@ def test_device_error_is_reported_by_the_failing_rank_at_its_step(tmp_path, monk
 
 @pytest.mark.integration
 @pytest.mark.timeout(200)
-def test_crash_mid_checkpoint_never_loads_the_partial_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_crash_mid_checkpoint_never_loads_the_partial_file(tmp_path, state_dir):
     journal, events = _run("crash-during-checkpoint", tmp_path)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)

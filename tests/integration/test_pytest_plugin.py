@@ -6,6 +6,7 @@ is the verdict's reason."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -36,8 +37,7 @@ def test_steady_run_has_no_false_alarm(trainchaos):
 """
 
 
-def test_scenarios_as_tests_and_the_fixture(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(pytester.path / "state"))
+def test_scenarios_as_tests_and_the_fixture(pytester: pytest.Pytester, state_dir: Path) -> None:
     scenarios = pytester.mkdir("scenarios")
     (scenarios / "steady.yaml").write_text(TINY.format(name="steady", extra=""))
     # Goodput of a 20-step run that spends most of its time starting up: far below 99 %.

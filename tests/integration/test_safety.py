@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,13 +32,9 @@ from chaos.cluster.resources import pending_resources, tmp_dir_for
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from chaos.record import run_record_json_schema
 from chaos.rollback import FaultJournal
+from tests.integration._support import TRAINCHAOS, cli_env
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 
 HANG_AT_STEP = 30
 # Long enough that the run is still going when the test acts on it (200 steps x >= 50 ms).
@@ -130,10 +125,7 @@ class Sandbox:
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
     state = tmp_path / "state"
-    env = dict(os.environ)
-    env["TRAINCHAOS_STATE_DIR"] = str(state)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    box = Sandbox(tmp=tmp_path, state=state, env=env)
+    box = Sandbox(tmp=tmp_path, state=state, env=cli_env(state))
     yield box
     # The sweep: only after the test has asserted what it wanted, and only our processes.
     for proc in box.procs:

@@ -8,28 +8,22 @@ restart for the classes mapped to its fault type, and the defaults for the rest.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from chaos.cli import main
-
-REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_simulate_from_the_journals_of_a_real_run(tmp_path, monkeypatch, capsys):
     runs = tmp_path / "reports"
-    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp_path / "state")}
     done = subprocess.run([*TRAINCHAOS, "run", str(REPO / "scenarios" / "smoke" / "device-error.yaml"),
-                           "--out", str(runs)], cwd=REPO, env=env, capture_output=True, text=True, timeout=220)
+                           "--out", str(runs)], cwd=REPO, env=cli_env(tmp_path / "state"), capture_output=True,
+                          text=True, timeout=220)
     assert done.returncode in (0, 1), done.stderr[-3000:]  # a missed timing target still measures
     (journal_path,) = runs.glob("**/journal.json")
     measured = json.loads(journal_path.read_text())["metrics"]["faults"][0]

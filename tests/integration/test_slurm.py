@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,20 +24,13 @@ from pathlib import Path
 import pytest
 
 from chaos.cluster import slurm_testbed
-from chaos.cluster.slurm_testbed import SlurmTestbed, missing_binaries
+from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.procs import find_run_processes
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
-if missing_binaries() and os.geteuid() != 0:
-    pytest.skip(f"Slurm/munge not installed ({', '.join(missing_binaries())}) and not root "
-                "(make install sets them up)", allow_module_level=True)
-
-REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios" / "slurm"
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +47,7 @@ def slurm_cluster() -> Iterator[SlurmTestbed]:
 
 
 def _env(bed: SlurmTestbed, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, **bed.env(), "TRAINCHAOS_STATE_DIR": str(tmp_path / "state"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return cli_env(tmp_path / "state", **bed.env())
 
 
 def _cli(bed: SlurmTestbed, tmp_path: Path, *argv: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:

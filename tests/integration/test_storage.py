@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,21 +19,17 @@ from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
 from chaos.scenario import load_scenario
 from chaos.storage.mounts import STORAGE_RUN_ENV, fuse_mounts
+from tests.integration._support import REPO, TRAINCHAOS, cli_env, state_dir_env
 
-REPO = Path(__file__).resolve().parents[2]
 STORAGE = REPO / "scenarios" / "storage"
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.fuse, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("storage")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINCHAOS_STATE_DIR", str(root / "state"))
+    with state_dir_env(root / "state"):
         yield root
 
 
@@ -159,8 +154,7 @@ timeout_s: 150
 
 
 def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
-    env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(tmp_path / "state"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = cli_env(tmp_path / "state")
     scenario = tmp_path / "stall.yaml"
     scenario.write_text(STALL_FOREVER)
     proc = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", str(tmp_path / "out")], env=env,

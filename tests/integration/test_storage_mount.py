@@ -15,7 +15,7 @@ from chaos.cluster.resources import RunResources
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import FuseMount, mounted
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.fuse, pytest.mark.timeout(60)]
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_rules_change_at_run_time_without_remounting(layer):
     assert state["version"] == 7 and "never" not in state.get("hits", {})
 
 
-def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, monkeypatch):
+def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, state_dir):
     """No registry entry leads to it (a foreign state dir, an entry removed by hand): the scan
     finds the mount by its fsname and the daemon by its environment, and cleanup removes both."""
     import signal
@@ -77,7 +77,6 @@ def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_pa
 
     from chaos.cleanup import cleanup_runs, find_leftovers
 
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
     path = tmp_path / "mnt"
     # A controller that mounts and is SIGKILLed: nothing of it tears the mount down.

@@ -10,32 +10,24 @@ Needs CAP_NET_ADMIN (root): skipped otherwise.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from chaos.net.fabric import missing_capabilities, short_id
+from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
+from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0 or bool(missing_capabilities()),
-                       reason="the netns backend needs CAP_NET_ADMIN (root), ip and nft"),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "network"
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+SCENARIOS = REPO / "scenarios" / "network"
 
 
 def _run(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
-    env = {k: v for k, v in os.environ.items() if k != "TOXIPROXY_URL"}  # the embedded server
-    env["TRAINCHAOS_STATE_DIR"] = str(tmp_path / "state")
+    env = cli_env(tmp_path / "state")
+    env.pop("TOXIPROXY_URL", None)  # the embedded server
     res = subprocess.run([*TRAINCHAOS, "run", str(SCENARIOS / f"{name}.yaml"), "--out", "reports"], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL)
     run_dir = tmp_path / "reports" / name / "0"

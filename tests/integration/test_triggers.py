@@ -15,8 +15,7 @@ from chaos.scenario import parse_scenario
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
-def test_trigger_kinds_fire_once_each_and_are_reverted(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_trigger_kinds_fire_once_each_and_are_reverted(tmp_path, state_dir):
     scenario = parse_scenario(
         {
             "name": "triggers",

@@ -50,8 +50,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
-def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, state_dir):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     scenario = parse_scenario(

@@ -1,0 +1,116 @@
+"""What the integration tests share: where the repository is, how the ``trainchaos`` command
+is run, the environment a test's own runs get, and the probes behind the capability markers.
+
+A test that needs something of the machine says so with a marker (registered in
+pyproject.toml): ``netns`` (network namespaces: CAP_NET_ADMIN, ip, nft), ``docker`` (an
+engine that answers, or dockerd and root to start one), ``slurm`` (Slurm and munge, or root
+to install them), ``fuse`` (/dev/fuse and libfuse for the storage fault layer), ``chromium``
+(a headless browser). ``conftest.py`` skips a marked test, with the probe's reason, when
+the machine lacks it; ``pytest -m "not docker"`` leaves such tests out altogether.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.contract import STATE_DIR_ENV
+
+__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "missing", "state_dir_env"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The console script installed next to this interpreter, as a user runs it; in a checkout
+# that was never installed, the same entry point through the interpreter.
+_SCRIPT = Path(sys.executable).with_name("trainchaos")
+TRAINCHAOS: list[str] = [str(_SCRIPT)] if _SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+
+
+def cli_env(state_dir: Path, *paths: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``trainchaos`` subprocess: this one's, with the test's own state
+    dir (so ``cleanup`` and the leak checks see this test's runs only) and ``paths`` then the
+    repository ahead on PYTHONPATH (the controller and its jobs import the code under test)."""
+    python_path = os.pathsep.join(filter(None, [*map(str, paths), str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, STATE_DIR_ENV: str(state_dir), "PYTHONPATH": python_path, **extra}
+
+
+@contextlib.contextmanager
+def state_dir_env(path: Path) -> Iterator[Path]:
+    """Runs started in this process (``run_scenario_once``) register in ``path`` while inside."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STATE_DIR_ENV, str(path))
+        yield path
+
+
+# ----------------------------------------------------------------------------- capabilities
+# Each probe returns why the machine cannot run such a test, or None when it can.
+
+def _netns() -> str | None:
+    from chaos.net.fabric import missing_capabilities
+
+    lacks = missing_capabilities()
+    if os.geteuid() != 0:
+        lacks.insert(0, "not root")
+    return f"the netns backend needs CAP_NET_ADMIN (root), ip and nft: {'; '.join(lacks)}" if lacks else None
+
+
+def _docker() -> str | None:
+    from tests.integration._dockerd import engine_answers
+
+    if engine_answers(os.environ.get("DOCKER_HOST")):
+        return None
+    if shutil.which("dockerd") is None:
+        return "no docker engine and no dockerd to start (make install adds docker.io)"
+    if os.geteuid() != 0:
+        return "no docker engine answers, and starting a private dockerd needs root"
+    return None
+
+
+def _slurm() -> str | None:
+    from chaos.cluster.slurm_testbed import missing_binaries
+
+    lacks = missing_binaries()
+    if lacks and os.geteuid() != 0:
+        return f"Slurm/munge not installed ({', '.join(lacks)}) and not root (make install sets them up)"
+    return None
+
+
+def _fuse() -> str | None:
+    if not os.path.exists("/dev/fuse"):
+        return "the storage fault layer needs FUSE: /dev/fuse is missing"
+    if os.geteuid() != 0 and shutil.which("fusermount3") is None:
+        return "the storage fault layer needs FUSE: not root and no fusermount3 (Debian: fuse3)"
+    try:
+        import mfusepy  # noqa: F401  (loads libfuse3)
+    except (ImportError, OSError) as exc:
+        return f"the storage fault layer needs FUSE: mfusepy does not load ({exc})"
+    return None
+
+
+def _chromium() -> str | None:
+    from tests.integration._chromium import chromium_binary
+
+    # As root a missing browser is a failure, not a skip: `make install` installs it.
+    if chromium_binary() is None and os.geteuid() != 0:
+        return ("chromium is not installed and this is not root to install it (`make install` "
+                "installs the Debian package chromium when run as root)")
+    return None
+
+
+CAPABILITIES: dict[str, Callable[[], str | None]] = {
+    "netns": _netns, "docker": _docker, "slurm": _slurm, "fuse": _fuse, "chromium": _chromium,
+}
+
+
+@functools.cache
+def missing(capability: str) -> str | None:
+    """Why this machine cannot run a test marked ``capability`` (probed once a session)."""
+    return CAPABILITIES[capability]()

@@ -1,0 +1,33 @@
+"""Fixtures and capability skips every integration test shares (the helpers themselves are
+in ``_support.py``).
+
+A test marked with a capability (``netns``, ``docker``, ``slurm``, ``fuse``, ``chromium``:
+see ``_support.py``) is skipped with the probe's reason when this machine lacks it, before
+any of its fixtures starts; each probe runs once a session, and only if a test that needs
+it was selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture, for the docker tests)
+from tests.integration._support import CAPABILITIES, missing, state_dir_env
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for capability in CAPABILITIES:
+        if item.get_closest_marker(capability) is not None and (reason := missing(capability)):
+            # Reported at the test, not at this hook (as pytest's own skip marks are).
+            raise pytest.skip.Exception(f"{capability}: {reason}", _use_item_location=True)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    """The test's own state dir, set for runs started in this process (``run_scenario_once``)."""
+    with state_dir_env(tmp_path / "state") as path:
+        yield path
