@@ -1,5 +1,5 @@
 """One fault's metrics: when it took effect and was removed, its detection and attribution,
-recovery, restarts and lost steps (definitions: ``chaos.metrics``'s docstring); then what
+recovery, restarts and lost steps (definitions: docs/metrics.md); then what
 each registered metric family measures for it (``chaos.metrics.family``)."""
 
 from __future__ import annotations

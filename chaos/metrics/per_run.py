@@ -1,7 +1,7 @@
 """The run's metrics: every fault's (``chaos.metrics.per_fault``), restarts and what they
 lost, goodput over the surviving lineage, health, false detections, correctness against the
 fault-free baseline; then what each registered metric family measures over the run
-(definitions: ``chaos.metrics``'s docstring)."""
+(definitions: docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def compute_metrics(
     run: RunInfo,
     baseline: BaselineInfo | None = None,
 ) -> RunMetrics:
-    """Every metric of one run from its merged timeline (definitions: module docstring)."""
+    """Every metric of one run from its merged timeline (definitions: docs/metrics.md)."""
     tl = Timeline(events, run.t_stop)
 
     t_injects: list[float | None] = []
@@ -121,7 +121,7 @@ def compute_metrics(
 
 def _account_restarts(m: RunMetrics, tl: Timeline, faults: list[FaultRecord],
                       t_injects: list[float | None]) -> None:
-    """Every group restart, its lost steps and the fault that caused it (module docstring)."""
+    """Every group restart, its lost steps and the fault that caused it (docs/metrics.md)."""
     ref = [e for e in tl.rank_events if e["src"] == "rank-0"]
     first_of: dict[int, Event] = {}
     for e in ref:
@@ -178,7 +178,7 @@ def _check_health(m: RunMetrics, lineage: list[tuple[int, float, float | None]],
 
 def _false_detections(tl: Timeline, faults: list[FaultRecord],
                       t_injects: list[float | None]) -> list[dict[str, Any]]:
-    """Detections that blamed a process no fault hit (definition: module docstring)."""
+    """Detections that blamed a process no fault hit (definition: docs/metrics.md)."""
     fired = [(t, set(rec.target_srcs), rec) for rec, t in zip(faults, t_injects, strict=True) if t is not None]
     false: list[dict[str, Any]] = []
     recovering_until: float | None = None  # end of the recovery the last alarm started

@@ -1,7 +1,7 @@
 """The merged event timeline, indexed once, and the questions every metric asks of it:
 incarnations before a moment, the furthest step of the current generation, where an
 incarnation resumed from, and the surviving lineage of steps (definitions:
-``chaos.metrics``'s docstring)."""
+docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class Timeline:
         return pre, max(pre.values(), default=0)
 
     def last_step(self, t: float, inclusive: bool = False) -> int | None:
-        """Furthest step of the current generation before ``t`` (see module docstring)."""
+        """Furthest step of the current generation before ``t`` (definitions: docs/metrics.md)."""
         latest: dict[str, Event] = {}
         for e in self.step_ends:
             if e["t"] > t or (e["t"] == t and not inclusive):
@@ -94,7 +94,7 @@ def _lowest_rank_first(events: list[Event]) -> list[Event]:
 
 
 def resumed_from(tl: Timeline, inc: int, t_inject: float, first_step: Event | None) -> int | None:
-    """Where the incarnation ``inc`` resumed training from (see module docstring)."""
+    """Where the incarnation ``inc`` resumed training from (definitions: docs/metrics.md)."""
     starts = [
         e for e in tl.rank_events
         if e.get("kind") == "rank_start" and incarnation(e) == inc and e["t"] >= t_inject

@@ -1,5 +1,5 @@
 """Silent-corruption metrics (faults of failure class ``corruption``: bitflip,
-checkpoint_bitrot, io_corrupt), definitions in ``chaos.metrics``'s docstring, "Silent
+checkpoint_bitrot, io_corrupt), definitions in docs/metrics.md, "Silent
 corruption": how many steps until a corruption detector noticed (``sdc_detection_steps``) and
 how many checkpoints of corrupted state were written meanwhile (``contaminated_checkpoints``);
 per fault, and the worst over the run's corruption faults.
