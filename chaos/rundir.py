@@ -57,76 +57,43 @@ TIMELINE_CSV = "timeline.csv"
 TIMELINE_PARQUET = "timeline.parquet"
 
 
+def _entry(name: str, doc: str = "") -> property:
+    """A path in the run directory, as a read-only attribute of ``RunDir``."""
+    return property(lambda self: os.path.join(self.path, name), doc=doc or f"``<run_dir>/{name}``")
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The directory of one run; ``path`` is kept as given (absolute when the runner made it)."""
 
     path: str
 
+    run_record = _entry(RUN_RECORD_FILE, "``journal.json``: the run record (``chaos.record``).")
+    run_start = _entry(RUN_START_FILE, "``run.json``: what the run record needs that the events do "
+                       "not hold, on disk before the job starts, so that ``trainchaos cleanup`` can "
+                       "build the record of a killed run.")
+    fault_journal = _entry(FAULT_JOURNAL_FILE)
+    resources_journal = _entry(RESOURCES_FILE)
+    probe_faults = _entry(PROBE_FAULTS_FILE)
+    events = _entry(EVENTS_SUBDIR)
+    logs = _entry(LOGS_SUBDIR)
+    checkpoints = _entry(SHARED_CHECKPOINTS_SUBDIR, "The shared checkpoint tier when "
+                         "``checkpoint.dir`` is not set.")
+    summary = _entry(SUMMARY_FILE)
+    report_html = _entry(RUN_REPORT_HTML)
+    timeline_csv = _entry(TIMELINE_CSV)
+    timeline_parquet = _entry(TIMELINE_PARQUET)
+
     @classmethod
     def of(cls, path: str) -> RunDir:
         return cls(os.path.abspath(path))
 
-    def _join(self, *parts: str) -> str:
-        return os.path.join(self.path, *parts)
-
-    @property
-    def run_record(self) -> str:
-        """``journal.json``: the run record (``chaos.record``)."""
-        return self._join(RUN_RECORD_FILE)
-
-    @property
-    def run_start(self) -> str:
-        """``run.json``: what the run record needs that the events do not hold, on disk before
-        the job starts, so that ``trainchaos cleanup`` can write the record of a killed run."""
-        return self._join(RUN_START_FILE)
-
-    @property
-    def fault_journal(self) -> str:
-        return self._join(FAULT_JOURNAL_FILE)
-
-    @property
-    def resources_journal(self) -> str:
-        return self._join(RESOURCES_FILE)
-
-    @property
-    def probe_faults(self) -> str:
-        return self._join(PROBE_FAULTS_FILE)
-
-    @property
-    def events(self) -> str:
-        return self._join(EVENTS_SUBDIR)
-
-    @property
-    def logs(self) -> str:
-        return self._join(LOGS_SUBDIR)
-
     def node_log(self, node: int | str) -> str:
-        return self._join(LOGS_SUBDIR, f"node-{node}.log")
+        return os.path.join(self.path, LOGS_SUBDIR, f"node-{node}.log")
 
     def log(self, name: str) -> str:
         """A run-scoped helper's log (``toxiproxy.log``, ``srun.out``)."""
-        return self._join(LOGS_SUBDIR, name)
-
-    @property
-    def checkpoints(self) -> str:
-        return self._join(SHARED_CHECKPOINTS_SUBDIR)
-
-    @property
-    def summary(self) -> str:
-        return self._join(SUMMARY_FILE)
-
-    @property
-    def report_html(self) -> str:
-        return self._join(RUN_REPORT_HTML)
-
-    @property
-    def timeline_csv(self) -> str:
-        return self._join(TIMELINE_CSV)
-
-    @property
-    def timeline_parquet(self) -> str:
-        return self._join(TIMELINE_PARQUET)
+        return os.path.join(self.path, LOGS_SUBDIR, name)
 
     def has_run_record(self) -> bool:
         return os.path.exists(self.run_record)
