@@ -192,8 +192,11 @@ def test_slicer_cuts_the_stream_into_small_pieces(server: str, echo: _Echo) -> N
                     stream="upstream")
     got, took = _round_trip(proxy, b"y" * 80)
     assert got == b"y" * 80
-    assert max(echo.recvs) <= 20 and len(echo.recvs) >= 4, echo.recvs  # arrived in slices
-    assert took >= 0.1  # 20 ms between slices
+    # Eight 10-byte slices, 20 ms apart. How the receiver's reads group them is the host's
+    # scheduling (a descheduled reader gets two or three slices in one read); what the toxic
+    # guarantees is that the data did not arrive at once, and the time the gaps take.
+    assert sum(echo.recvs) == 80 and len(echo.recvs) >= 2, echo.recvs
+    assert took >= 7 * 0.02, took
 
 
 def test_limit_data_closes_after_the_bytes(server: str, echo: _Echo) -> None:
