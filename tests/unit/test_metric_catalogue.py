@@ -172,3 +172,20 @@ def test_a_registered_family_shows_in_the_reports_and_the_gate(toy, tmp_path: Pa
 
 def test_core_specs_are_not_replaced_by_a_family() -> None:
     assert all(spec(s.key) is s for s in CORE)
+
+
+def test_a_family_from_an_installed_package_comes_through_its_entry_point(monkeypatch) -> None:
+    """Another package names its MetricFamily in the entry-point group; a broken one is logged
+    and skipped, the built-in families stay."""
+    from importlib.metadata import EntryPoint
+
+    from chaos.metrics import registry
+
+    points = [EntryPoint("toy", f"{__name__}:TOY", registry.ENTRY_POINT_GROUP),
+              EntryPoint("broken", "no_such_module_here:FAMILY", registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry, "entry_points", lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(registry, "_FAMILIES", {})
+    monkeypatch.setattr(registry, "_loaded", False)
+    names = [f.name for f in families()]
+    assert names[-1] == "toy" and {"network", "power", "sdc", "storage"} <= set(names)
+    assert spec("toy_alarms") is TOY.specs[1] and spec("toy_alarms") in gated()
