@@ -60,7 +60,7 @@ class Registry(Generic[T]):
         self.unknown = unknown
         """Raised by ``lookup`` for a name nobody registered (a KeyError subclass)."""
         self.items: dict[str, T] = {}
-        self._loaded_entry_points: set[str] = set()
+        self._entry_points_read = False
 
     def register(self, item: T) -> T:
         """Decorator: make ``item`` known by its key."""
@@ -74,16 +74,16 @@ class Registry(Generic[T]):
         self.items.pop(name, None)
 
     def load(self) -> None:
-        """Built-ins, ``TRAINCHAOS_PLUGINS``, then the entry points (each only once)."""
+        """Built-ins, ``TRAINCHAOS_PLUGINS`` (read again each time: cheap, and a test may set
+        it), then the entry points: read once per process, since scanning the installed
+        packages' metadata costs milliseconds per lookup and they do not change under a run."""
         for module in self.builtins:
             importlib.import_module(module)
         load_plugins()
-        if self.group is None:
+        if self.group is None or self._entry_points_read:
             return
+        self._entry_points_read = True
         for ep in entry_points(group=self.group):
-            if ep.value in self._loaded_entry_points:
-                continue
-            self._loaded_entry_points.add(ep.value)
             loaded = ep.load()
             if not isinstance(loaded, types.ModuleType):
                 self.register(loaded)

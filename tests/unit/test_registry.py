@@ -118,11 +118,18 @@ def test_entry_points_of_the_kinds_group_register_a_module_or_one_object(
     points = [EntryPoint("mod", "tc_plugin_ep_module", "trainchaos.test_things"),
               EntryPoint("obj", "tc_plugin_ep_object:THING", "trainchaos.test_things"),
               EntryPoint("other", "tc_plugin_not_loaded", "trainchaos.backends")]
-    monkeypatch.setattr(chaos.registry, "entry_points",
-                        lambda group: [ep for ep in points if ep.group == group])
+    scans: list[str] = []
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        scans.append(group)
+        return [ep for ep in points if ep.group == group]
+
+    monkeypatch.setattr(chaos.registry, "entry_points", entry_points)
     monkeypatch.setattr(THINGS, "items", {})
-    monkeypatch.setattr(THINGS, "_loaded_entry_points", set())
+    monkeypatch.setattr(THINGS, "_entry_points_read", False)
     assert sorted(THINGS.known()) == ["from-module", "from-object"]
+    assert sorted(THINGS.known()) == ["from-module", "from-object"]
+    assert scans == ["trainchaos.test_things"], "the installed packages' metadata is read once"
     assert "tc_plugin_not_loaded" not in sys.modules, "another kind's group is not this one's"
 
 
