@@ -3,7 +3,7 @@
 Every event has ``t`` (unix seconds), ``src`` (``rank-3``, ``node-1``, ``injector``,
 ``controller``), ``incarnation`` (how many processes of that src started before this one:
 its restart count) and ``kind``;
-kind-specific fields are listed in ``KINDS``. See DESIGN.md, "Events".
+kind-specific fields are listed in ``KINDS``. See docs/design.md, "Events".
 """
 
 from __future__ import annotations
