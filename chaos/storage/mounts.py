@@ -210,7 +210,8 @@ def control_dir(run_dir: str, label: str) -> str:
 
 
 def tier_label(tier: str, node: int | None) -> str:
-    return tier if tier == "shared" else f"{tier}-node-{node}"
+    """``shared``, ``data`` (one mount each), ``local-node-<i>`` (one per node)."""
+    return tier if node is None else f"{tier}-node-{node}"
 
 
 LOCAL_TIER_SUBDIR = contract.LOCAL_TIER_SUBDIR

@@ -157,3 +157,42 @@ def test_errno_names_and_flips():
     flipped = flip(data, 3, random.Random(1))
     assert sum(bin(b).count("1") for b in flipped) in (1, 3)  # two flips of one bit cancel
     assert flip(data, 3, random.Random(1)) == flipped
+
+
+def test_the_runner_hands_the_backend_its_mounts_and_nothing_reads_run_json(tmp_path) -> None:
+    """The storage family plans the mounts from the scenario and the workload's layout; the
+    backend acquires exactly those (RunSpec.mounts), with no run.json anywhere."""
+    from types import SimpleNamespace
+
+    from chaos.cluster.base import RunSpec
+    from chaos.faults.storage import plan_mounts
+    from chaos.model import Topology
+    from chaos.storage.mounts import acquire_storage_mounts
+    from chaos.workload import StorageLayout
+
+    run_dir = tmp_path / "run"
+    source = tmp_path / "corpus.txt"
+    source.write_text("data\n")
+    layout = StorageLayout(shared_checkpoints="ckpt", node_local_checkpoints=True,
+                           data_file="data/corpus.txt", data_source=str(source))
+    faults = [{"type": "io_error", "params": {"tier": "shared"}},
+              {"type": "lose_unfsynced", "params": {"tier": "local"}},
+              {"type": "io_slow", "params": {"tier": "data"}}]
+    mounts = plan_mounts({"faults": faults}, layout, str(run_dir))
+    assert [(m.tier, m.track_unfsynced, m.path) for m in mounts] == [
+        ("data", False, str(run_dir / "data")), ("local", True, None), ("shared", False, str(run_dir / "ckpt"))]
+    assert (run_dir / "data" / "corpus.txt").read_text() == "data\n", "the run's own copy is what gets mounted"
+    assert plan_mounts({"faults": [{"type": "kill_rank"}]}, None, str(run_dir)) == ()
+
+    acquired: list[dict] = []
+    spec = RunSpec(run_id="trainchaos-0123456789", run_dir=str(run_dir), topology=Topology(nodes=2, ranks_per_node=1),
+                   worker_argv=[], mounts=mounts)
+    backend = SimpleNamespace(spec=spec, topology=spec.topology,
+                              resources=SimpleNamespace(acquire=lambda kind, s: acquired.append({"kind": kind, **s})))
+    acquire_storage_mounts(backend, lambda n: f"/scratch/node-{n}")  # type: ignore[arg-type]
+    assert [(a["kind"], a["path"], a["track_unfsynced"], a["fsname"]) for a in acquired] == [
+        ("fuse_mount", str(run_dir / "data"), False, "trainchaos-0123456789-data"),
+        ("fuse_mount", "/scratch/node-0/checkpoints", True, "trainchaos-0123456789-local-node-0"),
+        ("fuse_mount", "/scratch/node-1/checkpoints", True, "trainchaos-0123456789-local-node-1"),
+        ("fuse_mount", str(run_dir / "ckpt"), False, "trainchaos-0123456789-shared")]
+    assert not list(tmp_path.rglob("run.json"))
