@@ -230,10 +230,6 @@ class DockerCluster(LocalCluster):
                     self.subnet = ipaddress.ip_network(net.attrs["IPAM"]["Config"][0]["Subnet"])
         return states
 
-    def node_containers(self) -> dict[int, str]:
-        """Node -> the name of its container (started or attached to by this backend)."""
-        return dict(self._containers)
-
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         from chaos.net import fabric

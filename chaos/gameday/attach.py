@@ -160,7 +160,7 @@ class AttachedRun:
         if outside:
             raise TargetRefused(f"node {', '.join(map(str, outside))} is not one of the run's nodes "
                                 f"(0..{self.topology.total_nodes - 1})")
-        containers, unmet = self._containers(nodes)
+        containers, unmet = self._node_states(nodes)
         on = {r: lr for r, lr in (self.backend.live_ranks() if live else {}).items() if lr.node in nodes}
         resolved = ResolvedTarget(ranks=tuple(sorted(on)), nodes=tuple(nodes),
                                   pids={r: lr.pid for r, lr in sorted(on.items())})
@@ -179,11 +179,11 @@ class AttachedRun:
                  f"(live ranks: {', '.join(map(str, sorted(live_ranks))) or 'none'})"] if missing else []
         here = [r for r in ranks if r in live_ranks]
         nodes = tuple(sorted({live_ranks[r].node for r in here}))
-        containers, more = self._containers(nodes)
+        containers, more = self._node_states(nodes)
         resolved = ResolvedTarget(ranks=ranks, pids={r: live_ranks[r].pid for r in here})
         return Resolution(resolved, containers, unmet + more)
 
-    def _containers(self, nodes: tuple[int, ...]) -> tuple[list[tuple[int, str, str]], list[str]]:
+    def _node_states(self, nodes: tuple[int, ...]) -> tuple[list[tuple[int, str, str]], list[str]]:
         out, unmet = [], []
         for node in nodes:
             name = self.backend.container_name(node)
