@@ -36,6 +36,7 @@ from chaos.schema.models import (
     TriggerDoc,
     WorkloadDoc,
 )
+from chaos.schema.suggest import suggest_param, suggest_type
 from chaos.schema.types import close_match
 from chaos.workload import Workload, kind_of, lookup_workload
 
@@ -200,7 +201,7 @@ class _Checker:
             except UnknownFaultType:
                 known = list(known_types())
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
-                         f"{close_match(fault['type'], known)} known: {', '.join(known)}")
+                         f"{suggest_type(fault['type'], known)} known: {', '.join(known)}")
         if fault_type is not None:
             self.backend_fits((*loc, "type"), fault_type)
         if "target" in fault:
@@ -215,7 +216,8 @@ class _Checker:
             except ValidationError as exc:
                 self.problems += translate(exc.errors(), model, (*loc, "params"),
                                            key_noun=f"{name} parameter",
-                                           none_text=f"{name} takes no parameters")
+                                           none_text=f"{name} takes no parameters",
+                                           suggest=functools.partial(suggest_param, owner=name))
             else:
                 context = ParamsContext(workload=workload, world_size=topology.world_size
                                         if topology is not None else None,

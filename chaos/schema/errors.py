@@ -19,7 +19,7 @@ keys), not also the missing one.
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,7 +137,12 @@ def _description(info: FieldInfo | None) -> str:
     return text[:1].lower() + text[1:]
 
 
-def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: str | None) -> str:
+Suggest = Callable[[Any, list[str]], str]
+"""(unknown key, allowed keys) -> "; did you mean ...?" or ";" (``chaos.schema.suggest``)."""
+
+
+def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: str | None,
+             suggest: Suggest | None = None) -> str:
     kind = error["type"]
     value = error.get("input")
     ctx = error.get("ctx") or {}
@@ -149,7 +154,12 @@ def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: 
         key = spot.path[-1]
         if not allowed:
             return f"unknown {noun} {key!r}: {none_text or 'no keys are allowed here'}"
-        return f"unknown {noun} {key!r}{close_match(key, allowed)} allowed: {', '.join(allowed)}"
+        hint = close_match(key, allowed)
+        if suggest is not None and len(spot.path) == 1:
+            hint = suggest(key, allowed)
+        elif hint == ";" and owner is not None:
+            hint = owner.unknown_key_hint(key) or hint
+        return f"unknown {noun} {key!r}{hint} allowed: {', '.join(allowed)}"
     if kind == "missing":
         text = _description(spot.field)
         values = literal_values(unwrap(spot.annotation)[0])
@@ -188,16 +198,18 @@ def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: 
 
 
 def translate(errors: Iterable[ErrorDetails], root: type[BaseModel], base: Path = (), *,
-              key_noun: str | None = None, none_text: str | None = None) -> list[Problem]:
+              key_noun: str | None = None, none_text: str | None = None,
+              suggest: Suggest | None = None) -> list[Problem]:
     """One Problem per pydantic error of validating ``root``, located under ``base``.
 
     ``key_noun`` names the root's own keys (``kill_rank parameter``) and ``none_text`` says
-    why a model without fields has no keys (``crash_during_checkpoint takes no parameters``).
+    why a model without fields has no keys (``crash_during_checkpoint takes no parameters``);
+    ``suggest`` replaces the spelling did-you-mean for the root's own unknown keys.
     """
     spotted = [(e, _locate(root, e["loc"])) for e in errors]
     with_unknown_keys = {tuple(spot.path[:-1]) for error, spot in spotted
                          if error["type"] in _UNKNOWN_KEY}
-    return [Problem((*base, *spot.path), _message(error, spot, key_noun, none_text))
+    return [Problem((*base, *spot.path), _message(error, spot, key_noun, none_text, suggest))
             for error, spot in spotted
             if not (error["type"] == "missing" and tuple(spot.path[:-1]) in with_unknown_keys)]
 

@@ -8,6 +8,7 @@ models on :class:`StrictModel` without import cycles.
 from __future__ import annotations
 
 import difflib
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -55,6 +56,11 @@ class StrictModel(BaseModel):
 
     key_noun: ClassVar[str] = "key"
     """How messages name this mapping's keys: "unknown trigger 'at_stp'; allowed: ..."."""
+
+    @classmethod
+    def unknown_key_hint(cls, key: str) -> str | None:
+        """"; <why KEY is not here>;" for an unknown key no allowed key is spelt like."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,12 @@ def close_match(word: Any, candidates: typing.Iterable[str]) -> str:
     """"; did you mean 'x'?" when a candidate is close, else ";"."""
     if not isinstance(word, str):
         return ";"
+    return _close_match(word, tuple(candidates))
+
+
+@functools.lru_cache(maxsize=1024)
+def _close_match(word: str, candidates: tuple[str, ...]) -> str:
+    # Cached: a file with thousands of the same misspelling asks once.
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ";"
 

@@ -1,0 +1,217 @@
+"""Did-you-mean by meaning as well as by spelling.
+
+Spelling alone sends users to the wrong fault: ``corrupt_checkpoint`` is closest in letters
+to ``crash_during_checkpoint``, ``storage_latency`` to ``latency`` (a network fault),
+``power_loss`` to ``packet_loss``. :data:`MEANINGS` is a table of what users call a failure
+-> the fault types that express it today, each with one line of why; :data:`PARAM_MEANINGS`
+does the same for parameter names (``delay`` -> ``delay_ms``, ``bits`` on a bitflip). A name
+that the table knows gets the table's answer; any other gets the closest spelling.
+
+Suggestions are cached per distinct (name, candidates): a file with thousands of faults of
+one unknown type computes the answer once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from collections.abc import Iterable
+
+__all__ = ["MEANINGS", "PARAM_MEANINGS", "meant_types", "suggest_param", "suggest_type", "spelling"]
+
+# Words users write for the same thing: each maps to one canonical token.
+_SYNONYMS = {
+    "corruption": "corrupt", "corrupted": "corrupt", "corrupting": "corrupt", "rot": "corrupt",
+    "bitrot": "corrupt", "ckpt": "checkpoint", "checkpoints": "checkpoint", "snapshot": "checkpoint",
+    "disk": "storage", "io": "storage", "filesystem": "storage", "fs": "storage", "nfs": "storage",
+    "file": "storage", "files": "storage", "write": "storage", "writes": "storage",
+    "read": "storage", "reads": "storage",
+    "latency": "slow", "delay": "slow", "delayed": "slow", "slowdown": "slow", "lag": "slow",
+    "slowness": "slow", "throttle": "slow", "throttled": "slow", "throttling": "slow",
+    "power": "power", "outage": "outage", "blackout": "outage", "brownout": "outage",
+    "loss": "loss", "lost": "loss", "lose": "loss", "failure": "fail", "failed": "fail",
+    "fails": "fail", "crash": "fail", "crashed": "fail", "down": "fail", "dead": "fail",
+    "death": "fail", "die": "fail", "dies": "fail",
+    "stress": "stress", "hog": "stress", "burn": "stress", "load": "stress", "saturate": "stress",
+    "contention": "stress", "cpu": "cpu", "cpus": "cpu", "processor": "cpu",
+    "noisy": "noisy", "neighbor": "neighbour", "neighbours": "neighbour", "neighbors": "neighbour",
+    "partition": "partition", "partitioned": "partition", "split": "partition",
+    "isolate": "partition", "isolation": "partition", "brain": "brain",
+    "bit": "bit", "bits": "bit", "flip": "flip", "flipped": "flip", "flips": "flip",
+    "sdc": "sdc", "silent": "silent", "drain": "drain", "drained": "drain",
+    "maintenance": "drain", "cordon": "drain", "evict": "drain", "eviction": "drain",
+    "preempt": "preempt", "preemption": "preempt", "preempted": "preempt", "requeue": "preempt",
+    "oom": "oom", "memory": "memory", "mem": "memory", "ram": "memory",
+    "gpu": "gpu", "cuda": "gpu", "xid": "gpu", "nccl": "network", "ecc": "gpu", "device": "gpu",
+    "network": "network", "net": "network", "packet": "packet", "packets": "packet",
+    "drop": "loss", "drops": "loss", "dropped": "loss", "jitter": "slow",
+    "bandwidth": "bandwidth", "throughput": "bandwidth", "link": "link", "links": "link",
+    "flap": "flap", "flapping": "flap", "hang": "hang", "hung": "hang", "freeze": "hang",
+    "frozen": "hang", "stall": "stall", "stuck": "hang", "deadlock": "hang",
+    "straggler": "straggler", "slow_rank": "straggler", "kill": "kill", "killed": "kill",
+    "sigkill": "kill", "node": "node", "host": "node", "machine": "node", "server": "node",
+    "rank": "rank", "worker": "rank", "process": "rank", "rack": "rack", "tor": "rack",
+    "full": "full", "enospc": "full", "space": "full", "error": "error", "errors": "error",
+    "eio": "error", "torn": "torn", "partial": "torn", "unfsynced": "unfsynced",
+    "fsync": "unfsynced", "cache": "unfsynced", "pause": "hang", "paused": "hang",
+    "container": "container", "docker": "container", "disconnect": "partition",
+    "toxiproxy": "toxic", "toxic": "toxic", "proxy": "toxic", "service": "toxic",
+}
+
+MEANINGS: tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = (
+    # (phrases, each a set of canonical tokens that must all appear) -> ((type, why), ...)
+    ((("corrupt", "checkpoint"), ("corrupt", "storage"), ("silent", "storage")), (
+        ("io_corrupt", "flips bits in the data a rank reads or writes (checkpoints included) as it passes the storage layer"),
+        ("checkpoint_bitrot", "flips one bit of a saved checkpoint file at rest"))),
+    ((("storage", "slow"), ("checkpoint", "slow"), ("storage", "bandwidth")), (
+        ("io_slow", "adds latency to each file operation and/or caps its bandwidth"),)),
+    ((("storage", "stall"), ("storage", "hang")), (
+        ("io_stall", "file operations block until the stall ends"),)),
+    ((("storage", "error"), ("storage", "fail")), (
+        ("io_error", "file operations fail with an errno (EIO, EROFS...)"),)),
+    ((("storage", "full"), ("full",)), (
+        ("disk_full", "writes fail with ENOSPC once bytes_free more bytes were written"),)),
+    ((("torn",),), (("torn_write", "of each file's unfsynced writes only a first part persists"),)),
+    ((("unfsynced",), ("storage", "loss")), (
+        ("lose_unfsynced", "the node crashes and every write not fsynced is dropped"),)),
+    ((("power",), ("outage",), ("power", "fail")), (
+        ("power_outage", "every node of a power domain loses power at once; local disks lose unfsynced data"),
+        ("rack_loss", "every node of a rack goes down at once (PDU or top-of-rack power)"))),
+    ((("rack",),), (("rack_loss", "every node of a rack goes down at once"),)),
+    ((("cpu",), ("stress",), ("noisy",), ("neighbour",)), (
+        ("container_limits", "lowers a node container's CPU (and memory) limits live: a noisy neighbour"),
+        ("straggler", "slows one rank's steps by a factor, as a contended CPU or GPU would"))),
+    ((("oom",), ("memory",)), (
+        ("container_limits", "lowers a node container's memory limit live (memory_mb): an OOM kill"),)),
+    ((("partition",), ("brain",), ("network", "fail")), (
+        ("partition", "cuts the fabric: isolates nodes, splits them into groups, or drops one direction"),
+        ("container_disconnect", "cuts node containers off the run's network (docker backend)"))),
+    ((("network", "slow"), ("link", "slow")), (
+        ("latency", "delays every packet on the target links"),
+        ("bandwidth", "limits the rate of the target nodes' links"))),
+    ((("packet", "loss"), ("network", "loss")), (
+        ("packet_loss", "loses a share of the packets on the target nodes' links"),)),
+    ((("bandwidth",),), (("bandwidth", "limits the rate of the target nodes' links"),
+                         ("io_slow", "caps storage bandwidth (bandwidth_mbps)"))),
+    ((("flap",), ("link", "fail")), (("link_flap", "takes links down for down_s every period_s"),)),
+    ((("bit", "flip"), ("sdc",), ("silent",), ("flip",)), (
+        ("bitflip", "flips (or forces) a bit of a live tensor: parameter, gradient, optimizer state, activation"),
+        ("checkpoint_bitrot", "flips one bit of a checkpoint file at rest"))),
+    ((("drain",),), (("drain_node", "the node is drained: SIGTERM, then SIGKILL after grace_s (Slurm)"),)),
+    ((("preempt",),), (("preempt_job", "the job is preempted and requeued (Slurm)"),)),
+    ((("gpu",),), (("device_error", "the rank fails the way a CUDA/Xid error surfaces in PyTorch"),)),
+    ((("hang",),), (("hang_rank", "freezes a rank (SIGSTOP)"),
+                    ("container_pause", "freezes whole node containers (docker pause)"))),
+    ((("straggler",), ("rank", "slow")), (("straggler", "slows a rank's steps by a factor"),)),
+    ((("node", "fail"), ("node", "kill")), (
+        ("kill_node", "kills a node's torchrun agent and all of its ranks"),
+        ("node_down", "Slurm marks the node DOWN"))),
+    ((("rank", "fail"), ("rank", "kill"), ("kill",)), (
+        ("kill_rank", "kills the worker process of a rank with a signal"),)),
+    ((("toxic",),), (("toxic", "a Toxiproxy toxic on a proxied TCP service"),)),
+)
+
+PARAM_MEANINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    # a parameter name users write -> ((parameter, why), ...); only those the type has count
+    "delay": (("delay_ms", "milliseconds"), ("latency_ms", "milliseconds")),
+    "latency": (("latency_ms", "milliseconds"), ("delay_ms", "milliseconds")),
+    "jitter": (("jitter_ms", "milliseconds"),),
+    "duration": (("duration_s", "seconds"), ("duration_steps", "steps")),
+    "seconds": (("duration_s", "seconds"),),
+    "timeout": (("duration_s", "seconds"),),
+    "loss": (("percent", "0-100"),), "rate": (("rate_mbit", "Mbit/s"), ("percent", "0-100")),
+    "drop": (("percent", "0-100"),), "probability_percent": (("percent", "0-100"),),
+    "bandwidth": (("bandwidth_mbps", "MB/s"), ("rate_mbit", "Mbit/s")),
+    "mbps": (("bandwidth_mbps", "MB/s"), ("rate_mbit", "Mbit/s")),
+    "memory": (("memory_mb", "MiB"),), "mem": (("memory_mb", "MiB"),),
+    "cpu": (("cpus", "CPUs"), ("factor", "how many times slower each step is")),
+    "slowdown": (("factor", "how many times slower each step is"),),
+    "error": (("errno", "EIO, ENOSPC... or its number"),), "code": (("errno", "EIO... or its number"), ("xid", "the Xid code")),
+    "signum": (("signal", "SIGKILL, SIGTERM..."),), "sig": (("signal", "SIGKILL, SIGTERM..."),),
+    "file": (("path", "a glob below the tier"),), "files": (("path", "a glob below the tier"),),
+    "pattern": (("path", "a glob below the tier"),), "glob": (("path", "a glob below the tier"),),
+    "operations": (("ops", "which file operations"),), "op": (("ops", "which file operations"),),
+    "nbits": (("bits", "how many bits"),), "num_bits": (("bits", "how many bits"),),
+    "bit_index": (("bit", "the bit's index"),),
+}
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def _tokens(word: str) -> frozenset[str]:
+    word = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", word).lower()
+    raw = _TOKEN.findall(word)
+    return frozenset(_SYNONYMS.get(t, t) for t in raw)
+
+
+def spelling(word: object, candidates: Iterable[str]) -> str | None:
+    if not isinstance(word, str):
+        return None
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def meant_types(word: str, known: Iterable[str]) -> list[tuple[str, str]]:
+    """(fault type, why) for what ``word`` means, best phrases only, known types only."""
+    tokens = _tokens(word)
+    known = set(known)
+    best, out = 0, []
+    for phrases, types in MEANINGS:
+        score = max((len(p) for p in phrases if set(p) <= tokens), default=0)
+        if score == 0 or score < best:
+            continue
+        if score > best:
+            best, out = score, []
+        out += [t for t in types if t[0] in known and t not in out]
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _suggest_type(word: str, known: tuple[str, ...]) -> str:
+    meant = [t for t in meant_types(word, known) if t[0] != word]
+    if meant:
+        return "; did you mean " + " or ".join(f"{name!r} ({why})" for name, why in meant) + "?"
+    close = spelling(word, known)
+    return f"; did you mean {close!r}?" if close else ";"
+
+
+def suggest_type(word: object, known: Iterable[str]) -> str:
+    """"; did you mean 'io_corrupt' (why) or ...?" for an unknown fault type, else ";"."""
+    if not isinstance(word, str):
+        return ";"
+    return _suggest_type(word, tuple(known))
+
+
+@functools.lru_cache(maxsize=1024)
+def _suggest_param(word: str, allowed: tuple[str, ...], owner: str) -> str:
+    if owner == "bitflip" and word in ("bits", "nbits", "num_bits"):
+        return ("; a bitflip flips one bit per element: 'bit' is that bit's index (0 = least "
+                "significant) or sign, exponent, mantissa, not a count; 'bits' is a count on "
+                "io_corrupt;")
+    key = word.lower()
+    meant = [(name, why) for name, why in PARAM_MEANINGS.get(key, ())
+             if name in allowed and name != word]
+    if not meant and key.endswith(("_ms", "_s", "_mb", "_mbit", "_mbps")):
+        meant = [(name, why) for name, why in PARAM_MEANINGS.get(key.rsplit("_", 1)[0], ())
+                 if name in allowed and name != word]
+    if meant:
+        return "; did you mean " + " or ".join(f"{name!r} ({why})" for name, why in meant) + "?"
+    close = spelling(word, allowed)
+    if close:
+        return f"; did you mean {close!r}?"
+    from chaos.faults.base import known_types
+
+    elsewhere = [name for name, t in known_types().items()
+                 if name != owner and word in t.params_model.model_fields]
+    if elsewhere:
+        return f"; {word!r} is a parameter of {', '.join(elsewhere[:4])}, not of {owner};"
+    return ";"
+
+
+def suggest_param(word: object, allowed: Iterable[str], owner: str) -> str:
+    """"; did you mean 'delay_ms' (milliseconds)?" for an unknown parameter of fault type
+    ``owner``; the bitflip ``bits`` trap told; a parameter of another type named."""
+    if not isinstance(word, str):
+        return ";"
+    return _suggest_param(word, tuple(allowed), owner)
