@@ -38,6 +38,10 @@ __all__ = ["SCENARIO_SUFFIXES", "load_scenario", "load_suite", "parse_scenario"]
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
+MAX_PROBLEMS_PER_FILE = 30
+"""Problems told per file; the rest are counted. A file with thousands of bad faults is most
+likely one mistake repeated: the first thirty show it, a wall of text would bury it."""
+
 _BAD: Any = object()
 """Returned by ``_read_yaml`` after it reported an issue."""
 
@@ -124,8 +128,18 @@ def _check(data: Any, file: str) -> tuple[Scenario | None, list[ValidationIssue]
     problems += cross_check(data, [tuple(e["loc"]) for e in errors])
     if problems or doc is None:
         problems.sort(key=lambda p: file_order(data, p.path))
-        return None, [_issue(file, p) for p in problems]
+        return None, _capped(file, problems)
     return build_scenario(doc, file), []
+
+
+def _capped(file: str, problems: list[Problem]) -> list[ValidationIssue]:
+    issues = [_issue(file, p) for p in problems[:MAX_PROBLEMS_PER_FILE]]
+    rest = len(problems) - MAX_PROBLEMS_PER_FILE
+    if rest > 0:
+        issues.append(ValidationIssue(file, "", f"and {rest} more problem{'s' if rest > 1 else ''} "
+                                      f"not shown (at most {MAX_PROBLEMS_PER_FILE} are told per "
+                                      "file; fix these and validate again)"))
+    return issues
 
 
 def _issue(file: str, problem: Problem) -> ValidationIssue:

@@ -21,6 +21,7 @@ from chaos.cluster import backend_of
 from chaos.cluster.capabilities import ContainerHost
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, register
+from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -32,13 +33,13 @@ _ENGINE_BEFORE_RECORDS_NAMED_IT = "docker"
 
 
 class PauseParams(FaultParams):
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds frozen before ``docker unpause``; null: frozen until the run ends (the node is
     then lost to the job)."""
 
 
 class DisconnectParams(FaultParams):
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds until the container is connected again (same address); null: until the run
     ends (the node is then lost to the job)."""
 
@@ -46,17 +47,17 @@ class DisconnectParams(FaultParams):
 class PacketLossParams(FaultParams):
     percent: float = Field(gt=0, le=100)
     """Share of the packets the container receives that are dropped (0.01 steps)."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds it lasts; null until the run ends."""
 
 
 class LimitsParams(FaultParams):
     cpus: float | None = Field(None, gt=0, le=1024)
     """New CPU limit of each target container (``docker update --cpus``); null: unchanged."""
-    memory_mb: int | None = Field(None, ge=6)
+    memory_mb: int | None = Field(None, ge=6, le=2**30)
     """New memory limit in MiB (``--memory``, swap included); a job that then needs more is
     OOM-killed by the kernel inside the container. Null: unchanged."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds the limits last before the old ones are restored; null: until the run ends."""
 
     @model_validator(mode="after")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -23,6 +23,7 @@ from chaos.cluster.capabilities import Fabric, ServiceProxies
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
 from chaos.net import linkemu, nft
+from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -44,21 +45,21 @@ class PartitionParams(FaultParams):
     links: list[list[int]] | None = None
     """one_way only: directed links [from, to] whose packets are lost, e.g. [[0, 1]];
     default: everything the target nodes send to other nodes."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds until the partition heals; null lasts until the run ends."""
 
 
 class PacketLossParams(FaultParams):
     percent: float = Field(gt=0, le=100)
     """Share of packets lost in each direction of the target nodes' links (0.01 steps)."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds it lasts; null until the run ends."""
 
 
 class BandwidthParams(FaultParams):
     rate_mbit: float = Field(gt=0, le=100000)
     """Link rate in Mbit/s, each direction of the target nodes' links."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds it lasts; null until the run ends."""
 
 
@@ -72,7 +73,7 @@ class LatencyParams(FaultParams):
     """false: a link stays FIFO (a packet never overtakes the one sent before it; jitter
     then bunches packets). true: each packet leaves at its own drawn time, so jitter
     reorders them, as netem does."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds it lasts; null until the run ends."""
 
 
@@ -89,22 +90,22 @@ class ToxicParams(FaultParams):
     """upstream: data from the clients to the service; downstream: from the service back."""
     toxicity: float = Field(1.0, gt=0, le=1)
     """Chance that the toxic applies to a connection (drawn per connection, as upstream)."""
-    attributes: dict[str, int] = {}
+    attributes: dict[str, Annotated[int, Field(le=2**31 - 1)]] = {}
     """The toxic's attributes, as Toxiproxy names them: latency {latency, jitter} (ms),
     bandwidth {rate} (KB/s), timeout {timeout} (ms, 0: never closes), reset_peer {timeout}
     (ms), slow_close {delay} (ms), slicer {average_size, size_variation} (bytes) and
     {delay} (us), limit_data {bytes}; down takes none. Left out: 0."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds until the toxic is removed (or the proxy enabled again); null: until the
     run ends."""
 
 
 class LinkFlapParams(FaultParams):
-    period_s: float = Field(gt=0)
+    period_s: float = Field(gt=0, le=MAX_SECONDS)
     """Seconds from one outage of the link to the next."""
-    down_s: float = Field(gt=0)
+    down_s: float = Field(gt=0, le=MAX_SECONDS)
     """Seconds each outage lasts (less than period_s)."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds the flapping goes on; null until the run ends."""
 
 

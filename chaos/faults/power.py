@@ -17,6 +17,7 @@ from pydantic import Field
 
 from chaos.cluster.capabilities import LocalDisk, PowerControl
 from chaos.faults.base import FaultParams, FaultType, register
+from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -34,7 +35,7 @@ class PowerParams(FaultParams):
     power cut drops from the page cache and the disk's volatile cache; through the storage
     fault layer where it is mounted on the node-local disk, else nothing is pending and only
     the processes die); all: everything on them (a disk that does not come back)."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds until power returns: the nodes come back empty (fresh agents, no process of
     before, the local disk as the outage left it) and may rejoin the job; null: they stay
     off until the run ends."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.faults.base import FaultParams, FaultType, register
+from chaos.schema.types import MAX_SECONDS, MAX_STEPS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -30,19 +31,19 @@ class KillNodeParams(FaultParams):
 
 
 class HangRankParams(FaultParams):
-    duration_s: float | None = Field(None, ge=0)
+    duration_s: float | None = Field(None, ge=0, le=MAX_SECONDS)
     """Seconds frozen before SIGCONT; null freezes until the run ends."""
 
 
 class DeviceErrorParams(FaultParams):
-    xid: int = Field(79, ge=1)
+    xid: int = Field(79, ge=1, le=999)
     """Xid code named in the error message."""
 
 
 class StragglerParams(FaultParams):
     factor: float = Field(2.0, ge=1.0, le=100.0)
     """Step time multiplier."""
-    steps: int | None = Field(None, ge=1)
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     """Steps it lasts; null until the end."""
 
 

@@ -25,7 +25,7 @@ from chaos.bitflip import (
     parse_spec,
 )
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
-from chaos.schema.types import Expect
+from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -47,7 +47,7 @@ BitChoice = Annotated[
     Expect(f"a bit index (0-{_MAX_BIT}) or sign, exponent, mantissa_high, mantissa_low"),
 ]
 ElementChoice = Annotated[
-    Annotated[int, Field(ge=0), Tag("index")] | Annotated[Literal["random"], Tag("name")],
+    Annotated[int, Field(ge=0, le=MAX_BYTES), Tag("index")] | Annotated[Literal["random"], Tag("name")],
     Discriminator(_index_or_name),
     Expect("an element index (>= 0) or random"),
 ]
@@ -71,7 +71,7 @@ class BitFlipParams(FaultParams):
     """once: one flip at the step; stuck_at: the bit is forced (to stuck_value) at every
     step for duration_steps; mercurial: a faulty core, flipping with probability
     flip_probability at each step for duration_steps (null: until the process ends)."""
-    duration_steps: int | None = Field(None, ge=1)
+    duration_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     """stuck_at (required) and mercurial: how many steps the fault lasts."""
     flip_probability: float = Field(0.1, gt=0, le=1)
     """mercurial: the chance of a flip at each step (seeded per step)."""
@@ -171,7 +171,7 @@ class CheckpointBitRotParams(FaultParams):
     checkpoint (step-N/state.pt next to a MANIFEST.json), else its newest file. Relative to
     the run's directory, where the harness keeps its checkpoints (checkpoints/) unless
     workload.harness.checkpoint.dir says otherwise; absolute paths are taken as they are."""
-    offset: int | None = Field(None, ge=0)
+    offset: int | None = Field(None, ge=0, le=MAX_BYTES)
     """Byte offset in the file; null: a seeded uniform pick."""
     bit: int | None = Field(None, ge=0, le=7)
     """Bit of that byte, 0-7; null: a seeded pick."""

@@ -12,13 +12,14 @@ calling process's environment.
 
 from __future__ import annotations
 
+import errno as _errno
 import os
 import shutil
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from chaos.cluster.base import StorageMount
 from chaos.cluster.capabilities import StorageLayer
@@ -31,6 +32,7 @@ from chaos.faults.base import (
     lookup,
     register,
 )
+from chaos.schema.types import MAX_BYTES, MAX_SECONDS
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import tier_label
 from chaos.storage.rules import errno_number
@@ -55,7 +57,7 @@ class _StorageParams(FaultParams):
     """Glob on the path relative to the tier's mount (fnmatch: * also crosses /), e.g. `step-*/state.pt`; absolute paths and `..` are refused."""
     probability: float = Field(1.0, ge=0.0, le=1.0)
     """Chance that each matching operation is hit (the fault's own `probability` decides whether it fires at all)."""
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds the rule stays; null: until the run ends."""
 
 
@@ -67,21 +69,34 @@ class IoStallParams(_StorageParams):
 class IoSlowParams(_StorageParams):
     ops: list[Op] = Field(default_factory=lambda: ["read", "write", "fsync"], min_length=1)
     """Operations slowed."""
-    latency_ms: float = Field(0.0, ge=0)
+    latency_ms: float = Field(0.0, ge=0, le=MAX_SECONDS * 1000)
     """Added to every matching operation."""
-    bandwidth_mbps: float = Field(0.0, ge=0)
+    bandwidth_mbps: float = Field(0.0, ge=0, le=10**7)
     """Cap on the bytes of reads and writes, in MB/s (0: no cap)."""
 
 
 class IoErrorParams(_StorageParams):
     ops: list[Op] = Field(default_factory=lambda: ["write"], min_length=1)
     """Operations that fail."""
-    errno: str = "EIO"
-    """The error returned, by name: EIO, ENOSPC, EROFS, EDQUOT, ETIMEDOUT, EACCES..."""
+    errno: Annotated[str, BeforeValidator(_errno_name)] = "EIO"
+    """The error returned, by name (EIO, ENOSPC, EROFS, EDQUOT, ETIMEDOUT, EACCES...) or by
+    number (5 is read as EIO)."""
+
+
+def _errno_name(value: Any) -> Any:
+    """``5`` -> ``"EIO"``: an errno given by number is read as its name (a number the
+    platform does not know is refused with the names to use)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        name = _errno.errorcode.get(value)
+        if name is None:
+            raise ValueError(f"{value} is not an errno number of this platform; give a name: "
+                             "EIO (5), ENOSPC (28), EROFS (30), EDQUOT, ETIMEDOUT, EACCES (13)...")
+        return name
+    return value
 
 
 class DiskFullParams(_StorageParams):
-    bytes_free: int = Field(0, ge=0)
+    bytes_free: int = Field(0, ge=0, le=MAX_BYTES)
     """Bytes that can still be written; every write past them fails with ENOSPC."""
 
 

@@ -109,6 +109,24 @@ def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> 
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self._known: list[str] | None = None
+        self._types: dict[str, type[FaultType] | None] = {}
+
+    def fault_type(self, name: str) -> type[FaultType] | None:
+        """The registered type of ``name``, None for an unknown one; asked of the registry
+        once per distinct name (a lookup scans the plugin entry points: thousands of faults
+        of one unknown type must not scan thousands of times)."""
+        if name not in self._types:
+            try:
+                self._types[name] = lookup(name)
+            except UnknownFaultType:
+                self._types[name] = None
+        return self._types[name]
+
+    def known_types(self) -> list[str]:
+        if self._known is None:
+            self._known = list(known_types())
+        return self._known
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -196,10 +214,9 @@ class _Checker:
               workload: Workload | None) -> None:
         fault_type: type[FaultType] | None = None
         if "type" in fault:
-            try:
-                fault_type = lookup(fault["type"])
-            except UnknownFaultType:
-                known = list(known_types())
+            fault_type = self.fault_type(fault["type"])
+            if fault_type is None:
+                known = self.known_types()
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
                          f"{suggest_type(fault['type'], known)} known: {', '.join(known)}")
         if fault_type is not None:
@@ -328,9 +345,8 @@ class _Checker:
         need = topology.min_nodes or topology.nodes
         down: set[int] = set()
         for index, fault in faults:
-            try:
-                fault_type = lookup(fault.get("type", ""))
-            except UnknownFaultType:
+            fault_type = self.fault_type(fault.get("type", ""))
+            if fault_type is None:
                 continue
             target = fault.get("target")
             if not fault_type.cuts_nodes or target is None:

@@ -29,7 +29,7 @@ from pydantic import (
 from chaos import model as records
 from chaos.events import KINDS as _EVENT_KIND_NAMES
 from chaos.metrics.catalogue import target_specs
-from chaos.schema.types import NAME_RULE, Expect, Name, Noun, StrictModel, index_list
+from chaos.schema.types import MAX_SECONDS, NAME_RULE, Expect, Name, Noun, StrictModel, index_list
 
 __all__ = [
     "MAX_NODES",
@@ -223,7 +223,7 @@ class AfterEventDoc(StrictModel):
     """The event kind to wait for."""
     count: int = Field(_default(records.Trigger, "count"), ge=1)
     """Fire on the count-th such event."""
-    delay_s: float = Field(_default(records.Trigger, "delay_s"), ge=0)
+    delay_s: float = Field(_default(records.Trigger, "delay_s"), ge=0, le=MAX_SECONDS)
     """Seconds to wait after the event."""
 
 
@@ -246,7 +246,7 @@ class RandomDoc(StrictModel):
 class PoissonDoc(StrictModel):
     """Fire at seeded exponential gaps (a Poisson process)."""
 
-    mtbf_s: float = Field(gt=0)
+    mtbf_s: float = Field(gt=0, le=MAX_SECONDS)
     """Mean seconds between faults."""
     max_faults: int = Field(_default(records.Trigger, "max_faults"), ge=1, le=MAX_POISSON_FAULTS)
     """At most this many faults."""
@@ -262,7 +262,7 @@ class TriggerDoc(StrictModel):
 
     at_step: int = optional_key(ge=1)
     """At this step; with the harness, below workload.harness.steps."""
-    at_time: float = optional_key(gt=0)
+    at_time: float = optional_key(gt=0, le=MAX_SECONDS)
     """Seconds after the first step of the run."""
     after_event: AfterEventDoc = optional_key()
     """After an event: {event: K, count: 1, delay_s: 0}."""
@@ -428,8 +428,9 @@ class ScenarioDoc(StrictModel):
     """Free text, shown in reports."""
     seed: int = Field(_default(records.Scenario, "seed"), ge=0)
     """Seeds random targets and triggers (and the baseline twin)."""
-    workload: WorkloadDoc | None = None
-    """The training job; left out or null: the bundled harness with its defaults."""
+    workload: WorkloadDoc = optional_key()
+    """The training job; left out: the bundled harness with its defaults (null is refused:
+    a section written empty is most likely one whose content was lost)."""
     topology: TopologyDoc = TopologyDoc()
     """Nodes, ranks per node, spares, racks and power domains."""
     backend: BackendChoice | None = None
@@ -442,7 +443,7 @@ class ScenarioDoc(StrictModel):
     """What the run must achieve."""
     repeat: int = Field(_default(records.Scenario, "repeat"), ge=1, le=MAX_REPEAT)
     """Independent repetitions."""
-    timeout_s: float = Field(_default(records.Scenario, "timeout_s"), gt=0)
+    timeout_s: float = Field(_default(records.Scenario, "timeout_s"), gt=0, le=MAX_SECONDS)
     """Wall-clock limit of one run, seconds."""
 
 

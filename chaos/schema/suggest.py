@@ -136,7 +136,7 @@ PARAM_MEANINGS: dict[str, tuple[tuple[str, str], ...]] = {
     "bit_index": (("bit", "the bit's index"),),
 }
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+_TOKEN = re.compile(r"[a-z]+|[0-9]+")
 
 
 def _tokens(word: str) -> frozenset[str]:

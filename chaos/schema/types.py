@@ -19,6 +19,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from pydantic.fields import FieldInfo
 
 __all__ = [
+    "MAX_BYTES",
+    "MAX_SECONDS",
+    "MAX_STEPS",
     "NAME_RULE",
     "Expect",
     "Name",
@@ -77,6 +80,15 @@ class Expect:
 
     text: str
 
+
+# Upper bounds for numbers that have no natural one, so that every number a scenario can
+# hold has a documented range (a typo's 10**30 is refused, not carried into a plan).
+MAX_SECONDS = 7 * 24 * 3600
+"""Durations, delays and timeouts: a week, longer than any run of this tool."""
+MAX_STEPS = 10_000_000
+"""Step counts: more than any run of this tool trains in its timeout."""
+MAX_BYTES = 2**50
+"""Byte counts and offsets: a PiB."""
 
 NAME_RULE = ("lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, "
              "at most 100 characters")

@@ -89,3 +89,26 @@ def test_a_fault_parameter_under_target_or_the_envelope_says_it_belongs_in_param
     assert "faults[0].target.path: unknown target key 'path'; 'path' is a parameter of" in message
     assert "it belongs in the fault's params ({params: {path: ...}}), not in target" in message
     assert "faults[0].signal: unknown key 'signal'; 'signal' is a parameter of kill_node" in message
+
+
+@pytest.mark.parametrize(("errno", "problem"), [
+    (5, None), ("EIO", None), (28, None),
+    (99999, "99999 is not an errno number of this platform; give a name: EIO (5)"),
+    ("EIOO", "unknown errno name 'EIOO'"),
+])
+def test_errno_by_number_or_name(errno: object, problem: str | None) -> None:
+    from chaos.faults.storage import IoError, IoErrorParams
+    from chaos.schema.build import build_scenario  # noqa: F401  (the path the runner takes)
+
+    doc = {"name": "x", "faults": [{"type": "io_error", "target": {"rank": 0},
+                                    "trigger": {"at_step": 5}, "params": {"errno": errno}}]}
+    if problem is None:
+        scenario = parse_scenario(doc, "s.yaml")
+        name = scenario.faults[0].params["errno"]
+        assert name == ("ENOSPC" if errno == 28 else "EIO")
+        assert IoErrorParams.model_validate({"errno": errno}).errno == name
+        assert IoError.type_name == "io_error"
+        return
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(doc, "s.yaml")
+    assert "faults[0].params.errno: " + problem in str(info.value)
