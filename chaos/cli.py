@@ -46,9 +46,13 @@ def cli() -> None:
               help="Run each scenario once per value of one option and print them side by side, "
                    "e.g. checkpoint.placement=local,replicated (a key not starting with a "
                    "scenario key is under workload.harness).")
+@click.option("--preflight/--no-preflight", "check_host", default=True,
+              help="With --dry-run: check this machine has what each scenario's backend needs "
+                   "(engine, capabilities) [default: on; run always checks].")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
-        update_baseline: bool, tolerances_path: str | None, compare_spec: str | None) -> None:
+        update_baseline: bool, tolerances_path: str | None, compare_spec: str | None,
+        check_host: bool) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import preflight, run_suite
@@ -62,6 +66,8 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
         raise click.UsageError(str(exc)) from None
     scenarios = load_suite(list(paths), variation)
     if dry_run:
+        if check_host:
+            preflight(scenarios)  # what `run` would refuse, said before the plan, not after
         _print_plans(scenarios, seed, repeat)
         return
     preflight(scenarios)
@@ -116,9 +122,26 @@ def _print_plans(scenarios: list, seed: int | None, repeat: int | None) -> None:
             }.get(trig.kind, f"{planned.offset_s:.1f} s after the first step ({trig.kind})"
                   if planned.offset_s is not None else trig.kind)
             fires = "" if planned.fires else "  [skipped: probability draw]"
-            click.echo(f"  {planned.fault_id}: {planned.spec.type} on {planned.fault.target.describe()}, "
-                       f"{when}{fires}")
+            pick = " (seeded pick)" if "random" in planned.spec.target else ""
+            click.echo(f"  {planned.fault_id}: {planned.spec.type} on {planned.fault.target.describe()}"
+                       f"{pick}, {when}{fires}")
+            if planned.spec.params:
+                click.echo("      params: " + ", ".join(
+                    f"{k}={_plain(v)}" for k, v in planned.spec.params.items()))
     click.echo("dry run: nothing was started")
+
+
+def _plain(value: object) -> str:
+    """A resolved parameter as a scenario would write it: null, true, [read, write]."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_plain(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) + "}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _suite_name(paths: tuple[str, ...]) -> str:
@@ -129,11 +152,18 @@ def _suite_name(paths: tuple[str, ...]) -> str:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-def validate(paths: tuple[str, ...]) -> None:
+@click.option("--preflight", is_flag=True,
+              help="Also check this machine has what each scenario's backend needs (its engine, "
+                   "capabilities), as run does before it starts anything.")
+def validate(paths: tuple[str, ...], preflight: bool) -> None:
     """Check scenarios without starting anything; every problem is listed with its location."""
     from chaos.scenario import load_suite
 
     scenarios = load_suite(list(paths))
+    if preflight:
+        from chaos.suite import preflight as check_host
+
+        check_host(scenarios)
     for sc in scenarios:
         click.echo(f"ok  {sc.name}  ({sc.path}): {len(sc.faults)} fault(s), "
                    f"{sc.topology.nodes}x{sc.topology.ranks_per_node} ranks, repeat {sc.repeat}")

@@ -163,7 +163,7 @@ class FaultType(ABC):
 
         lines = []
         for name, info in cls.params_model.model_fields.items():
-            default = "required" if info.is_required() else f"default {_yaml(info.get_default())}"
+            default = "required" if info.is_required() else f"default {_yaml(info.get_default(call_default_factory=True))}"
             choices = literal_values(unwrap(info.annotation)[0])
             extra = f", one of {list(choices)}" if choices else ""
             doc = " ".join((info.description or "").split())

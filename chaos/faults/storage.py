@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+import re
 import shutil
 import signal
 from dataclasses import dataclass
@@ -117,12 +118,24 @@ class TornWriteParams(LoseUnfsyncedParams):
     """Part of each file's unfsynced extent that persists (from its start); null: a seeded random part per file."""
 
 
+_STEP_DIR = re.compile(r"(?:^|/|\*)step-(\d+)(?=/|$)")
+"""A checkpoint folder written with its step number (the harness names them step-%08d)."""
+
+
 def _check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
     errors: list[tuple[Location, str]] = []
     path = getattr(params, "path", None)
     if path is not None and (path.startswith("/") or ".." in path.split("/")):
         errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
                                   f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
+    if path is not None:
+        for digits in _STEP_DIR.findall(path):
+            if len(digits) != 8:
+                errors.append((("path",), f"{path!r} never matches: checkpoint folders are named "
+                               f"step-NNNNNNNN, 8 digits (step {int(digits)}: step-{int(digits):08d}), "
+                               f"holding state.pt; e.g. step-{int(digits):08d}/state.pt or "
+                               "step-*/state.pt"))
+                break
     layout = context.workload.storage() if context.workload is not None else None
     if layout is None:
         errors.append((("tier",), "storage faults need workload.harness: the tiers are the "

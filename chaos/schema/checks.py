@@ -143,6 +143,7 @@ class _Checker:
         for index, fault in faults:
             self.fault(("faults", index), fault, topology, workload)
         self.fault_names(faults)
+        self.targets_producible(faults, targets)
         if topology is not None and targets.get("completes", True):
             self.nodes_left(faults, topology)
         if targets.get("final_state") is not None and top.get("baseline") is False:
@@ -377,6 +378,45 @@ class _Checker:
                          f"within {REJOIN_WAIT_S:g} s (params.duration_s), or say the job is "
                          "expected to stop (targets: {completes: false})")
                 return
+
+    def targets_producible(self, faults: list[tuple[int, dict[str, Any]]],
+                           targets: dict[str, Any]) -> None:
+        """A target on a metric that no fault of the scenario can produce is a mistake, not a
+        pass waiting to happen: a per-fault metric with no faults; a family's metric
+        (sdc_detection_steps) without a fault of that family; a detection target when every
+        fault only stretches steps (a straggler raises nothing for a detector to see)."""
+        from types import SimpleNamespace
+
+        from chaos.metrics.catalogue import spec
+        from chaos.metrics.registry import families
+
+        types = [self.fault_type(f["type"]) if "type" in f else None for _, f in faults]
+        if None in types:
+            return  # an unknown or missing type is told already; what it produces is unknown
+        written = [t.type_name for t in types]  # type: ignore[union-attr]
+        for key, value in targets.items():
+            metric = spec(key) if value is not None else None
+            if metric is None or metric.scope != "fault":
+                continue
+            if not faults:
+                self.add(("targets", key), f"{key} is measured per fault and the scenario has no "
+                         "faults: nothing can produce it")
+                continue
+            family = next((f for f in families() if metric in f.specs), None)
+            if family is not None:
+                def measured(t: type[FaultType], family: Any = family) -> bool:
+                    return family.measures(SimpleNamespace(failure_class=t.failure_class,
+                                                           family=t.family))
+                if not any(measured(t) for t in types):  # type: ignore[arg-type]
+                    fits = [n for n, t in known_types().items() if measured(t)]
+                    self.add(("targets", key), f"{key} is measured on {', '.join(fits)} faults; "
+                             f"this scenario has none (its faults: {', '.join(sorted(set(written)))})")
+            elif key == "detection_s" and all(
+                    t.failure_class == "slow" and t.in_process for t in types):  # type: ignore[union-attr]
+                self.add(("targets", key), f"nothing in this scenario can be detected: "
+                         f"{', '.join(sorted(set(written)))} only stretches steps (no error is "
+                         "raised, so no detector fires); drop detection_s, or add a fault that "
+                         "fails (kill_rank, device_error, hang_rank...)")
 
     def fault_names(self, faults: list[tuple[int, dict[str, Any]]]) -> None:
         first: dict[str, int] = {}

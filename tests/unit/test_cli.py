@@ -323,3 +323,27 @@ def test_dry_run_prints_the_seeded_plan_and_starts_nothing(tmp_path: Path, monke
     assert other_seed.exit_code == EXIT_OK and other_seed.output != first.output
     assert not out.exists()
     _assert_nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize("command", [["validate", "--preflight"], ["run", "--dry-run"]])
+def test_preflight_on_a_docker_scenario_with_no_engine_is_one_line_exit_2(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    code, out, err = _main([*command, str(REPO / "scenarios" / "docker" / "kill-rank.yaml")],
+                           monkeypatch, capsys)
+    assert code == EXIT_BAD_INPUT, (out, err)
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1 and "kill-rank.yaml: backend: docker: " in lines[0], lines
+    # without --preflight, validate checks the file only (it is valid)
+    code, out, _ = _main(["validate", str(REPO / "scenarios" / "docker" / "kill-rank.yaml")],
+                         monkeypatch, capsys)
+    assert code == EXIT_OK and "1 scenario(s) valid" in out
+
+
+def test_dry_run_prints_each_faults_resolved_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    result = CliRunner().invoke(cli, ["run", str(SMOKE / "kill-rank.yaml"), "--dry-run"])
+    assert result.exit_code == EXIT_OK, result.output
+    assert "      params: signal=SIGKILL" in result.output
