@@ -30,6 +30,7 @@ from chaos.schema.build import build_scenario
 from chaos.schema.checks import cross_check
 from chaos.schema.errors import Problem, file_order, translate
 from chaos.schema.models import ScenarioDoc, SuiteDoc
+from chaos.schema.suggest import misplaced_param
 from chaos.schema.types import describe_value, model_keys
 from chaos.variants import Variation, expand_documents
 from chaos.yamlio import UNREADABLE, read_yaml
@@ -124,7 +125,7 @@ def _check(data: Any, file: str) -> tuple[Scenario | None, list[ValidationIssue]
         errors = []
     except ValidationError as exc:
         doc, errors = None, exc.errors()
-    problems = translate(errors, ScenarioDoc)
+    problems = translate(errors, ScenarioDoc, key_hint=misplaced_param)
     problems += cross_check(data, [tuple(e["loc"]) for e in errors])
     if problems or doc is None:
         problems.sort(key=lambda p: file_order(data, p.path))

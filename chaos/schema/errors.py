@@ -141,8 +141,12 @@ Suggest = Callable[[Any, list[str]], str]
 """(unknown key, allowed keys) -> "; did you mean ...?" or ";" (``chaos.schema.suggest``)."""
 
 
+KeyHint = Callable[[type[BaseModel], Any], "str | None"]
+"""(model, unknown key) -> "; why the key is not here;" or None."""
+
+
 def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: str | None,
-             suggest: Suggest | None = None) -> str:
+             suggest: Suggest | None = None, key_hint: KeyHint | None = None) -> str:
     kind = error["type"]
     value = error.get("input")
     ctx = error.get("ctx") or {}
@@ -157,8 +161,8 @@ def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: 
         hint = close_match(key, allowed)
         if suggest is not None and len(spot.path) == 1:
             hint = suggest(key, allowed)
-        elif hint == ";" and owner is not None:
-            hint = owner.unknown_key_hint(key) or hint
+        elif hint == ";" and key_hint is not None and owner is not None:
+            hint = key_hint(owner, key) or hint
         return f"unknown {noun} {key!r}{hint} allowed: {', '.join(allowed)}"
     if kind == "missing":
         text = _description(spot.field)
@@ -199,17 +203,18 @@ def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: 
 
 def translate(errors: Iterable[ErrorDetails], root: type[BaseModel], base: Path = (), *,
               key_noun: str | None = None, none_text: str | None = None,
-              suggest: Suggest | None = None) -> list[Problem]:
+              suggest: Suggest | None = None, key_hint: KeyHint | None = None) -> list[Problem]:
     """One Problem per pydantic error of validating ``root``, located under ``base``.
 
     ``key_noun`` names the root's own keys (``kill_rank parameter``) and ``none_text`` says
     why a model without fields has no keys (``crash_during_checkpoint takes no parameters``);
-    ``suggest`` replaces the spelling did-you-mean for the root's own unknown keys.
+    ``suggest`` replaces the spelling did-you-mean for the root's own unknown keys;
+    ``key_hint`` explains an unknown key no allowed key is spelt like.
     """
     spotted = [(e, _locate(root, e["loc"])) for e in errors]
     with_unknown_keys = {tuple(spot.path[:-1]) for error, spot in spotted
                          if error["type"] in _UNKNOWN_KEY}
-    return [Problem((*base, *spot.path), _message(error, spot, key_noun, none_text, suggest))
+    return [Problem((*base, *spot.path), _message(error, spot, key_noun, none_text, suggest, key_hint))
             for error, spot in spotted
             if not (error["type"] == "missing" and tuple(spot.path[:-1]) in with_unknown_keys)]
 

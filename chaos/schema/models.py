@@ -181,10 +181,7 @@ class TargetDoc(StrictModel):
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
     key_noun = "target key"
-
-    @classmethod
-    def unknown_key_hint(cls, key: str) -> str | None:
-        return _params_hint(key, "target")
+    misplaced_params_where = "target"
 
     rank: int = optional_key(ge=0)
     """One rank, 0 .. world size - 1."""
@@ -280,24 +277,11 @@ class TriggerDoc(StrictModel):
         return self
 
 
-def _params_hint(key: str, where: str) -> str | None:
-    """A fault type's own parameter written under target (or beside type): say where it goes."""
-    from chaos.faults.base import known_types
-
-    owners = [name for name, t in known_types().items() if key in t.params_model.model_fields]
-    if not owners:
-        return None
-    return (f"; {key!r} is a parameter of {', '.join(owners[:4])}{' ...' if len(owners) > 4 else ''}"
-            f": it belongs in the fault's params ({{params: {{{key}: ...}}}}), not in {where};")
-
-
 class FaultDoc(StrictModel):
     """One fault: the common envelope (type, name, target, trigger, probability) plus the
     type's own params."""
 
-    @classmethod
-    def unknown_key_hint(cls, key: str) -> str | None:
-        return _params_hint(key, "the fault's envelope")
+    misplaced_params_where = "the fault's envelope"
 
     type: str = Field(min_length=1)
     """A registered fault type: `trainchaos faults` lists them with their parameters."""

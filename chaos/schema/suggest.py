@@ -18,7 +18,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-__all__ = ["MEANINGS", "PARAM_MEANINGS", "meant_types", "suggest_param", "suggest_type", "spelling"]
+__all__ = ["MEANINGS", "PARAM_MEANINGS", "meant_types", "misplaced_param", "suggest_param", "suggest_type", "spelling"]
 
 # Words users write for the same thing: each maps to one canonical token.
 _SYNONYMS = {
@@ -215,3 +215,18 @@ def suggest_param(word: object, allowed: Iterable[str], owner: str) -> str:
     if not isinstance(word, str):
         return ";"
     return _suggest_param(word, tuple(allowed), owner)
+
+
+def misplaced_param(owner: type, key: object) -> str | None:
+    """A fault type's own parameter written under target or beside type: where it goes."""
+    where = getattr(owner, "misplaced_params_where", None)
+    if where is None or not isinstance(key, str):
+        return None
+    from chaos.faults.base import known_types
+
+    owners = [name for name, t in known_types().items() if key in t.params_model.model_fields]
+    if not owners:
+        return None
+    more = " ..." if len(owners) > 4 else ""
+    return (f"; {key!r} is a parameter of {', '.join(owners[:4])}{more}: it belongs in the "
+            f"fault's params ({{params: {{{key}: ...}}}}), not in {where};")

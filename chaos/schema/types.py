@@ -60,10 +60,10 @@ class StrictModel(BaseModel):
     key_noun: ClassVar[str] = "key"
     """How messages name this mapping's keys: "unknown trigger 'at_stp'; allowed: ..."."""
 
-    @classmethod
-    def unknown_key_hint(cls, key: str) -> str | None:
-        """"; <why KEY is not here>;" for an unknown key no allowed key is spelt like."""
-        return None
+    misplaced_params_where: ClassVar[str | None] = None
+    """Set on the mappings a fault's own parameter is often written in by mistake (target,
+    the fault's envelope): an unknown key there that is some fault type's parameter says it
+    belongs in params (``chaos.schema.suggest.misplaced_param``)."""
 
 
 @dataclass(frozen=True)
