@@ -151,15 +151,15 @@ def _load_text(tmp_path_factory, text: str) -> tuple[ScenarioError | None, float
     return None, time.perf_counter() - t0
 
 
-def _mappings(node: Any, prefix: tuple = ()) -> list[tuple]:
+def _mappings(doc: Any) -> list[tuple]:
     """Paths of every mapping in a document (the top level included)."""
-    out = [prefix] if isinstance(node, dict) else []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _mappings(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _mappings(v, (*prefix, i))
+    out = []
+    for path in _paths(doc):
+        node = doc
+        for part in path:
+            node = node[part]
+        if isinstance(node, dict):
+            out.append(path)
     return out
 
 
