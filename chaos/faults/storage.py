@@ -18,9 +18,9 @@ import re
 import shutil
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field, field_validator
 
 from chaos.cluster.base import StorageMount
 from chaos.cluster.capabilities import StorageLayer
@@ -79,9 +79,14 @@ class IoSlowParams(_StorageParams):
 class IoErrorParams(_StorageParams):
     ops: list[Op] = Field(default_factory=lambda: ["write"], min_length=1)
     """Operations that fail."""
-    errno: Annotated[str, BeforeValidator(_errno_name)] = "EIO"
+    errno: str = "EIO"
     """The error returned, by name (EIO, ENOSPC, EROFS, EDQUOT, ETIMEDOUT, EACCES...) or by
     number (5 is read as EIO)."""
+
+    @field_validator("errno", mode="before")
+    @classmethod
+    def _errno_by_number(cls, value: Any) -> Any:
+        return _errno_name(value)
 
 
 def _errno_name(value: Any) -> Any:
