@@ -250,8 +250,8 @@ class PoissonDoc(StrictModel):
 
 
 class TriggerDoc(StrictModel):
-    """When a fault fires: exactly one key. In-process faults (device_error, straggler,
-    crash_during_checkpoint) are delivered by the probe at an exact step and take only
+    """When a fault fires: exactly one key. In-process faults (bitflip, crash_during_checkpoint,
+    device_error, straggler) are delivered by the probe at an exact step and take only
     at_step."""
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
@@ -290,7 +290,7 @@ class FaultDoc(StrictModel):
     target: TargetDoc
     """Which rank(s) or node(s) to hit: exactly one of {rank: R}, {ranks: [R, ...]},
     {node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME}, {links: [[FROM, TO], ...]},
-    {random: rank|node|rack|power_domain}."""
+    {job: true}, {random: rank|node|rack|power_domain}."""
     trigger: TriggerDoc
     """When to inject: exactly one of at_step, at_time, after_event, random, poisson."""
     probability: float = Field(_default(records.FaultSpec, "probability"), gt=0, le=1)
