@@ -13,6 +13,7 @@ import shlex
 from typing import TYPE_CHECKING, ClassVar
 
 from chaos.logprogress import LogProgress
+from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, Workload
 from chaos.workload.torchrun import TorchrunPerNode
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["CommandWorkload"]
 
 
+@register_workload
 class CommandWorkload(Workload):
     kind: ClassVar[str] = "command"
     summary: ClassVar[str] = ("your own training command, started per node by torchrun; progress "

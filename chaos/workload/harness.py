@@ -14,6 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos import contract
+from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.config import (
@@ -33,6 +34,7 @@ __all__ = ["HarnessWorkload"]
 _WHERE = "workload.harness"
 
 
+@register_workload
 class HarnessWorkload(Workload):
     kind: ClassVar[str] = "harness"
     summary: ClassVar[str] = ("the bundled training job (python -m harness): reports through the "

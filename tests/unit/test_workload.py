@@ -80,7 +80,7 @@ class _Toy(Workload):
 
 def test_a_registered_kind_is_looked_up_and_a_second_class_under_its_name_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workloads, "_REGISTRY", dict(workloads._REGISTRY))
+    monkeypatch.setattr(workloads.WORKLOADS, "items", dict(workloads.WORKLOADS.items))
     register_workload(_Toy)
     assert lookup_workload("toy") is _Toy
     assert list(known_workloads()) == ["harness", "command", "toy"]
@@ -88,23 +88,22 @@ def test_a_registered_kind_is_looked_up_and_a_second_class_under_its_name_is_ref
     other = type("_Toy2", (_Toy,), {})
     with pytest.raises(ValueError, match="'toy' registered twice"):
         register_workload(other)
+    with pytest.raises(TypeError, match="is not a chaos.workload.Workload"):
+        register_workload(_agent)  # type: ignore[arg-type]
 
 
 def test_a_kind_from_another_package_comes_through_the_entry_point_group(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    monkeypatch.setattr(workloads, "_REGISTRY", dict(workloads._REGISTRY))
-    monkeypatch.setattr(workloads, "_ENTRY_POINTS_READ", [])
+    import chaos.registry
+
+    monkeypatch.setattr(workloads.WORKLOADS, "items", dict(workloads.WORKLOADS.items))
+    monkeypatch.setattr(workloads.WORKLOADS, "_entry_points_read", False)
     entry = EntryPoint("toy", f"{__name__}:_Toy", workloads.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(workloads, "entry_points",
+    monkeypatch.setattr(chaos.registry, "entry_points",
                         lambda group: [entry] if group == workloads.ENTRY_POINT_GROUP else [])
     assert lookup_workload("toy") is _Toy
-    not_a_kind = EntryPoint("bad", f"{__name__}:_agent", workloads.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(workloads, "_ENTRY_POINTS_READ", [])
-    monkeypatch.setattr(workloads, "entry_points", lambda group: [not_a_kind])
-    with pytest.raises(TypeError, match="is not a chaos.workload.Workload"):
-        known_workloads()
 
 
 def test_kind_of_a_record_and_of_a_document() -> None:
