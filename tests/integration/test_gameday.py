@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -29,15 +28,11 @@ import pytest
 import yaml
 
 from chaos.net.fabric import short_id
-from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture)
+from tests.integration._support import REPO, TRAINCHAOS
 
 pexpect = pytest.importorskip("pexpect")
 
-pytestmark = [pytest.mark.integration]
-
-_SCRIPT = Path(sys.executable).with_name("trainchaos")
-TRAINCHAOS = [str(_SCRIPT)] if _SCRIPT.exists() else [
-    sys.executable, "-c", "import sys; from chaos.cli import main; sys.argv[0] = 'trainchaos'; main()"]
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 JOB = """\
 name: gd-job
@@ -54,9 +49,6 @@ def _docker():  # noqa: ANN202
     import docker
 
     return docker.DockerClient(base_url=os.environ["DOCKER_HOST"])
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Job:
@@ -117,13 +109,13 @@ def _running(job: Job) -> Iterator[Job]:
 
 
 @pytest.fixture(scope="module")
-def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:  # noqa: F811
+def job(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     with _running(Job(tmp_path_factory.mktemp("gameday"))) as job:
         yield job
 
 
 @pytest.fixture
-def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:  # noqa: F811
+def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:
     """scenarios/gameday/staging-job.yaml (three nodes, pd-a: [0], pd-b: [1, 2], down to one
     node), long enough to outlast the test whatever the host's pace, and without the hang
     watchdog: a crash is still seen (the peer monitor always runs), and no restart of its

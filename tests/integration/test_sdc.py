@@ -20,6 +20,7 @@ from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_baseline, run_scenario_once
 from chaos.scenario import load_scenario
+from tests.integration._support import state_dir_env
 
 SDC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "sdc")
 
@@ -33,8 +34,7 @@ def _scenario(name: str):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("sdc")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRAINCHAOS_STATE_DIR", str(root / "state"))
+    with state_dir_env(root / "state"):
         yield root
 
 
