@@ -73,14 +73,19 @@ def test_stalled_sync_save_is_blamed_on_its_writer_by_the_save_deadline(workdir)
     journal, events = _run("stall-sync-save-deadline", workdir)
     first = _of(events, "detected")[0]
     assert (first["failure_class"], first["suspect"], first["by"]) == ("storage", "rank-0", "rank-0")
-    assert first["detector"] == "save_deadline" and first["step"] == 15
-    # The stalled step-15 save never completed; the restart loaded the step-10 one.
-    assert not [e for e in _of(events, "ckpt_save_end", step=15) if e["incarnation"] == 0]
+    # The stall is planned at step 12, so the step-15 save is the first it can hold; a busy
+    # host may apply it a few steps late (an external fault lands after the step it is planned
+    # for), and then a later save is the stuck one. Guaranteed: the stuck save never completed
+    # and the restart loaded the save before it.
+    stuck = first["step"]
+    assert first["detector"] == "save_deadline" and stuck >= 15 and stuck % 5 == 0, first
+    assert not [e for e in _of(events, "ckpt_save_end", step=stuck) if e["incarnation"] == 0]
     load = _restart_load(events)
-    assert load["step"] == 10 and load["verified"] and not load["skipped"]
+    assert load["step"] == stuck - 5 and load["verified"] and not load["skipped"]
     fault = journal["metrics"]["faults"][0]
     assert fault["attribution"] == "correct", fault["attribution_detail"]
-    assert fault["resumed_from"] == 10 and fault["lost_steps"] == fault["last_step_before"] - 10
+    assert fault["resumed_from"] == stuck - 5
+    assert fault["lost_steps"] == fault["last_step_before"] - (stuck - 5)
     assert journal["metrics"]["false_detections"] == 0
     assert journal["verdict"]["passed"], journal["verdict"]
 
@@ -206,7 +211,12 @@ def test_data_loader_stall_is_blamed_on_the_data_path_of_its_rank(workdir):
     assert first["file"].endswith("/data/corpus.txt") and str(journal["run_dir"]) in first["file"]
     fault = journal["metrics"]["faults"][0]
     assert fault["attribution"] == "correct", fault["attribution_detail"]
+    # The restart loads the newest checkpoint saved before it. Which one that is depends on
+    # when the stall took hold (planned at step 25; a busy host applies an external fault a
+    # few steps late, after the step-30 save), so it is read from the run, not assumed.
     load = _restart_load(events)
-    assert load["step"] == 20 and load["verified"]
-    assert fault["resumed_from"] == 20 and fault["lost_steps"] == fault["last_step_before"] - 20
+    saved = [e["step"] for e in _of(events, "ckpt_save_end") if e["incarnation"] == 0 and e["t"] < load["t"]]
+    assert load["step"] == max(saved) and load["step"] >= 20 and load["verified"], (load, saved)
+    assert fault["resumed_from"] == load["step"]
+    assert fault["lost_steps"] == fault["last_step_before"] - load["step"]
     assert journal["metrics"]["false_detections"] == 0
