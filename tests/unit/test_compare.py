@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from chaos.cli import main
+from chaos.errors import ScenarioError
 from chaos.gate import (
     DEFAULT_TOLERANCES,
     BaselineGate,
@@ -20,7 +21,6 @@ from chaos.gate import (
     render_markdown,
     update_baseline,
 )
-from chaos.errors import ScenarioError
 from chaos.report import write_suite_report
 
 
