@@ -12,7 +12,8 @@ first, found by ``trainchaos cleanup``; ``chaos.net.fabric`` names and owns them
 
 The agent and its ranks run in the node's namespace (``ip netns exec``); everything else
 (processes found by run id, signals, node-local directories, spares joining late) is the
-``local`` backend's. Needs CAP_NET_ADMIN (``preflight`` tries it).
+``local`` backend's. Needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and the ``ip`` and
+``nft`` commands (``preflight`` makes and removes a throwaway namespace).
 
 Host firewalls: bridged frames between nodes pass the root namespace's netfilter hooks when
 ``br_netfilter`` is loaded with ``net.bridge.bridge-nf-call-iptables=1``; a host FORWARD
@@ -58,7 +59,7 @@ class NetnsCluster(LocalCluster):
     name: ClassVar[str] = "netns"
     summary: ClassVar[str] = ("local, with each node in its own network namespace on an emulated "
                               "fabric (veth + bridge, 198.18.0.0/15); for network faults; needs "
-                              "CAP_NET_ADMIN")
+                              "root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip and nft")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
     capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, LocalDisk)
 

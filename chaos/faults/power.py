@@ -33,8 +33,9 @@ class PowerParams(FaultParams):
     local_data: Literal["unfsynced", "all"] = "unfsynced"
     """What the nodes' local disks lose: unfsynced: data written but not yet fsynced (what a
     power cut drops from the page cache and the disk's volatile cache; through the storage
-    fault layer where it is mounted on the node-local disk, else nothing is pending and only
-    the processes die); all: everything on them (a disk that does not come back)."""
+    fault layer, which the runner mounts on the node-local tier for this when the workload
+    keeps one and the backend mounts the layer (local, slurm); else nothing is pending and
+    only the processes die); all: everything on them (a disk that does not come back)."""
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds until power returns: the nodes come back empty (fresh agents, no process of
     before, the local disk as the outage left it) and may rejoin the job; null: they stay

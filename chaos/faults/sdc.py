@@ -169,8 +169,10 @@ class CheckpointBitRotParams(FaultParams):
     path: str = Field("checkpoints", min_length=1)
     """The file to corrupt, or a directory: then the state file of its newest complete
     checkpoint (step-N/state.pt next to a MANIFEST.json), else its newest file. Relative to
-    the run's directory, where the harness keeps its checkpoints (checkpoints/) unless
-    workload.harness.checkpoint.dir says otherwise; absolute paths are taken as they are."""
+    the run's directory (not a glob), where the harness keeps its checkpoints (checkpoints/)
+    unless workload.harness.checkpoint.dir says otherwise: e.g.
+    checkpoints/step-00000040/state.pt; absolute paths are taken as they are. The storage
+    faults' path is another thing: a glob relative to the tier's mount."""
     offset: int | None = Field(None, ge=0, le=MAX_BYTES)
     """Byte offset in the file; null: a seeded uniform pick."""
     bit: int | None = Field(None, ge=0, le=7)

@@ -55,7 +55,7 @@ class _StorageParams(FaultParams):
     tier: Tier = "shared"
     """The tier whose mount gets the rule: shared (checkpoint.dir, every node), local (each node's fast tier; needs checkpoint.local_every_steps > 0) or data (the directory of the data file; needs data_stream and a relative data path)."""
     path: str = Field("*", min_length=1)
-    """Glob on the path relative to the tier's mount (fnmatch: * also crosses /), e.g. `step-*/state.pt`; absolute paths and `..` are refused."""
+    """Glob on the path relative to the tier's mount (fnmatch: * also crosses /), e.g. `step-00000040/state.pt` or `step-*/state.pt` (step folders have 8 digits); absolute paths and `..` are refused. Not checkpoint_bitrot's path, which is relative to the run's directory."""
     probability: float = Field(1.0, ge=0.0, le=1.0)
     """Chance that each matching operation is hit (the fault's own `probability` decides whether it fires at all)."""
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)

@@ -249,8 +249,9 @@ class Veth(ResourceKind):
 
 
 def missing_capabilities() -> list[str]:
-    """What this machine lacks for namespaced nodes: the commands, and CAP_NET_ADMIN (tried
-    for real: a throwaway namespace made and removed)."""
+    """What this machine lacks for namespaced nodes: the ``ip`` and ``nft`` commands, and the
+    right to make a namespace (tried for real: a throwaway namespace made and removed;
+    ``ip netns add`` needs CAP_NET_ADMIN and CAP_SYS_ADMIN, it bind-mounts the namespace)."""
     missing = [f"the {cmd!r} command is not installed (Debian: apt-get install {pkg})"
                for cmd, pkg in (("ip", "iproute2"), ("nft", "nftables")) if shutil.which(cmd) is None]
     if shutil.which("ip") is None:

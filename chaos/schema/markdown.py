@@ -184,9 +184,28 @@ def _workload_options_section(kind: type[Workload]) -> list[str]:
     return out
 
 
+def _support_table() -> list[str]:
+    """Fault type -> family, backends, capabilities, triggers: from the registry
+    (``FaultType.requires``, ``supported_backends()``, ``in_process``) and each backend's
+    declared ``capabilities``, so the family pages link here instead of keeping lists."""
+    out = ["### Where each fault type runs", "",
+           "Backends: the registered backends that declare every capability the type "
+           "requires (`chaos/cluster/capabilities.py`); validation refuses any other. "
+           "In-process types are delivered by the probe inside the rank and fire only at "
+           "`at_step`; the others are injected from outside the job and take every trigger.",
+           "", "| type | family | backends | requires | triggers |", "|---|---|---|---|---|"]
+    for name, cls in sorted(known_types().items(), key=lambda kv: (kv[1].family, kv[0])):
+        requires = ", ".join(f"`{c.__name__}`" for c in cls.requires) or "—"
+        backends = ", ".join(f"`{b}`" for b in cls.supported_backends())
+        triggers = "`at_step` only (in-process)" if cls.in_process else "any"
+        out.append(f"| [`{name}`](#{name}) | {cls.family} | {backends} | {requires} | {triggers} |")
+    return [*out, ""]
+
+
 def _fault_types_section() -> list[str]:
     out = ["### Fault types", "",
-           "`trainchaos faults -v` prints the same with each type's fidelity statement.", ""]
+           "`trainchaos faults -v` prints the same with each type's fidelity statement.", "",
+           *_support_table()]
     for name, cls in known_types().items():
         triggers = "at_step only (in-process)" if cls.in_process else "any"
         out += [f"#### `{name}`", "", _doc(cls.summary), "",

@@ -176,8 +176,10 @@ class TopologyDoc(StrictModel):
 
 
 class TargetDoc(StrictModel):
-    """Which rank(s) or node(s) a fault hits: exactly one key. Rank faults take rank targets;
-    node faults take node, rack and power-domain targets."""
+    """Which rank(s), node(s), links or job a fault hits: exactly one key. Rank faults take
+    rank targets; node faults take node, rack and power-domain targets; partition and
+    latency also take links; preempt_job and toxic take only {job: true}. Each type's forms:
+    its Targets line under Fault types."""
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1, "maxProperties": 1})
     key_noun = "target key"

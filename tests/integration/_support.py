@@ -2,7 +2,7 @@
 is run, the environment a test's own runs get, and the probes behind the capability markers.
 
 A test that needs something of the machine says so with a marker (registered in
-pyproject.toml): ``netns`` (network namespaces: CAP_NET_ADMIN, ip, nft), ``docker`` (an
+pyproject.toml): ``netns`` (network namespaces: root or CAP_NET_ADMIN and CAP_SYS_ADMIN, ip, nft), ``docker`` (an
 engine that answers, or dockerd and root to start one), ``slurm`` (Slurm and munge, or root
 to install them), ``fuse`` (/dev/fuse and libfuse for the storage fault layer), ``chromium``
 (a headless browser). ``conftest.py`` skips a marked test, with the probe's reason, when
@@ -59,7 +59,7 @@ def _netns() -> str | None:
     lacks = missing_capabilities()
     if os.geteuid() != 0:
         lacks.insert(0, "not root")
-    return f"the netns backend needs CAP_NET_ADMIN (root), ip and nft: {'; '.join(lacks)}" if lacks else None
+    return f"the netns backend needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip and nft: {'; '.join(lacks)}" if lacks else None
 
 
 def _docker() -> str | None:

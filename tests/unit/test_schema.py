@@ -311,6 +311,28 @@ def test_docs_reference_is_up_to_date() -> None:
         "docs/scenario.md is out of date: run `trainchaos schema --markdown --out docs/scenario.md`")
 
 
+def _support_rows() -> dict[str, list[str]]:
+    table = reference_markdown().split("### Where each fault type runs", 1)[1].split("#### ", 1)[0]
+    return {line.split("`")[1]: [c.strip() for c in line.split("|")[1:-1]]
+            for line in table.splitlines() if line.startswith("| [`")}
+
+
+def test_reference_says_where_each_fault_type_runs() -> None:
+    """One row per registered type, from its declarations: the family pages link here."""
+    rows = _support_rows()
+    assert set(rows) == set(known_types())
+    for name, cls in known_types().items():
+        _, family, backends, requires, triggers = rows[name]
+        assert family == cls.family
+        assert backends == ", ".join(f"`{b}`" for b in cls.supported_backends())
+        assert requires == (", ".join(f"`{c.__name__}`" for c in cls.requires) or "—")
+        assert ("at_step" in triggers) == cls.in_process
+    # What the docs used to leave out of their hand lists:
+    assert rows["latency"][2] == rows["toxic"][2] == "`netns`"
+    assert rows["bitflip"][4].startswith("`at_step` only")
+    assert rows["io_stall"][2:4] == ["`local`", "`StorageLayer`"]
+
+
 def test_every_scenario_example_in_the_docs_is_valid(validator: Draft202012Validator) -> None:
     text = DOCS.read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0] for b in text.split("```yaml")[1:]]
