@@ -379,7 +379,9 @@ def test_power_domain_then_freeze_a_node_against_the_staging_job(staging: Job) -
     assert f"node 2 is down: its container {node2} is exited, not running" in dry.stdout
 
     gd = staging.spawn("gameday", freeze, "--yes", "--out", "gd-freeze")
-    gd.expect("game day precondition_failed: (.*)\r\n", timeout=60)
+    # pexpect matches with DOTALL: a greedy (.*) would swallow the next line too whenever it
+    # arrives in the same read, which is the terminal's timing, not the game day's output.
+    gd.expect("game day precondition_failed: ([^\r\n]*)\r\n", timeout=60)
     line = gd.match.group(1)
     gd.expect(pexpect.EOF)
     gd.close()
