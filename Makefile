@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first and pinned: an unpinned resolve would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_PIN)"
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	# The stacks' wheels too (their tests run them); the torch pin again, so the resolver keeps it.
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,stacks]' "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: install
