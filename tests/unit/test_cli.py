@@ -302,10 +302,12 @@ def test_help_and_version_exit_0_through_main(monkeypatch: pytest.MonkeyPatch, c
     assert code == 0 and out.startswith("trainchaos")
 
 
-def test_cleanup_with_nothing_registered(tmp_path: Path) -> None:
-    result = _subprocess(["cleanup"], tmp_path)
-    assert result.returncode == EXIT_OK, result.stderr
-    assert "nothing to clean up" in result.stdout
+def test_cleanup_with_nothing_registered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_machine: Path) -> None:
+    # In-process: a `trainchaos cleanup` subprocess would sweep the whole machine (see own_machine).
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    result = CliRunner().invoke(cli, ["cleanup"])
+    assert result.exit_code == EXIT_OK, result.output
+    assert "nothing to clean up" in result.output
 
 
 def test_dry_run_prints_the_seeded_plan_and_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
