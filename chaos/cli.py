@@ -1,7 +1,8 @@
 """``trainchaos``: the thin command line (parse, call, print, exit code).
 
-Exit codes: 0 every target met, 1 a target missed, 2 bad input or usage, 3 trainchaos itself
-failed, 130 interrupted (SIGINT/SIGTERM; every fault was reverted first).
+Exit codes: 0 every target met (or missed as the scenario expects: XFAIL), 1 a target
+missed (or, with --strict, an expected failure that passed: XPASS), 2 bad input or usage,
+3 trainchaos itself failed, 130 interrupted (SIGINT/SIGTERM; every fault was reverted first).
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def cli() -> None:
 @click.option("--preflight/--no-preflight", "check_host", default=True,
               help="With --dry-run: check this machine has what each scenario's backend needs "
                    "(engine, capabilities) [default: on; run always checks].")
+@click.option("--strict", is_flag=True,
+              help="A scenario that expects to fail (expect: {fail: ...}) but met every target "
+                   "(XPASS) fails the run too (exit 1), as pytest's xfail_strict.")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
         update_baseline: bool, tolerances_path: str | None, compare_spec: str | None,
-        check_host: bool) -> None:
+        check_host: bool, strict: bool) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import preflight, run_suite
@@ -83,7 +87,7 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
 
     with installed():
         outcome = run_suite(scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
-                            junit_path=junit_path, fail_fast=fail_fast)
+                            junit_path=junit_path, fail_fast=fail_fast, strict=strict)
     if outcome.interrupted:
         code = EXIT_INTERRUPTED
     elif outcome.tool_failed:

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Literal
 
-__all__ = ["Backend", "Bound", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger", "Workload"]
+__all__ = ["Backend", "Bound", "Expectation", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger",
+           "Workload"]
 
 TriggerKind = Literal["at_step", "at_time", "after_event", "random", "poisson"]
 
@@ -173,6 +174,19 @@ Targets = _targets_class()
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """A known finding (``expect: {fail: REASON, issue: URL}``): the run is expected to miss
+    its targets. Missing them is reported ``XFAIL`` and does not fail the suite; meeting them
+    is ``XPASS`` (fails only with ``--strict``). A run trainchaos itself broke is an error
+    whatever the expectation: the finding was not reproduced, nothing was learned."""
+
+    fail: str
+    """Why the run is expected to miss its targets (shown with the XFAIL)."""
+    issue: str | None = None
+    """Where the finding is tracked (an http(s) URL), shown beside the reason."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     path: str
@@ -186,3 +200,5 @@ class Scenario:
     repeat: int = 1
     timeout_s: float = 300.0
     backend: Backend = field(default_factory=Backend)
+    expect: Expectation | None = None
+    """Set for a scenario that ships a known finding: see ``Expectation``."""

@@ -19,7 +19,10 @@ pytest session of the environment; it does nothing until asked:
     Collects each scenario of PATH (a file, a directory or a suite file, as ``trainchaos
     run`` reads them) as a test item, marked ``trainchaos``; a missed target fails the item
     with the verdict's reasons as the message, a run trainchaos itself broke fails it as a
-    tool error. Runs write under ``--trainchaos-out`` (default ``reports/pytest`` under the
+    tool error. A scenario that expects to fail (``expect: {fail: REASON, issue: URL}``) is
+    marked ``xfail`` (raising only on a missed target): pytest reports it ``xfailed`` with
+    the reason, and an unexpected pass ``XPASS`` (a failure under ``xfail_strict``); a tool
+    error still fails it. Runs write under ``--trainchaos-out`` (default ``reports/pytest`` under the
     rootdir), with one suite page for the session (``index.html``). Each item records its
     headline metrics as JUnit properties (``--junitxml``).
 
@@ -42,7 +45,10 @@ if TYPE_CHECKING:
     from chaos.model import Scenario
     from chaos.verdict import Verdict
 
-__all__ = ["RunResult", "ScenarioFailed", "ScenarioResult", "TrainchaosRunner", "run_scenarios"]
+__all__ = ["RunResult", "ScenarioFailed", "ScenarioMissedTarget", "ScenarioResult", "TrainchaosRunner",
+           "run_scenarios"]
+
+Outcome = Literal["pass", "fail", "error", "xfail", "xpass"]
 
 
 
@@ -91,8 +97,9 @@ class RunResult:
     repeat: int
     status: str
     """completed, hung, failed, interrupted or tool_error."""
-    outcome: Literal["pass", "fail", "error"]
-    """error: no verdict (trainchaos failed, or the run was interrupted)."""
+    outcome: Outcome
+    """error: no verdict (trainchaos failed, or the run was interrupted); xfail / xpass: the
+    scenario expects to fail (``expect``) and missed / met its targets."""
     reasons: list[str]
     """Why it is not a pass (each missed target's sentence); empty for a pass."""
     metrics: RunMetrics | None
@@ -104,7 +111,8 @@ class RunResult:
 
     @property
     def passed(self) -> bool:
-        return self.outcome == "pass"
+        """Every target was met (an unexpected pass of an expected failure too)."""
+        return self.outcome in ("pass", "xpass")
 
     @classmethod
     def from_journal(cls, journal: dict[str, Any]) -> RunResult:
@@ -134,9 +142,12 @@ class ScenarioResult:
         return bool(self.runs) and all(r.passed for r in self.runs)
 
     @property
-    def outcome(self) -> Literal["pass", "fail", "error"]:
+    def outcome(self) -> Outcome:
+        """The worst of its runs: error, fail, xfail (an expected failure happened at least
+        once), xpass, pass."""
         kinds = {r.outcome for r in self.runs}
-        return "error" if "error" in kinds or not kinds else "fail" if "fail" in kinds else "pass"
+        order: tuple[Outcome, ...] = ("error", "fail", "xfail", "xpass", "pass")
+        return next((k for k in order if k in kinds), "error")
 
     @property
     def reasons(self) -> list[str]:
@@ -296,12 +307,23 @@ class ScenarioFailed(Exception):
     """A scenario missed a target, or reached no verdict."""
 
 
+class ScenarioMissedTarget(ScenarioFailed):
+    """Every run reached a verdict and at least one missed a target: the only failure an
+    expected failure (``expect``) turns into an xfail."""
+
+
 class ScenarioItem(pytest.Item):
     def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scenario = scenario
         self.result: ScenarioResult | None = None
         self.add_marker("trainchaos")
+        expect = scenario.expect
+        if expect is not None:
+            # pytest's own xfail: xfailed / XPASS in its summary and junitxml, xfail_strict
+            # and --runxfail honoured. Only a missed target is the expected failure.
+            reason = expect.fail + (f" ({expect.issue})" if expect.issue else "")
+            self.add_marker(pytest.mark.xfail(reason=reason, raises=ScenarioMissedTarget))
 
     def runtest(self) -> None:
         config = self.config
@@ -323,14 +345,15 @@ class ScenarioItem(pytest.Item):
         for run in result.runs:
             if run.passed:
                 continue
-            head = "TOOL ERROR" if run.status == "tool_error" else ("missed a target" if run.outcome == "fail"
+            head = "TOOL ERROR" if run.status == "tool_error" else ("missed a target" if run.outcome in ("fail", "xfail")
                                                                     else f"no verdict ({run.status})")
             first, *more = run.reasons or ["(no reason recorded)"]
             # The first line is what `pytest -rf` shows: it names the first reason.
             lines.append(f"{self.name}[{run.repeat}] {head}: {first}")
             lines += [f"  {reason}" for reason in more]
             lines.append(f"  report: {run.report_path or run.journal_path}")
-        raise ScenarioFailed("\n".join(lines))
+        verdicts = all(run.outcome != "error" for run in result.runs)
+        raise (ScenarioMissedTarget if verdicts else ScenarioFailed)("\n".join(lines))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, ScenarioFailed):

@@ -17,6 +17,7 @@ from chaos.report import (
     write_junit,
     write_suite_reports,
 )
+from chaos.report._format import blocks, outcome, outcome_label
 from chaos.run import Interrupted, RunProgress, run_baseline, run_scenario_once
 
 __all__ = ["SuiteOutcome", "preflight", "run_suite"]
@@ -27,6 +28,8 @@ class SuiteOutcome:
     journals: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
     out_dir: str = ""
+    strict: bool = False
+    """An unexpected pass (XPASS) of a scenario that expects to fail fails the suite too."""
 
     @property
     def report_path(self) -> str | None:
@@ -36,7 +39,9 @@ class SuiteOutcome:
 
     @property
     def passed(self) -> bool:
-        return bool(self.journals) and all((j.get("verdict") or {}).get("passed") for j in self.journals)
+        """Every run met its targets or missed them as its scenario expects (XFAIL); an
+        unexpected pass (XPASS) counts against it only when ``strict``."""
+        return bool(self.journals) and not any(blocks(outcome(j), self.strict) for j in self.journals)
 
     @property
     def tool_failed(self) -> bool:
@@ -55,12 +60,13 @@ def preflight(scenarios: list[Scenario]) -> None:
 
 def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repeat: int | None = None,
               seed: int | None = None, junit_path: str | None = None, fail_fast: bool = False,
-              display: ProgressDisplay | None = None, suite_reports: bool = True) -> SuiteOutcome:
+              display: ProgressDisplay | None = None, suite_reports: bool = True,
+              strict: bool = False) -> SuiteOutcome:
     """Every scenario x repeat; then, unless ``suite_reports`` is False (a caller that gathers
     runs from several calls, such as the pytest plugin, writes them itself), the suite's
-    reports and the verdict table."""
+    reports and the verdict table. ``strict``: an unexpected pass (XPASS) fails the suite."""
     display = display or ProgressDisplay()
-    outcome = SuiteOutcome(out_dir=out_dir)
+    result = SuiteOutcome(out_dir=out_dir, strict=strict)
     try:
         for scenario in scenarios:
             if seed is not None:
@@ -88,27 +94,27 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                 display.start_scenario(scenario.name, index, repeats)
                 journal = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,
                                             baseline, progress, repeat_index=index, baseline_run=baseline_run)
-                outcome.journals.append(journal)
+                result.journals.append(journal)
                 verdict = journal.get("verdict") or {}
                 reasons = [c["reason"] for c in verdict.get("checks", []) if not c.get("ok")]
                 display.end_scenario(verdict.get("passed") if journal["status"] != "interrupted" else None,
-                                     "; ".join(reasons[:3]))
+                                     "; ".join(reasons[:3]), word=outcome_label(journal))
                 if journal["status"] == "interrupted" or journal.get("interrupted_after"):
                     raise Interrupted("run interrupted")
                 if journal["status"] == "tool_error":
                     display.event(f"trainchaos failed in {scenario.name}: {journal.get('error')}")
-                if fail_fast and not verdict.get("passed"):
+                if fail_fast and blocks(outcome(journal), strict):
                     break
-            if fail_fast and outcome.journals and not (outcome.journals[-1].get("verdict") or {}).get("passed"):
+            if fail_fast and result.journals and blocks(outcome(result.journals[-1]), strict):
                 break
     except Interrupted:
-        outcome.interrupted = True
+        result.interrupted = True
     finally:
         display.close()
-        if outcome.journals and suite_reports:
+        if result.journals and suite_reports:
             os.makedirs(out_dir, exist_ok=True)
-            write_suite_reports(out_dir, outcome.journals, suite_name)
+            write_suite_reports(out_dir, result.journals, suite_name)
             if junit_path:
-                write_junit(junit_path, outcome.journals, suite_name)
-            print_verdict_table(outcome.journals)
-    return outcome
+                write_junit(junit_path, result.journals, suite_name, strict=strict)
+            print_verdict_table(result.journals, strict=strict)
+    return result

@@ -143,6 +143,12 @@ def _pass_rate(name: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricCo
     note = f"{cur.get('passed')}/{cur.get('repeats')} passed, baseline {base.get('passed')}/{base.get('repeats')}"
     if cur.get("errors"):
         note += f"; {cur['errors']} without a verdict"
+    # A shipped finding (expect) fails in both: its pass rate stays 0 and is no regression;
+    # one that starts passing is an improvement, a pass that turns into an XFAIL a regression.
+    if cur.get("xfailed"):
+        note += f"; {cur['xfailed']} expected failure(s) (XFAIL)"
+    if cur.get("xpassed"):
+        note += f"; {cur['xpassed']} unexpected pass(es) (XPASS)"
     if b is None or c is None:
         return MetricComparison(name, "passed", b, c, "n/a", note=note)
     result: Result = "regression" if c < b - 1e-9 else "improved" if c > b + 1e-9 else "ok"

@@ -15,7 +15,8 @@ from chaos.fileio import atomic_write_text  # noqa: F401  (re-exported for the r
 from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
 from chaos.metrics.catalogue import missing_label, spec
 
-Outcome = Literal["pass", "fail", "error"]
+Outcome = Literal["pass", "fail", "error", "xfail", "xpass"]
+"""xfail: a scenario that expects to fail (``expect``) missed its targets; xpass: it met them."""
 
 DASH = "—"
 
@@ -63,20 +64,62 @@ def had_faults(journal: dict[str, Any]) -> bool:
 
 
 def outcome(journal: dict[str, Any]) -> Outcome:
-    """``pass``/``fail`` from the verdict; ``error`` when the tool failed or no verdict exists
-    (an interrupted run is not a pass, and calling it a missed target would be a lie)."""
+    """``pass``/``fail`` from the verdict, ``xfail``/``xpass`` for a scenario that expects to
+    fail (``expect``); ``error`` when the tool failed or no verdict exists (an interrupted run
+    is not a pass, and calling it a missed target would be a lie; nor is it an expected
+    failure: the finding was not reproduced)."""
     if journal.get("status") in ("error", "tool_error"):
         return "error"
     verdict = journal.get("verdict")
     if not isinstance(verdict, dict) or verdict.get("passed") is None:
         return "error"
+    if expectation(journal) is not None:
+        return "xpass" if verdict.get("passed") else "xfail"
     return "pass" if verdict.get("passed") else "fail"
+
+
+def expectation(journal: dict[str, Any]) -> dict[str, Any] | None:
+    """The scenario's ``expect`` (``{"fail": reason, "issue": url}``), None when it has none."""
+    expect = (journal.get("scenario") or {}).get("expect")
+    return expect if isinstance(expect, dict) and expect.get("fail") else None
+
+
+def expectation_text(journal: dict[str, Any]) -> str:
+    """``REASON (URL)``: the expected failure as the reports quote it; empty without one."""
+    expect = expectation(journal)
+    if expect is None:
+        return ""
+    return str(expect["fail"]).strip() + (f" ({expect['issue']})" if expect.get("issue") else "")
+
+
+def blocks(kind: Outcome, strict: bool = False) -> bool:
+    """Whether an outcome fails the suite (exit code, suite badge, JUnit failure): a missed
+    target or no verdict always; an unexpected pass only with ``strict``."""
+    return kind in ("fail", "error") or (strict and kind == "xpass")
+
+
+def met_targets(kind: Outcome) -> bool:
+    """Every target was met (a pass, or an unexpected one)."""
+    return kind in ("pass", "xpass")
 
 
 def outcome_label(journal: dict[str, Any]) -> str:
     if journal.get("status") == "tool_error":
         return "TOOL ERROR"
-    return {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[outcome(journal)]
+    return {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "xfail": "XFAIL",
+            "xpass": "XPASS"}[outcome(journal)]
+
+
+def outcome_counts(kinds: list[Outcome], sep: str = "; ") -> str:
+    """``; 1 missed a target; 2 expected failures (XFAIL)``: what is not a plain pass, for
+    the one-line totals of the console and the suite pages."""
+    words = {"fail": ("missed a target", "missed a target"),
+             "error": ("ended without a verdict", "ended without a verdict"),
+             "xfail": ("expected failure (XFAIL)", "expected failures (XFAIL)"),
+             "xpass": ("unexpectedly passed (XPASS)", "unexpectedly passed (XPASS)")}
+    parts = [f"{sep}{n} {one if n == 1 else many}" for kind, (one, many) in words.items()
+             if (n := kinds.count(kind))]
+    return "".join(parts)
 
 
 def failed_checks(journal: dict[str, Any]) -> list[dict[str, Any]]:
@@ -95,10 +138,13 @@ def check_reason(check: dict[str, Any]) -> str:
 
 
 def reasons(journal: dict[str, Any]) -> list[str]:
-    """Why the run is not a pass, one line each; empty for a pass."""
+    """Why the run is not a pass, one line each; empty for a pass. An expected failure says
+    so first (with its reason and issue), then the targets it missed."""
     kind = outcome(journal)
     if kind == "pass":
         return []
+    if kind == "xpass":
+        return [f"unexpectedly met every target; expected to fail: {expectation_text(journal)}"]
     if kind == "error":
         status = journal.get("status") or "unknown"
         message = journal.get("error")
@@ -106,7 +152,10 @@ def reasons(journal: dict[str, Any]) -> list[str]:
             return [str(message)]
         return [f"run {status}: no verdict"]
     found = [check_reason(c) for c in failed_checks(journal)]
-    return found or ["verdict failed (no failing check recorded)"]
+    found = found or ["verdict failed (no failing check recorded)"]
+    if kind == "xfail":
+        found.insert(0, f"expected failure: {expectation_text(journal)}")
+    return found
 
 
 def fault_metrics(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:

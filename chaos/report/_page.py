@@ -17,7 +17,8 @@ RUN_HTML = RUN_REPORT_HTML
 SUITE_HTML = "index.html"
 
 _CSS = """
-:root { --pass:#1a7f37; --fail:#cf222e; --error:#9a6700; --muted:#57606a; --line:#d0d7de; }
+:root { --pass:#1a7f37; --fail:#cf222e; --error:#9a6700; --xfail:#0969da; --xpass:#8250df;
+        --muted:#57606a; --line:#d0d7de; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color:#1f2328;
        margin: 0 auto; max-width: 1280px; padding: 16px 24px 48px; }
@@ -26,16 +27,18 @@ h1 { font-size: 22px; margin: 8px 0 4px; } h2 { font-size: 17px; margin: 28px 0 
 .badge { display:inline-block; padding: 2px 10px; border-radius: 12px; color:#fff; font-weight:600;
          font-size: 13px; vertical-align: middle; margin-left: 8px; }
 .badge.pass { background: var(--pass); } .badge.fail { background: var(--fail); }
-.badge.error { background: var(--error); }
+.badge.error { background: var(--error); } .badge.xfail { background: var(--xfail); }
+.badge.xpass { background: var(--xpass); }
 .muted { color: var(--muted); } .ok { color: var(--pass); } .missed { color: var(--fail); font-weight:600; }
 table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.fail td { background: #fff5f5; } tr.error td { background: #fffbe6; }
+tr.fail td { background: #fff5f5; } tr.error td { background: #fffbe6; } tr.xfail td { background: #ddf4ff; }
 .meta td:first-child { color: var(--muted); white-space: nowrap; }
 blockquote { margin: 6px 0 12px; padding: 6px 12px; border-left: 4px solid var(--line); color:#333; }
 .reasons { background:#fff5f5; border:1px solid #ffcecb; padding: 8px 12px; border-radius: 6px; }
 .reasons.error { background:#fffbe6; border-color:#eed888; }
+.reasons.xfail, .reasons.xpass { background:#ddf4ff; border-color:#80ccff; }
 svg.figure { width: 100%; height: auto; display:block; }
 .bar { position: relative; height: 10px; width: 140px; background:#eaeef2; border-radius: 5px; }
 .bar > span { position:absolute; left:0; top:0; bottom:0; border-radius:5px; }

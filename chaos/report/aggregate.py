@@ -19,15 +19,18 @@ from chaos.metrics.catalogue import gated, missing_label
 from chaos.report._format import (
     atomic_write_text,
     attribution_text,
+    blocks,
     final_state_text,
     fmt_metric,
     fmt_metric_value,
     had_faults,
     jsonable,
     md_table,
+    met_targets,
     metric,
     metrics_of,
     outcome,
+    outcome_counts,
     outcome_label,
     reasons,
     repeat_of,
@@ -52,11 +55,13 @@ def aggregate(journals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dict per scenario, in order of first appearance::
 
         {"scenario": "rank-kill", "repeats": 3, "passed": 2, "failed": 1, "errors": 0,
-         "statuses": {"completed": 3}, "reasons": ["detection_s 2.4 s > 2 s"],
+         "xfailed": 0, "xpassed": 0, "statuses": {"completed": 3}, "reasons": ["detection_s 2.4 s > 2 s"],
          "metrics": {"detection_s": {"median": .., "min": .., "max": .., "n": 2,
                                      "missing": 1, "note": "undetected in 1/3"}, ...}}
 
-    ``n`` counts the values used; ``missing`` the repeats without one; ``note`` says why in
+    ``passed`` counts the runs that met every target (an unexpected pass too: the gate's pass
+    rate), ``xfailed`` those that missed them as their scenario expects (``expect``),
+    ``xpassed`` those of an expected failure that met them anyway. ``n`` counts the values used; ``missing`` the repeats without one; ``note`` says why in
     words (``undetected``, or ``no metrics`` for a run that ended before metrics existed).
     """
     by_scenario: dict[str, list[dict[str, Any]]] = {}
@@ -77,9 +82,11 @@ def aggregate(journals: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "scenario": name,
             "repeats": len(runs),
-            "passed": outcomes.count("pass"),
+            "passed": sum(met_targets(kind) for kind in outcomes),
             "failed": outcomes.count("fail"),
             "errors": outcomes.count("error"),
+            "xfailed": outcomes.count("xfail"),
+            "xpassed": outcomes.count("xpass"),
             "statuses": statuses,
             "reasons": list(seen_reasons),
             "metrics": {key: _stats(runs, key) for key in aggregate_metrics()},
@@ -140,7 +147,7 @@ def write_suite_report(
             "repeat": repeat_of(j),
             "status": j.get("status"),
             "outcome": outcome(j),
-            "passed": outcome(j) == "pass",
+            "passed": met_targets(outcome(j)),
             "reasons": reasons(j),
             "run_dir": j.get("run_dir"),
             "wall_s": wall_s_of(j),
@@ -152,12 +159,16 @@ def write_suite_report(
         "format": 1,
         "suite": suite,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "passed": bool(runs) and all(r["passed"] for r in runs),
+        # The suite is green: no missed target, no run without a verdict (an expected failure
+        # is fine; whether an unexpected pass is, is the command's --strict).
+        "passed": bool(runs) and not any(blocks(r["outcome"]) for r in runs),
         "counts": {
             "runs": len(runs),
             "passed": sum(r["outcome"] == "pass" for r in runs),
             "failed": sum(r["outcome"] == "fail" for r in runs),
             "errors": sum(r["outcome"] == "error" for r in runs),
+            "xfailed": sum(r["outcome"] == "xfail" for r in runs),
+            "xpassed": sum(r["outcome"] == "xpass" for r in runs),
         },
         "runs": runs,
         "scenarios": rows,
@@ -173,13 +184,10 @@ def write_suite_report(
 def render_suite_md(journals: list[dict[str, Any]], suite_name: str | None = None) -> str:
     suite = suite_name or suite_name_of(journals)
     outcomes = [outcome(j) for j in journals]
-    passed = outcomes.count("pass")
-    overall = "PASS" if journals and passed == len(journals) else "FAIL"
+    passed = sum(met_targets(kind) for kind in outcomes)
+    overall = "PASS" if journals and not any(blocks(kind) for kind in outcomes) else "FAIL"
     lines = [f"# Suite {suite}: {overall}", "",
-             f"{passed}/{len(journals)} runs met every target"
-             + (f"; {outcomes.count('fail')} missed a target" if "fail" in outcomes else "")
-             + (f"; {outcomes.count('error')} ended without a verdict" if "error" in outcomes else "")
-             + ".", ""]
+             f"{passed}/{len(journals)} runs met every target" + outcome_counts(outcomes) + ".", ""]
 
     lines += ["## Verdicts", ""]
     ordered = sorted(journals, key=lambda j: (scenario_name(j), repeat_of(j)))

@@ -25,9 +25,12 @@ from rich.text import Text
 
 from chaos.report._format import (
     attribution_text,
+    blocks,
     final_state_text,
     fmt_metric,
+    met_targets,
     outcome,
+    outcome_counts,
     outcome_label,
     reasons,
     repeat_of,
@@ -37,7 +40,8 @@ from chaos.report._format import (
 __all__ = ["ProgressDisplay", "print_verdict_table", "verdict_table"]
 
 _WRONG_STATE = ("differs", "not finite", "unhealthy")
-_OUTCOME_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
+_OUTCOME_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow", "xfail": "bold cyan",
+                  "xpass": "bold magenta"}
 
 
 def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "trainchaos verdict") -> Table:
@@ -77,8 +81,10 @@ def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "train
     return table
 
 
-def print_verdict_table(journals: Iterable[dict[str, Any]], console: Console | None = None) -> None:
-    """Print the verdict table and a one-line total (``2/3 runs passed``)."""
+def print_verdict_table(journals: Iterable[dict[str, Any]], console: Console | None = None,
+                        strict: bool = False) -> None:
+    """Print the verdict table and a one-line total (``2/3 runs passed``); ``strict``: an
+    unexpected pass (XPASS) fails the suite too."""
     journals = list(journals)
     if console is None:
         console = Console()
@@ -87,13 +93,10 @@ def print_verdict_table(journals: Iterable[dict[str, Any]], console: Console | N
             console = Console(width=160)
     console.print(verdict_table(journals))
     outcomes = [outcome(j) for j in journals]
-    passed = outcomes.count("pass")
-    style = "bold green" if journals and passed == len(journals) else "bold red"
-    line = Text(f"{passed}/{len(journals)} runs passed", style=style)
-    if "fail" in outcomes:
-        line.append(f", {outcomes.count('fail')} missed a target")
-    if "error" in outcomes:
-        line.append(f", {outcomes.count('error')} ended without a verdict")
+    passed = sum(met_targets(kind) for kind in outcomes)
+    green = bool(journals) and not any(blocks(kind, strict) for kind in outcomes)
+    line = Text(f"{passed}/{len(journals)} runs passed", style="bold green" if green else "bold red")
+    line.append(outcome_counts(outcomes, sep=", "))
     console.print(line)
 
 
@@ -159,11 +162,15 @@ class ProgressDisplay:
         """A notable moment: ``fault f0-kill_rank injected at step 101``."""
         self._plain(text)
 
-    def end_scenario(self, passed: bool | None, detail: str = "") -> None:
-        """``passed`` None: the run ended without a verdict (error or interrupt)."""
+    def end_scenario(self, passed: bool | None, detail: str = "", word: str | None = None) -> None:
+        """``passed`` None: the run ended without a verdict (error or interrupt); ``word``
+        names an expected outcome instead (``XFAIL``, ``XPASS``)."""
         self._finish_live()
-        word, style = {True: ("PASS", "bold green"), False: ("FAIL", "bold red"),
-                       None: ("NO VERDICT", "bold yellow")}[passed]
+        label, style = {True: ("PASS", "bold green"), False: ("FAIL", "bold red"),
+                        None: ("NO VERDICT", "bold yellow")}[passed]
+        if word in ("XFAIL", "XPASS"):
+            label, style = word, _OUTCOME_STYLE[word.lower()]
+        word = label
         elapsed = time.monotonic() - self._started
         line = Text.assemble((word, style), f" {self._label} in {elapsed:.1f} s")
         if detail:

@@ -3,6 +3,11 @@
 A missed target is a ``<failure>`` (message: the first reason; text: every reason, one per
 line); a run that reached no verdict (the tool failed, or the run was interrupted) is an
 ``<error>``, so that CI never shows it as a resilience regression nor as a pass.
+
+A scenario that expects to fail (``expect``) follows pytest's junitxml: a run that missed its
+targets as expected (XFAIL) is ``<skipped type="xfail">`` with the reason and the issue; one
+that met them (XPASS) is a pass with the news in its output, or, with ``strict``, a
+``<failure type="XPASS">``.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from chaos.metrics.catalogue import gated
 from chaos.report._format import (
     atomic_write_text,
     attribution_text,
+    expectation_text,
     fmt_metric,
     outcome,
+    outcome_label,
     reasons,
     repeat_of,
     scenario_name,
@@ -38,19 +45,19 @@ def _seconds(value: float | None) -> str:
     return f"{value or 0.0:.3f}"
 
 
-def write_junit(path: str, journals: list[dict[str, Any]], suite_name: str) -> str:
+def write_junit(path: str, journals: list[dict[str, Any]], suite_name: str, strict: bool = False) -> str:
     """Write the JUnit XML report to ``path``; returns the path."""
-    return atomic_write_text(path, render_junit(journals, suite_name))
+    return atomic_write_text(path, render_junit(journals, suite_name, strict))
 
 
-def render_junit(journals: list[dict[str, Any]], suite_name: str) -> str:
+def render_junit(journals: list[dict[str, Any]], suite_name: str, strict: bool = False) -> str:
     outcomes = [outcome(j) for j in journals]
     total_time = sum(wall_s_of(j) or 0.0 for j in journals)
     counts = {
         "tests": str(len(journals)),
-        "failures": str(outcomes.count("fail")),
+        "failures": str(outcomes.count("fail") + (outcomes.count("xpass") if strict else 0)),
         "errors": str(outcomes.count("error")),
-        "skipped": "0",
+        "skipped": str(outcomes.count("xfail")),
         "time": _seconds(total_time),
     }
     root = ET.Element("testsuites", {"name": "trainchaos", **counts})
@@ -60,7 +67,7 @@ def render_junit(journals: list[dict[str, Any]], suite_name: str) -> str:
         "timestamp": _first_start(journals),
     })
     for journal in journals:
-        _testcase(suite, journal, suite_name)
+        _testcase(suite, journal, suite_name, strict)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -70,7 +77,7 @@ def _first_start(journals: list[dict[str, Any]]) -> str:
     return starts[0] if starts else datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _testcase(suite: ET.Element, journal: dict[str, Any], suite_name: str) -> None:
+def _testcase(suite: ET.Element, journal: dict[str, Any], suite_name: str, strict: bool) -> None:
     case = ET.SubElement(suite, "testcase", {
         "classname": _clean(f"trainchaos.{suite_name}"),
         "name": _clean(f"{scenario_name(journal)}[{repeat_of(journal)}]"),
@@ -81,6 +88,12 @@ def _testcase(suite: ET.Element, journal: dict[str, Any], suite_name: str) -> No
     if kind == "fail":
         failure = ET.SubElement(case, "failure", {"message": _clean(why[0]), "type": "TargetMissed"})
         failure.text = _clean("\n".join(why))
+    elif kind == "xfail":
+        skipped = ET.SubElement(case, "skipped", {"message": _clean(why[0]), "type": "xfail"})
+        skipped.text = _clean("\n".join(why))
+    elif kind == "xpass" and strict:
+        failure = ET.SubElement(case, "failure", {"message": _clean(why[0]), "type": "XPASS"})
+        failure.text = _clean(f"[XPASS(strict)] {expectation_text(journal)}")
     elif kind == "error":
         status = str(journal.get("status") or "unknown")
         error = ET.SubElement(case, "error", {
@@ -98,6 +111,9 @@ def _system_out(journal: dict[str, Any]) -> list[str]:
         f"status: {journal.get('status') or 'unknown'}",
         f"seed: {journal.get('seed', '-')}",
     ]
+    expected = expectation_text(journal)
+    if expected:
+        lines.append(f"{outcome_label(journal)}: expected to fail: {expected}")
     # The gated metrics of the catalogue: what `trainchaos compare` follows.
     lines += [f"{spec.label}: {fmt_metric(journal, spec.key)}" for spec in gated()]
     lines.append(f"attribution: {attribution_text(journal)}")

@@ -116,7 +116,9 @@ def _run_reasons(journal: dict[str, Any]) -> list[str]:
     for err in journal.get("tool_errors") or []:
         if str(err) not in reasons(journal):
             items += f"<li>{escape(str(err))}</li>"
-    head = "Targets missed" if kind == "fail" else f"No verdict: the run ended {journal.get('status') or 'unknown'}"
+    head = {"fail": "Targets missed", "xfail": "Expected failure (XFAIL): targets missed as the scenario expects",
+            "xpass": "Unexpected pass (XPASS): every target met, the scenario expects a failure"}.get(
+        kind, f"No verdict: the run ended {journal.get('status') or 'unknown'}")
     return [f'<div class="reasons {kind}" id="reasons"><strong>{escape(head)}:</strong><ul>{items}</ul></div>']
 
 

@@ -12,12 +12,15 @@ from chaos.report._format import (
     DASH,
     atomic_write_text,
     attribution_text,
+    blocks,
     fidelity_of,
     final_state_text,
     finite_number,
     fmt_metric,
+    met_targets,
     metrics_of,
     outcome,
+    outcome_counts,
     outcome_label,
     reasons,
     repeat_of,
@@ -64,14 +67,11 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
     from chaos.report.aggregate import aggregate, aggregate_metrics, formatter
 
     outcomes = [outcome(j) for j in journals]
-    passed = outcomes.count("pass")
-    kind = "pass" if journals and passed == len(journals) else ("error" if "fail" not in outcomes else "fail")
+    passed = sum(met_targets(k) for k in outcomes)
+    green = bool(journals) and not any(blocks(k) for k in outcomes)
+    kind = "pass" if green else ("error" if "fail" not in outcomes else "fail")
     label = {"pass": "PASS", "fail": "FAIL", "error": "NO VERDICT"}[kind]
-    summary = f"{passed}/{len(journals)} runs met every target"
-    if "fail" in outcomes:
-        summary += f"; {outcomes.count('fail')} missed a target"
-    if "error" in outcomes:
-        summary += f"; {outcomes.count('error')} ended without a verdict"
+    summary = f"{passed}/{len(journals)} runs met every target" + outcome_counts(outcomes)
     gate = ""
     if isinstance(comparison, dict) and comparison.get("passed") is False:
         gate = '<span class="badge fail" data-gate="regression">REGRESSION</span>'
@@ -98,7 +98,7 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
             "<br>".join(escape(r) for r in reasons(j)),
             html_link(href, "report") if exists else DASH,
         ])
-        classes.append("" if outcome(j) == "pass" else outcome(j))
+        classes.append("" if outcome(j) in ("pass", "xpass") else outcome(j))
     body += ['<h2 id="verdicts">Verdicts</h2>',
              html_table(["scenario", "repeat", "status", "final state", "detection", "recovery", "lost steps",
                      "goodput", "attribution", "false alarms", "verdict", "reasons", "run"], rows, classes,

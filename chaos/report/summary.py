@@ -12,6 +12,7 @@ from chaos.report._format import (
     DASH,
     atomic_write_text,
     check_reason,
+    expectation_text,
     fault_metrics,
     fidelity_of,
     final_state_text,
@@ -112,10 +113,17 @@ def _verdict(journal: dict[str, Any]) -> list[str]:
     kind = outcome(journal)
     if kind == "pass":
         lines.append("Every target was met.")
-    elif kind == "fail":
+    elif kind in ("fail", "xfail"):
+        if kind == "xfail":
+            lines += [f"Expected failure (XFAIL): {expectation_text(journal)}. It does not fail the suite.", ""]
         lines.append("Targets missed:")
         lines.append("")
-        lines += [f"- {' '.join(reason.split())}" for reason in reasons(journal)]
+        lines += [f"- {' '.join(reason.split())}" for reason in reasons(journal)
+                  if not reason.startswith("expected failure: ")]
+    elif kind == "xpass":
+        lines.append(f"Unexpected pass (XPASS): every target was met, but the scenario expects a failure: "
+                     f"{expectation_text(journal)}. If the finding is fixed, remove its `expect`; "
+                     "`--strict` fails the suite on this.")
     else:
         status = journal.get("status") or "unknown"
         lines.append(f"No verdict: the run ended `{status}` before its targets could be judged"

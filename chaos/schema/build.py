@@ -31,6 +31,7 @@ def build_scenario(doc: ScenarioDoc, path: str) -> records.Scenario:
         faults=tuple(_fault(i, f) for i, f in enumerate(doc.faults or ())),
         targets=_targets(doc.targets), baseline=doc.baseline, repeat=doc.repeat,
         timeout_s=float(doc.timeout_s), backend=_backend(doc.backend),
+        expect=None if doc.expect is None else records.Expectation(doc.expect.fail, doc.expect.issue),
     )
 
 

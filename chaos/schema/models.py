@@ -38,6 +38,7 @@ __all__ = [
     "MAX_TOTAL_NODES",
     "AfterEventDoc",
     "BoundDoc",
+    "ExpectationDoc",
     "FaultDoc",
     "FractionBoundDoc",
     "LossWithinDoc",
@@ -404,6 +405,32 @@ BackendChoice = Annotated[
 ]
 
 
+_ISSUE_URL = r"^https?://[^\s/]+\S*$"
+
+
+def _issue_url(value: str) -> str:
+    if not re.fullmatch(_ISSUE_URL, value):
+        raise ValueError(f"{value!r} is not a link: give the http(s) URL where the finding is tracked "
+                         "(e.g. https://github.com/org/repo/issues/12)")
+    return value
+
+
+class ExpectationDoc(StrictModel):
+    """A known finding shipped as a scenario (pytest's xfail for resilience): the run is
+    expected to miss its targets."""
+
+    key_noun = "expect key"
+
+    fail: str = Field(min_length=1)
+    """Why the run is expected to miss its targets. A run that misses them is reported XFAIL
+    with this reason and does not fail the suite (exit 0); one that meets every target is
+    reported XPASS (exit 1 only with `--strict`). A failure of trainchaos itself is still an
+    error."""
+    issue: Annotated[str, AfterValidator(_issue_url)] = optional_key(
+        json_schema_extra={"pattern": _ISSUE_URL, "format": "uri"})
+    """The http(s) URL where the finding is tracked, shown beside the reason."""
+
+
 class ScenarioDoc(StrictModel):
     """A trainchaos scenario: a training workload, a topology, the faults to inject and the
     targets the run must meet."""
@@ -431,6 +458,9 @@ class ScenarioDoc(StrictModel):
     """Independent repetitions."""
     timeout_s: float = Field(_default(records.Scenario, "timeout_s"), gt=0, le=MAX_SECONDS)
     """Wall-clock limit of one run, seconds."""
+    expect: ExpectationDoc = optional_key()
+    """A known finding: {fail: REASON, issue: URL}. Missing the targets is then XFAIL (the
+    suite still passes), meeting them XPASS (fails with --strict)."""
 
 
 class SuiteDoc(StrictModel):

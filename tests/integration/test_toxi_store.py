@@ -74,8 +74,14 @@ def test_store_down_during_a_restart_kills_the_job_and_is_reported_as_such(tmp_p
     logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("node-*.log"))
     assert "RendezvousConnectionError" in logs
     assert journal["status"] == "failed" and not metrics["completed"], journal["status"]
-    # A verdict on the training stack (a missed target), not a failure of trainchaos.
-    assert res.returncode == 1, res.stdout + res.stderr
+    # A verdict on the training stack (a missed target), not a failure of trainchaos; the
+    # scenario ships the finding as an expected failure: XFAIL, and the suite stays green.
+    assert not journal["verdict"]["passed"], journal["verdict"]
+    missed = {c["name"] for c in journal["verdict"]["checks"] if not c["ok"]}
+    assert "completes" in missed, journal["verdict"]
+    assert journal["scenario"]["expect"]["fail"]
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "XFAIL" in res.stdout and "1 expected failure (XFAIL)" in res.stdout, res.stdout
     _agents_went_through_the_proxy(run_dir)
     _nothing_left(journal, run_dir)
 

@@ -126,6 +126,10 @@ CASES: dict[str, tuple[str, str]] = {
     "container_fault_on_local.yaml": (
         "faults[0].type", "container_pause acts through the docker backend; this scenario runs on "
         "local (set backend: docker): local has no ContainerHost (each node a container"),
+    # an expected failure (expect) needs its reason; its issue is a link
+    "expect_not_a_mapping.yaml": ("expect", "expected a mapping with keys fail, issue, got str"),
+    "expect_without_reason.yaml": ("expect.fail", "required: why the run is expected to miss its targets"),
+    "expect_issue_not_a_url.yaml": ("expect.issue", "'#21' is not a link: give the http(s) URL"),
     "link_flap_down_not_shorter.yaml": (
         "faults[0].params.down_s", "down_s must be less than period_s"),
 }

@@ -276,7 +276,7 @@ def test_suite_report(tmp_path, passed, failed, interrupted):
     suite = json.loads((tmp_path / "suite.json").read_text())
     assert suite["suite"] == "smoke"
     assert suite["passed"] is False
-    assert suite["counts"] == {"runs": 3, "passed": 1, "failed": 1, "errors": 1}
+    assert suite["counts"] == {"runs": 3, "passed": 1, "failed": 1, "errors": 1, "xfailed": 0, "xpassed": 0}
     md = (tmp_path / "suite.md").read_text()
     assert md.startswith("# Suite smoke: FAIL")
     assert "1/3 runs met every target" in md

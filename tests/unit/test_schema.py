@@ -40,7 +40,8 @@ STRUCTURAL = {
     "trigger_two_kinds.yaml", "unknown_backend.yaml", "unknown_event.yaml",
     "unknown_fault_type.yaml", "unknown_top_level_key.yaml", "unknown_trigger_key.yaml",
     "workload_both.yaml", "wrong_type.yaml", "bitflip_bit_too_large.yaml",
-    "packet_loss_above_100.yaml",
+    "packet_loss_above_100.yaml", "expect_not_a_mapping.yaml", "expect_without_reason.yaml",
+    "expect_issue_not_a_url.yaml",
 }
 # Well-formed documents whose mistake needs more than one field (or the harness's own
 # checks): only `trainchaos validate` finds these, the JSON Schema accepts them.
