@@ -74,6 +74,11 @@ class Workload:
     """For ``command``: regex with named groups ``step`` (and optionally ``loss``) on log lines."""
     steps: int | None = None
     """For ``command``: the step it trains to (``workload.steps``); None when not stated."""
+    kind: str | None = None
+    """A kind whose options are a mapping under its own key (``lightning``, ``accelerate``:
+    ``chaos.workload.script``): its name; None for ``harness`` and ``command``."""
+    options: dict[str, Any] | None = None
+    """That kind's options, as its ``validate`` accepted them (defaults filled in)."""
 
 
 @dataclass(frozen=True)

@@ -111,14 +111,20 @@ MAX_COMMAND_STEPS = 10_000_000
 from turning into a number the progress display and metrics would carry around."""
 
 
-class WorkloadDoc(StrictModel):
-    """The training job under test: exactly one of `harness` (the bundled job) or `command`."""
+_COMMAND_ONLY = ("progress_regex", "steps")
+"""Keys of ``command`` itself; every other key of ``WorkloadDoc`` is a workload kind."""
 
-    model_config = ConfigDict(json_schema_extra={"oneOf": [
-        {"required": ["harness"],
-         "not": {"anyOf": [{"required": ["progress_regex"]}, {"required": ["steps"]}]}},
-        {"required": ["command"]},
-    ]})
+_KIND_HINTS = {"harness": "options of the bundled training job",
+               "command": "your own training command"}
+"""How the one-kind error tells the first two kinds; a stack's kind is told by its name."""
+
+
+class WorkloadDoc(StrictModel):
+    """The training job under test: exactly one kind, by its key: `harness` (the bundled job),
+    `command` (your own command line), or a training stack's own script run per rank by
+    torchrun (`lightning`, `accelerate`)."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: _one_kind_schema(schema))
 
     harness: dict[str, Any] | None = None
     """Options of the bundled harness, as in `python -m harness --help`, nested by section
@@ -132,15 +138,32 @@ class WorkloadDoc(StrictModel):
     steps: int = optional_key(ge=1, le=MAX_COMMAND_STEPS)
     """Only with command: the step the command trains to. The run is complete when it is
     reached; progress shows it, and at_step triggers are checked against it."""
+    lightning: dict[str, Any] | None = None
+    """A Lightning Trainer script run per rank by torchrun (DDP); null or {} runs the
+    bundled example (examples/lightning/train.py)."""
+    accelerate: dict[str, Any] | None = None
+    """An Accelerate training script run per rank by torchrun; null or {} runs the bundled
+    example (examples/accelerate/train.py)."""
 
     @model_validator(mode="after")
-    def _harness_or_command(self) -> Self:
-        given = {"harness", "command"} & self.model_fields_set
+    def _one_kind(self) -> Self:
+        kinds = [name for name in type(self).model_fields if name not in _COMMAND_ONLY]
+        given = [name for name in kinds if name in self.model_fields_set]
         if len(given) != 1:
-            raise ValueError(
-                "give exactly one of 'harness' (options of the bundled training job) or "
-                f"'command' (your own training command); got {'both' if given else 'neither'}")
+            told = ", ".join(f"'{k}' ({_KIND_HINTS[k]})" if k in _KIND_HINTS else f"'{k}'"
+                             for k in kinds)
+            raise ValueError(f"give exactly one workload kind: {told}; got "
+                             + (" and ".join(f"'{k}'" for k in given) if given else "none"))
         return self
+
+
+def _one_kind_schema(schema: dict[str, Any]) -> None:
+    """Exactly one kind's key; ``progress_regex`` and ``steps`` only beside ``command``."""
+    kinds = [name for name in schema.get("properties", {}) if name not in _COMMAND_ONLY]
+    schema["oneOf"] = [
+        {"required": [kind]} if kind == "command" else
+        {"required": [kind], "not": {"anyOf": [{"required": [key]} for key in _COMMAND_ONLY]}}
+        for kind in kinds]
 
 
 # --------------------------------------------------------------------------- topology

@@ -28,7 +28,8 @@ ENTRY_POINT_GROUP = "trainchaos.workloads"
 DEFAULT_KIND = "harness"
 """The kind of a scenario that leaves ``workload`` out."""
 
-_BUILTIN = ("chaos.workload.harness", "chaos.workload.command")
+_BUILTIN = ("chaos.workload.harness", "chaos.workload.command", "chaos.workload.lightning",
+            "chaos.workload.accelerate")
 """The built-in kinds' modules, in the order the reference lists them (each registers itself)."""
 
 
@@ -76,6 +77,8 @@ def kind_of(spec: records.Workload | WorkloadDoc | None) -> str:
     if spec is None:
         return DEFAULT_KIND
     given = getattr(spec, "model_fields_set", None)  # a document: the keys written
+    if given is None and getattr(spec, "kind", None):  # a record of a kind with an options key
+        return spec.kind  # type: ignore[union-attr, return-value]
     for name in known_workloads():
         if (name in given) if given is not None else getattr(spec, name, None) is not None:
             return name

@@ -69,8 +69,9 @@ CASES: dict[str, tuple[str, str]] = {
     "bound_unknown_key.yaml": (
         "targets.recovery_s.maximum", "unknown key 'maximum'; did you mean 'max'? allowed: max, min"),
     "workload_both.yaml": (
-        "workload", "give exactly one of 'harness' (options of the bundled training job) or "
-        "'command' (your own training command); got both"),
+        "workload", "give exactly one workload kind: 'harness' (options of the bundled training "
+        "job), 'command' (your own training command), 'lightning', 'accelerate'; got 'harness' "
+        "and 'command'"),
     "bad_harness_option.yaml": (
         "workload.harness.checkpoint.mode", "'lazy' is not allowed; allowed values: sync, async"),
     "batch_not_divisible.yaml": (

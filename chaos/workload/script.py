@@ -1,0 +1,230 @@
+"""The shared base of the kinds that are "a training stack's own script, run per rank by
+torchrun": ``workload: {lightning: {...}}``, ``workload: {accelerate: {...}}``.
+
+Such a kind is the ``command`` kind (``chaos.workload.command``) with what trainchaos knows
+of the stack filled in: the script defaults to the stack's bundled example
+(``examples/<stack>/train.py``), which takes ``--steps``, ``--seed`` and ``--ckpt-dir``
+from the run and reports through the stack's adapter (``chaos/adapters/<stack>.py``); a
+user's own script gets its ``args`` with ``{run_dir}``, ``{seed}``, ``{steps}`` and
+``{ckpt_dir}`` filled in, and, where it has no adapter line, a ``progress_regex`` for its
+log lines. The launch, the log reader and the end by exit code are ``command``'s.
+
+A new kind of this shape is a subclass naming its ``kind``, its ``stack`` (the module that
+must be importable) and its options dataclass (a subclass of ``ScriptOptions``: the schema's
+definition is named after it), registered with ``@register_workload`` and listed in
+``chaos.workload._BUILTIN``; its key goes into ``chaos.schema.models.WorkloadDoc``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from chaos import contract
+from chaos.logprogress import LogProgress
+from chaos.schema.types import close_match, describe_value
+from chaos.workload.base import Launch, Location, StorageLayout, Workload
+from chaos.workload.command import CommandWorkload
+from chaos.workload.torchrun import TorchrunPerNode
+
+if TYPE_CHECKING:
+    from chaos import model as records
+    from chaos.schema.models import WorkloadDoc
+
+__all__ = ["EXAMPLES_DIR", "PLACEHOLDERS", "ScriptOptions", "ScriptWorkload"]
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+"""The bundled examples (``examples/<stack>/train.py``), beside the ``chaos`` package."""
+
+PLACEHOLDERS = ("{run_dir}", "{seed}", "{steps}", "{ckpt_dir}")
+"""What ``args`` may name; each is replaced by the run's value at launch."""
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """The options of a stack's script (``workload.<kind>``); each kind subclasses it."""
+
+    script: str | None = None
+    steps: int | None = None
+    args: list[str] | None = None
+    progress_regex: str | None = None
+
+
+_OPTION_DOCS = {
+    "script": "The training script torchrun runs on each rank; null: the bundled example "
+              "({example}), which trainchaos gives --steps, --seed and --ckpt-dir. A relative "
+              "path is taken from the directory trainchaos runs in.",
+    "steps": "The step the script trains to (the run is complete when it is reached; at_step "
+             "triggers are checked against it); null: {default_steps} for the bundled example, "
+             "unknown for your own script.",
+    "args": "Arguments after the script (after the ones the bundled example gets; the last of "
+            "a repeated flag wins). " + ", ".join(p.replace("{", "{{").replace("}", "}}")
+                                                  for p in PLACEHOLDERS)
+            + " are replaced by the run's directory, seed, steps and checkpoint directory.",
+    "progress_regex": "For a script without the adapter line (chaos/adapters/{stack}.py): a "
+                      "regular expression applied to its log lines, with a named group `step` "
+                      "(required) and `loss` (optional).",
+}
+
+
+class ScriptWorkload(CommandWorkload):
+    """A stack's script run per rank by torchrun; subclasses name the stack."""
+
+    kind: ClassVar[str]
+    stack: ClassVar[str]
+    """The module the script needs (``lightning``, ``accelerate``): validation asks that it
+    can be imported, without importing it."""
+    extra: ClassVar[str]
+    """The pip extra that installs it (``trainchaos[lightning]``)."""
+    options_class: ClassVar[type[ScriptOptions]] = ScriptOptions
+    example_steps: ClassVar[int] = 40
+    """The bundled example's steps when the scenario gives none."""
+    env: ClassVar[dict[str, str]] = {"PYTHONUNBUFFERED": "1"}
+    """Environment every rank gets (unbuffered: log lines reach the node log as written)."""
+
+    def __init__(self, spec: records.Workload) -> None:
+        super().__init__(spec)
+        self.options = self.options_class(**(spec.options or {}))
+
+    # -- validation and documentation ---------------------------------------------------------
+    @classmethod
+    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+                 ) -> tuple[Workload | None, list[tuple[Location, str]]]:
+        from chaos import model as records
+
+        assert doc is not None and cls.kind in doc.model_fields_set
+        where: Location = ("workload", cls.kind)
+        problems: list[tuple[Location, str]] = []
+        for key in ("steps", "progress_regex"):
+            if key in doc.model_fields_set:
+                problems.append((("workload", key), f"only for 'command': {cls.kind}'s is "
+                                 f"workload.{cls.kind}.{key}"))
+        raw: Any = getattr(doc, cls.kind)
+        if raw is None:
+            raw = {}
+        options, option_problems = cls._options(raw)
+        problems += [((*where, *loc), message) for loc, message in option_problems]
+        if importlib.util.find_spec(cls.stack) is None:
+            problems.append((where, f"the {cls.stack} package is not installed in "
+                             f"this Python; pip install 'trainchaos[{cls.extra}]'"))
+        if options is None:
+            return None, problems
+        script = options.script or str(cls.example())
+        if not os.path.isfile(script):
+            what = ("the bundled example is missing (a trainchaos installed without its "
+                    "examples/ folder): give script" if options.script is None else
+                    f"no such file {options.script!r} (a relative path is taken from "
+                    f"{os.getcwd()})")
+            problems.append(((*where, "script"), what))
+        else:
+            options = dataclasses.replace(options, script=os.path.abspath(script))
+        record = records.Workload(kind=cls.kind, options=dataclasses.asdict(options))
+        return cls(record), problems
+
+    @classmethod
+    def _options(cls, raw: Any) -> tuple[ScriptOptions | None, list[tuple[Location, str]]]:
+        """The options of a mapping, each problem located at its key."""
+        from chaos.schema.models import MAX_COMMAND_STEPS, _progress_regex
+
+        if not isinstance(raw, dict):
+            return None, [((), f"expected a mapping of {cls.kind} options "
+                           f"({', '.join(_fields())}), got {describe_value(raw)}")]
+        problems: list[tuple[Location, str]] = []
+        for key in raw:
+            if key not in _fields():
+                problems.append(((key,), f"unknown {cls.kind} option {key!r}"
+                                 f"{close_match(key, _fields())} allowed: {', '.join(_fields())}"))
+        script, steps, args, regex = (raw.get(k) for k in ("script", "steps", "args", "progress_regex"))
+        if script is not None and not (isinstance(script, str) and script):
+            problems.append((("script",), f"expected a path, got {describe_value(script)}"))
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or not 1 <= steps <= MAX_COMMAND_STEPS):
+            problems.append((("steps",), f"expected an int between 1 and {MAX_COMMAND_STEPS}, "
+                             f"got {describe_value(steps)}"))
+        if args is not None:
+            if not isinstance(args, list):
+                problems.append((("args",), "expected a list of arguments, e.g. [--lr, '0.1'], "
+                                 f"got {describe_value(args)}"))
+            else:
+                for i, arg in enumerate(args):
+                    if isinstance(arg, bool) or not isinstance(arg, str | int | float):
+                        problems.append((("args", i), "expected a string or a number, got "
+                                         f"{describe_value(arg)}"))
+        if regex is not None:
+            try:
+                _progress_regex(regex) if isinstance(regex, str) else None
+            except ValueError as exc:
+                problems.append((("progress_regex",), str(exc)))
+            if not isinstance(regex, str):
+                problems.append((("progress_regex",), f"expected a string, got {describe_value(regex)}"))
+        if problems:
+            return None, problems
+        return cls.options_class(script=script, steps=steps, progress_regex=regex,
+                                 args=[str(a) for a in args] if args is not None else None), []
+
+    @classmethod
+    def example(cls) -> Path:
+        return EXAMPLES_DIR / cls.kind / "train.py"
+
+    @classmethod
+    def options_type(cls) -> type:
+        return cls.options_class
+
+    @classmethod
+    def option_docs(cls, section: type) -> dict[str, str]:
+        example = f"examples/{cls.kind}/train.py"
+        return {name: text.format(example=example, default_steps=cls.example_steps, stack=cls.kind)
+                for name, text in _OPTION_DOCS.items()}
+
+    # -- what the engine may know before the run ------------------------------------------
+    @property
+    def bundled(self) -> bool:
+        """Whether the script is the kind's bundled example (it takes the run's options)."""
+        return os.path.abspath(self.options.script or self.example()) == str(self.example())
+
+    @property
+    def steps(self) -> int | None:
+        if self.options.steps is not None:
+            return self.options.steps
+        return self.example_steps if self.bundled else None
+
+    def steps_text(self) -> str:
+        if self.options.steps is not None:
+            return f"the {self.kind} script trains {self.options.steps} steps (workload.{self.kind}.steps)"
+        return f"the bundled {self.kind} example trains {self.example_steps} steps by default"
+
+    def storage(self) -> StorageLayout | None:
+        """The bundled example checkpoints under the run's ``checkpoints``; where a user's
+        script keeps them trainchaos does not know."""
+        return StorageLayout(shared_checkpoints=contract.SHARED_CHECKPOINTS_SUBDIR) if self.bundled else None
+
+    # -- the run ------------------------------------------------------------------------------
+    def launch(self, run_dir: str, seed: int) -> Launch:
+        ckpt_dir = os.path.join(run_dir, contract.SHARED_CHECKPOINTS_SUBDIR)
+        steps = self.steps
+        values = {"{run_dir}": run_dir, "{seed}": str(seed), "{steps}": str(steps or ""),
+                  "{ckpt_dir}": ckpt_dir}
+        args = [_fill(arg, values) for arg in self.options.args or ()]
+        given = (["--steps", str(steps), "--seed", str(seed), "--ckpt-dir", ckpt_dir]
+                 if self.bundled else [])
+        script = os.path.abspath(self.options.script or self.example())
+        return Launch(TorchrunPerNode((script, *given, *args),
+                                      tee_output=self.options.progress_regex is not None),
+                      steps_target=steps or 0, env=dict(self.env))
+
+    def progress(self, events_dir: str) -> LogProgress:
+        return LogProgress(self.options.progress_regex, events_dir, report_exit_codes=True)
+
+
+def _fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(ScriptOptions)]
+
+
+def _fill(arg: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        arg = arg.replace(name, value)
+    return arg

@@ -1,0 +1,147 @@
+"""The kinds that run a training stack's own script per rank (``chaos.workload.script``):
+their options, located errors, and the launch they produce."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos import contract
+from chaos.errors import EXIT_BAD_INPUT, ScenarioError
+from chaos.model import Workload as WorkloadRecord
+from chaos.scenario import parse_scenario
+from chaos.schema.jsonschema import scenario_json_schema
+from chaos.workload import kind_of, known_workloads, workload_for
+from chaos.workload.accelerate import AccelerateWorkload
+from chaos.workload.lightning import LightningWorkload
+from chaos.workload.script import ScriptWorkload
+
+STACK_KINDS = [LightningWorkload, AccelerateWorkload]
+
+
+def _scenario(workload: dict[str, Any], **extra: Any) -> Any:
+    doc = {"name": "wl", "topology": {"nodes": 2, "ranks_per_node": 1}, "workload": workload, **extra}
+    return parse_scenario(doc, "wl.yaml")
+
+
+def _problems(workload: dict[str, Any], **extra: Any) -> str:
+    with pytest.raises(ScenarioError) as info:
+        _scenario(workload, **extra)
+    assert info.value.exit_code == EXIT_BAD_INPUT
+    return str(info.value)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('step 1')\n")
+    return path
+
+
+def test_stack_kinds_are_registered_after_the_first_two() -> None:
+    known = known_workloads()
+    assert list(known)[:4] == ["harness", "command", "lightning", "accelerate"]
+    assert all(issubclass(known[k.kind], ScriptWorkload) for k in STACK_KINDS)
+
+
+@pytest.mark.parametrize("kind", STACK_KINDS, ids=lambda k: k.kind)
+def test_a_users_script_gets_its_args_with_the_runs_values_filled_in(kind: type[ScriptWorkload],
+                                                                   script: Path) -> None:
+    scenario = _scenario({kind.kind: {"script": str(script), "steps": 30,
+                                      "args": ["--out", "{ckpt_dir}", "--lr", 0.5, "{seed}-{steps}"]}})
+    assert kind_of(scenario.workload) == kind.kind
+    workload = workload_for(scenario.workload)
+    assert isinstance(workload, kind) and not workload.bundled
+    launch = workload.launch("/tmp/run", seed=7)
+    assert launch.worker_argv == [str(script), "--out", f"/tmp/run/{contract.SHARED_CHECKPOINTS_SUBDIR}",
+                                  "--lr", "0.5", "7-30"]
+    assert launch.steps_target == 30 and launch.env == {"PYTHONUNBUFFERED": "1"}
+    # no regex: the script reports through its adapter, its lines are not read
+    assert not launch.launcher.tee_output and workload.progress("/tmp/ev").regex is None
+    assert workload.storage() is None  # where a user's script checkpoints is its own business
+    assert workload.steps_text() == f"the {kind.kind} script trains 30 steps (workload.{kind.kind}.steps)"
+
+
+def test_a_relative_script_is_taken_from_the_current_directory(script: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(script.parent)
+    workload = workload_for(_scenario({"lightning": {"script": "train.py",
+                                                     "progress_regex": r"step (?P<step>\d+)"}}).workload)
+    launch = workload.launch("/tmp/run", seed=0)
+    # the agents run in the run directory: the script must reach them as an absolute path
+    assert launch.worker_argv == [str(script)] and launch.steps_target == 0
+    assert launch.launcher.tee_output and workload.progress("/tmp/ev").regex is not None
+    assert workload.steps is None
+
+
+@pytest.mark.parametrize("kind", STACK_KINDS, ids=lambda k: k.kind)
+def test_the_bundled_example_is_the_default_and_gets_steps_seed_and_checkpoint_dir(
+        kind: type[ScriptWorkload]) -> None:
+    assert kind.example().is_file(), f"{kind.example()} is missing"
+    workload = workload_for(_scenario({kind.kind: {"args": ["--every", "3"]}}).workload)
+    assert workload.bundled and workload.steps == kind.example_steps
+    launch = workload.launch("/tmp/run", seed=3)
+    assert launch.worker_argv == [str(kind.example()), "--steps", str(kind.example_steps), "--seed", "3",
+                                  "--ckpt-dir", "/tmp/run/checkpoints", "--every", "3"]
+    layout = workload.storage()
+    assert layout is not None and layout.shared_checkpoint_dir("/tmp/run") == "/tmp/run/checkpoints"
+    # null and {} are the same: every default
+    assert workload_for(_scenario({kind.kind: None}).workload).launch("/r", 0).worker_argv[0] == str(kind.example())
+
+
+def test_a_record_of_a_stack_kind_names_its_kind() -> None:
+    assert kind_of(WorkloadRecord(kind="accelerate", options={})) == "accelerate"
+
+
+@pytest.mark.parametrize(("options", "location", "fragment"), [
+    ({"script": "no/such/train.py"}, "workload.lightning.script", "no such file 'no/such/train.py'"),
+    ({"scirpt": "x.py"}, "workload.lightning.scirpt",
+     "unknown lightning option 'scirpt'; did you mean 'script'? allowed: script, steps, args, progress_regex"),
+    ({"steps": 0}, "workload.lightning.steps", "expected an int between 1 and 10000000, got int 0"),
+    ({"steps": "ten"}, "workload.lightning.steps", "got str 'ten'"),
+    ({"args": "--lr 1"}, "workload.lightning.args", "expected a list of arguments"),
+    ({"args": ["--x", {"a": 1}]}, "workload.lightning.args[1]", "expected a string or a number"),
+    ({"progress_regex": "step (\\d+)"}, "workload.lightning.progress_regex", "needs a named group 'step'"),
+    ({"progress_regex": "("}, "workload.lightning.progress_regex", "not a valid regular expression"),
+])
+def test_bad_options_are_located(options: dict[str, Any], location: str, fragment: str) -> None:
+    text = _problems({"lightning": options})
+    assert f"wl.yaml: {location}: " in text and fragment in text, text
+
+
+def test_options_not_a_mapping_and_command_keys_beside_a_stack_kind_are_located() -> None:
+    text = _problems({"accelerate": ["x"]})
+    assert "wl.yaml: workload.accelerate: expected a mapping" in text, text
+    text = _problems({"accelerate": {}, "steps": 5})
+    assert "workload.steps" in text and "workload.accelerate.steps" in text, text
+
+
+def test_at_step_is_checked_against_the_stack_scripts_steps(script: Path) -> None:
+    text = _problems({"lightning": {"script": str(script), "steps": 10}},
+                     faults=[{"type": "kill_rank", "target": {"rank": 0}, "trigger": {"at_step": 10}}])
+    assert "faults[0].trigger.at_step" in text and "workload.lightning.steps" in text, text
+
+
+def test_a_missing_stack_package_is_a_located_error(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lightning" else real(name, *a))
+    text = _problems({"lightning": {"script": str(script)}})
+    assert "wl.yaml: workload.lightning: the lightning package is not installed" in text
+    assert "trainchaos[lightning]" in text
+
+
+def test_json_schema_describes_the_options_and_one_kind_only() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = scenario_json_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    base = {"name": "x"}
+    assert not list(validator.iter_errors({**base, "workload": {"lightning": {"steps": 5, "args": ["a"]}}}))
+    assert list(validator.iter_errors({**base, "workload": {"lightning": {"stpes": 5}}}))
+    assert list(validator.iter_errors({**base, "workload": {"lightning": {}, "harness": {}}}))
+    assert list(validator.iter_errors({**base, "workload": {"accelerate": {}, "steps": 3}}))
+    assert os.path.basename(str(LightningWorkload.example())) == "train.py"
