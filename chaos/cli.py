@@ -88,21 +88,84 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     with installed():
         outcome = run_suite(scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
                             junit_path=junit_path, fail_fast=fail_fast, strict=strict)
-    if outcome.interrupted:
-        code = EXIT_INTERRUPTED
-    elif outcome.tool_failed:
-        click.echo("trainchaos: trainchaos itself failed in at least one run (status tool_error, "
-                   "see its journal); that is no verdict on the training stack", err=True)
-        code = EXIT_TOOL_FAILED
-    else:
-        code = EXIT_OK if outcome.passed else EXIT_TARGET_MISSED
-        if gate is not None:
-            code = max(code, gate.finish(out_dir, outcome.journals, suite_name, echo=click.echo))
+    code = _exit_code(outcome)
+    if code in (EXIT_OK, EXIT_TARGET_MISSED) and gate is not None:
+        code = max(code, gate.finish(out_dir, outcome.journals, suite_name, echo=click.echo))
     if variation is not None and outcome.journals:
         from chaos.report.comparison import print_comparison, write_comparison
 
         print_comparison(outcome.journals, variation)
         click.echo(f"comparison: {write_comparison(out_dir, outcome.journals, variation)}")
+    if outcome.report_path:
+        click.echo(f"HTML report: {outcome.report_path}")
+    sys.exit(code)
+
+
+def _exit_code(outcome: object) -> int:
+    """A suite's exit code: interrupted, trainchaos failed, a target missed, or all well."""
+    if outcome.interrupted:  # type: ignore[attr-defined]
+        return EXIT_INTERRUPTED
+    if outcome.tool_failed:  # type: ignore[attr-defined]
+        click.echo("trainchaos: trainchaos itself failed in at least one run (status tool_error, "
+                   "see its journal); that is no verdict on the training stack", err=True)
+        return EXIT_TOOL_FAILED
+    return EXIT_OK if outcome.passed else EXIT_TARGET_MISSED  # type: ignore[attr-defined]
+
+
+@cli.command("bench-stacks")
+@click.argument("root", default=os.path.join("scenarios", "stacks"), required=False)
+@click.option("--stacks", "stacks_spec", default=None, metavar="A,B,...",
+              help="The stack folders to run [default: every one; torchrun, the reference, first].")
+@click.option("--faults", "faults_spec", default=None, metavar="F,G,...",
+              help="The faults (scenario file names without .yaml) to run [default: all].")
+@click.option("--sustained", is_flag=True,
+              help="Run each stack's sustained/ scenarios instead (many failures at a fixed mean "
+                   "interval over a long run) and report training efficiency.")
+@click.option("--repeat", type=click.IntRange(1, 100), default=None, help="Override every scenario's repeat.")
+@click.option("--seed", type=click.IntRange(0), default=None, help="Override every scenario's seed.")
+@click.option("--out", "out_dir", default=None, help="Report directory [default: reports/stacks or "
+              "reports/stacks-sustained].")
+@click.option("--junit", "junit_path", default=None, help="Also write JUnit XML here.")
+@click.option("--strict", is_flag=True, help="An expected failure that met every target (XPASS) fails the run.")
+@click.option("--dry-run", is_flag=True, help="Print which scenario runs each fault on each stack; start nothing.")
+def bench_stacks(root: str, stacks_spec: str | None, faults_spec: str | None, sustained: bool,
+                 repeat: int | None, seed: int | None, out_dir: str | None, junit_path: str | None,
+                 strict: bool, dry_run: bool) -> None:
+    """The same faults on several training stacks, side by side: ROOT/<stack>/<fault>.yaml
+    [default ROOT: scenarios/stacks], one table per fault (detection, the survivors' stall,
+    recovery, lost steps, goodput, final state, verdict) with torchrun restart as reference.
+    Exit codes as `run`."""
+    from chaos.report.stacks import print_stacks, write_stacks
+    from chaos.stacks import load_stacks
+    from chaos.suite import preflight, run_suite
+
+    def names(spec: str | None) -> list[str] | None:
+        return [n.strip() for n in spec.split(",") if n.strip()] if spec else None
+
+    matrix = load_stacks(root, names(stacks_spec), names(faults_spec), sustained)
+    if dry_run:
+        for fault in matrix.faults:
+            cells = [f"{s}: {matrix.cells[(fault, s)]}" if (fault, s) in matrix.cells else f"{s}: n/a"
+                     for s in matrix.stacks]
+            click.echo(f"{fault}  " + "; ".join(cells))
+        _print_plans(matrix.scenarios, seed, repeat)
+        return
+    preflight(matrix.scenarios)
+    suite_name = "stacks-sustained" if sustained else "stacks"
+    out_dir = out_dir or os.path.join("reports", suite_name)
+    from chaos.interrupts import installed
+
+    with installed():
+        outcome = run_suite(matrix.scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
+                            junit_path=junit_path, strict=strict)
+    code = _exit_code(outcome)
+    if outcome.journals:
+        print_stacks(matrix, outcome.journals, sustained)
+        for path in write_stacks(out_dir, matrix, outcome.journals, sustained):
+            click.echo(f"side by side: {path}")
+        from chaos.report import write_suite_html
+
+        write_suite_html(out_dir, outcome.journals, suite_name)  # now linking the tables
     if outcome.report_path:
         click.echo(f"HTML report: {outcome.report_path}")
     sys.exit(code)

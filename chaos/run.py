@@ -27,7 +27,7 @@ from typing import Any
 
 from chaos import __version__, interrupts, probe
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
+from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec, TargetUnavailable
 from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
@@ -85,6 +85,9 @@ class _FaultState:
     """The target as resolved against live processes when the fault was injected."""
     active: bool = False
     error: str | None = None
+    deferred_since: float | None = None
+    """A repeated fault due while its target had no live process (the job restarting from
+    the previous one): when it first waited."""
 
 
 def _versions() -> dict[str, str]:
@@ -115,6 +118,13 @@ class _Runner:
         self.plan_seed = plan_seed(seed, repeat_index)
         self.plan = make_plan(scenario, self.plan_seed) if with_faults else []
         self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
+        # The occurrence before each of a repeated trigger (poisson): they fire in order.
+        self.previous: dict[int, _FaultState] = {}
+        last: dict[int, _FaultState] = {}
+        for st in self.states:
+            if st.planned.spec.index in last:
+                self.previous[id(st)] = last[st.planned.spec.index]
+            last[st.planned.spec.index] = st
         self.max_step = 0
         self.step_by_rank: dict[int, int] = {}
         self.t_first_step: float | None = None
@@ -175,6 +185,9 @@ class _Runner:
     # -- triggers -------------------------------------------------------------------------
     def _due(self, st: _FaultState) -> bool:
         trig = st.planned.spec.trigger
+        previous = self.previous.get(id(st))
+        if previous is not None and not previous.fired:
+            return False
         if trig.kind == "at_step":
             ranks = st.planned.fault.target.ranks
             seen = max((self.step_by_rank.get(r, 0) for r in ranks), default=self.max_step) if ranks else self.max_step
@@ -188,18 +201,32 @@ class _Runner:
 
     def _inject(self, st: _FaultState) -> None:
         fault = st.planned.fault
-        st.fired = True
-        st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
         try:
             # Which processes the target means now: ranks move when spares join or the
             # group shrinks.
-            st.resolved = self.cluster.resolve(fault.target_spec)
+            resolved: ResolvedTarget | None = self.cluster.resolve(fault.target_spec)
+            problem: ChaosError | None = None
+        except TargetUnavailable as exc:
+            if st.planned.spec.trigger.kind == "poisson":
+                # A failure cannot strike a process that does not exist: a repeated fault
+                # due while the job restarts from the previous one lands on the target
+                # once it lives again (the sustained-failure experiment, docs/stacks.md).
+                if st.deferred_since is None:
+                    st.deferred_since = time.time()
+                    self.progress.note(f"{fault.fault_id} waits for its target: {exc}")
+                return
+            resolved, problem = None, exc
         except ChaosError as exc:
-            st.error = f"target unavailable: {exc}"
-            self._tool_error(f"{fault.fault_id}: {exc}")
-            self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(exc)})
+            resolved, problem = None, exc
+        st.fired = True
+        st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
+        if resolved is None:
+            st.error = f"target unavailable: {problem}"
+            self._tool_error(f"{fault.fault_id}: {problem}")
+            self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(problem)})
             self.fault_journal.reverted(fault.fault_id, "never applied: no live target")
             return
+        st.resolved = resolved
         fault.target = st.resolved
         self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **st.resolved.to_dict()})
         st.active = True
@@ -214,6 +241,8 @@ class _Runner:
             st.record = {}
             self._tool_error(f"{fault.fault_id}: {st.error}")
         st.t_inject = float(st.record.get("t_effective", t_called))
+        if st.deferred_since is not None:
+            st.record["deferred_s"] = round(t_called - st.deferred_since, 3)
         self.fault_journal.applied(fault.fault_id, st.record)
         self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
                       step=st.step_seen_at_inject, mechanism="injector", details=st.record)

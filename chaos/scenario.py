@@ -35,7 +35,7 @@ from chaos.schema.types import describe_value, model_keys
 from chaos.variants import Variation, expand_documents
 from chaos.yamlio import UNREADABLE, read_yaml
 
-__all__ = ["SCENARIO_SUFFIXES", "load_scenario", "load_suite", "parse_scenario"]
+__all__ = ["SCENARIO_SUFFIXES", "load_documents", "load_scenario", "load_suite", "parse_scenario"]
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
@@ -84,7 +84,15 @@ def load_suite(paths: Iterable[str], variation: Variation | None = None) -> list
         _expand(path, documents, seen, issues, suite_stack=())
     if variation is not None:
         documents = expand_documents(documents, variation)
+    return load_documents(documents, issues)
 
+
+def load_documents(documents: list[tuple[str, Any]],
+                   issues: list[ValidationIssue] | None = None) -> list[Scenario]:
+    """Scenarios of already-read documents (file, parsed YAML), as ``load_suite`` checks
+    them: every problem of every document (and duplicated scenario names, and ``issues``
+    found before) raised together."""
+    issues = list(issues or [])
     scenarios: list[Scenario] = []
     for file, data in documents:
         scenario, file_issues = _check(data, file)

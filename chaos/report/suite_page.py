@@ -146,7 +146,8 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
         body.append('<h2 id="fidelity">What the faults stand for</h2>')
         for name, text in sorted(fidelity.items()):
             body.append(f"<p><code>{escape(name)}</code></p><blockquote>{escape(' '.join(text.split()))}</blockquote>")
-    files = [name for name in ("suite.md", "suite.json", "junit.xml", "compare.md", "policies.md") if out_dir and
+    files = [name for name in ("suite.md", "suite.json", "junit.xml", "compare.md", "policies.md",
+                                                "stacks.md", "stacks.html") if out_dir and
              os.path.exists(os.path.join(out_dir, name))]
     if files:
         body += ['<h2 id="files">Files</h2><ul>', *[f"<li>{html_link(n, n)}</li>" for n in files], "</ul>"]

@@ -267,7 +267,9 @@ class RandomDoc(StrictModel):
 
 
 class PoissonDoc(StrictModel):
-    """Fire at seeded exponential gaps (a Poisson process)."""
+    """Fire at seeded exponential gaps (a Poisson process), in order. An occurrence due while
+    its target has no live process (the job still restarting from the previous one) fires
+    once the target lives again: the sustained-failure experiment of docs/stacks.md."""
 
     mtbf_s: float = Field(gt=0, le=MAX_SECONDS)
     """Mean seconds between faults."""

@@ -1,0 +1,81 @@
+"""What a fault costs the ranks it did not hit: how long the survivors stopped training.
+
+Recovery designs differ most here. With a torchrun restart every rank is torn down and
+restarted, so the survivors stall as long as the job takes to recover; with torchft the
+survivors drop the failed replica group and go on after their process-group timeout; with an
+in-process restart they re-enter the training function. The same fault, measured the same
+way on each stack, is what ``trainchaos bench-stacks`` puts side by side.
+
+survivor_stall_s
+    The survivors are the ranks that completed a step before the fault and are not among its
+    targets (``target_srcs``). For each, the longest gap between two of its consecutive
+    ``step_end`` events (any incarnation: a survivor torn down and restarted is still that
+    rank) that ends after the injection and begins before the fault's recovery (its
+    ``recovery_s``; the end of the run when it never recovered), minus the rank's median
+    step time before the fault: the time it trained nothing beyond a normal step. The
+    largest over the survivors. None when the fault left no survivor, or a survivor never
+    completed a step after it.
+
+Registered as the ``survivors`` metric family; it measures every fired fault.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from chaos.metrics.family import FaultContext, MetricFamily
+from chaos.metrics.spec import MetricSpec
+
+__all__ = ["FAMILY", "survivor_stall"]
+
+
+def survivor_stall(step_ends: list[dict[str, Any]], targets: set[str], t_inject: float,
+                   t_recovered: float | None) -> tuple[float | None, str | None]:
+    """(the survivors' stall in seconds, why it is None). ``step_ends``: the timeline's
+    ``step_end`` events in time order; ``t_recovered``: when the job recovered from the fault
+    (None: never, within the run)."""
+    times: dict[str, list[float]] = {}
+    for e in step_ends:
+        times.setdefault(str(e["src"]), []).append(float(e["t"]))
+    survivors = {src: ts for src, ts in times.items() if src not in targets and ts[0] <= t_inject}
+    if not survivors:
+        return None, "no survivor: every rank that trained before the fault was hit by it"
+    stalls = []
+    for src, ts in sorted(survivors.items()):
+        before = [b - a for a, b in zip(ts, ts[1:], strict=False) if b <= t_inject]
+        nominal = statistics.median(before) if before else 0.0
+        gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)
+                if b > t_inject and (t_recovered is None or a <= t_recovered)]
+        last = ts[-1]
+        if last <= t_inject:
+            return None, f"survivor {src} never completed a step after the fault"
+        stalls.append(max(max(gaps, default=0.0) - nominal, 0.0))
+    return max(stalls), None
+
+
+def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
+    fm = ctx.metrics
+    t_recovered = fm.t_inject + fm.recovery_s if fm.recovery_s is not None else None
+    stall, _ = survivor_stall(ctx.timeline.step_ends, set(ctx.record.target_srcs), fm.t_inject, t_recovered)
+    return {"survivor_stall_s": stall}
+
+
+def _missing(fm: Any) -> str:
+    return (f"fault {fm.fault_id}: survivor stall unknown (no rank outside its targets trained "
+            "before it, or one never trained again)")
+
+
+# Not gated (no tolerance): the suite tables and JUnit list the gated metrics, and this one is
+# read by the stack comparison and by the scenarios that set it as a target.
+SPECS = (
+    MetricSpec("survivor_stall_s", "survivor stall", "seconds", "s", "fault", missing="unknown",
+               title="Survivor stall", meaning="longest pause of the ranks the fault did not hit, beyond a step",
+               target="bound",
+               target_doc="The longest time a rank the fault did not hit trained nothing beyond a normal step, "
+                          "seconds (a restart of every rank: about the recovery; a stack that drops the failed "
+                          "group: its timeout).",
+               missing_reason=_missing),
+)
+
+FAMILY = MetricFamily("survivors", specs=SPECS, fault_metrics=_fault_metrics, applies=lambda record: True)
