@@ -21,12 +21,17 @@ Event = dict[str, Any]
 KINDS: dict[str, tuple[str, ...]] = {
     "run_start": ("world_size", "config"),
     "rank_start": ("rank", "local_rank", "world_size", "node", "pid", "resumed_from"),
-    "step_end": ("step", "loss"),
+    # samples: the sample indices the rank trained on in the step, sorted half-open ranges
+    # [[start, stop], ...] (probe.samples / probe.track); epoch: the pass they belong to
+    "step_end": ("step", "loss", "samples", "epoch"),
     "ckpt_save_start": ("step", "tier"),
-    "ckpt_save_end": ("step", "tier", "bytes", "seconds", "blocked_seconds"),
+    # durable: the files and directory were fsynced (false: a page-cache or shm tier)
+    "ckpt_save_end": ("step", "tier", "bytes", "seconds", "blocked_seconds", "durable"),
     # copy: primary or replica for the fast tier (checkpoint.placement), none for shared
     "ckpt_load": ("step", "tier", "verified", "path", "skipped", "copy"),
     "ckpt_placement": ("placement", "replica_rank"),
+    # a restart restored its state: the step it resumed from, whether the weights are finite
+    "reload": ("step", "weights_finite"),
     "fault_injected": ("fault", "type", "target", "step", "mechanism"),
     "fault_reverted": ("fault", "target"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)

@@ -165,6 +165,11 @@ def _targets_class() -> type:
         ("loss_tolerance", float, field(default=0.05)),
         # ``correct``: the first detection must blame the faulty rank/node and failure class.
         ("attribution", "Literal['correct'] | None", field(default=None)),
+        # The exactly-once data checker: the mode as written (exactly_once, at_least_once,
+        # bounds) and the bounds it stands for (None: not bounded).
+        ("data", "Literal['exactly_once', 'at_least_once', 'bounds'] | None", field(default=None)),
+        ("data_max_lost", "int | None", field(default=None)),
+        ("data_max_duplicated", "int | None", field(default=None)),
         # The run must reach its last step within ``timeout_s``.
         ("completes", bool, field(default=True)),
     ]
@@ -172,7 +177,7 @@ def _targets_class() -> type:
     return make_dataclass("Targets", modes + bounds, bases=(_TargetsBase,), frozen=True,
                           namespace={"__module__": __name__, "__doc__": "What a run must achieve: "
                                      "the bound of each metric target (None: not a target), and "
-                                     "final_state, attribution and completes."})
+                                     "final_state, attribution, data and completes."})
 
 
 Targets = _targets_class()

@@ -8,7 +8,12 @@ A training script (the bundled harness or a user's own) calls::
     probe.fault_point("step_begin", step=step)       # in-process faults land here
     ...forward, backward...
     probe.fault_point("after_backward", step=step)   # gradient flips after the all-reduce
+    probe.samples(ids, epoch=0)                       # the sample indices this step trained on
     probe.step_end(step, loss)                        # progress event (+ faults at step_end)
+
+``probe.samples`` (or a dataset wrapped in ``probe.track``) feeds the exactly-once data
+checker (docs/checkers.md): the indices ride on the step's own ``step_end`` event as
+half-open ranges, so reporting them adds no event and no file.
 
 In-process faults are *actions* in a registry (``register_action``): one function per
 action, looked up by the name a fault type's ``probe_actions`` gives. Some act once
@@ -53,8 +58,10 @@ __all__ = [
     "known_actions",
     "model_digest",
     "register_action",
+    "samples",
     "src",
     "step_end",
+    "track",
     "watch",
     "weights_finite",
 ]
@@ -177,6 +184,8 @@ class Probe:
         self._last_step_t: float | None = None
         self._step_durations: collections.deque[float] = collections.deque(maxlen=8)
         self._ongoing: list[Episode] = []
+        self._samples: list[tuple[int, int]] | None = None
+        self._samples_epoch: int | None = None
         self.watched: dict[str, Any] = {}
         if events_dir:
             os.makedirs(events_dir, exist_ok=True)
@@ -203,8 +212,42 @@ class Probe:
             self._file.write(line + "\n")
             self._file.flush()
 
+    def samples(self, ids: Any, epoch: int | None = None) -> None:
+        """The sample indices of the batch this rank is training on (any iterable of ints, a
+        ``range``, a tensor); reported with the next ``step_end``. Calls before one step's end
+        add up (gradient accumulation: one call per micro-batch). ``epoch``: the pass over
+        the dataset they belong to; it stays until another is given (never given: one
+        endless pass)."""
+        if self._file is None:
+            return
+        if isinstance(ids, range) and ids.step == 1:
+            spans = [(ids.start, ids.stop)] if ids.stop > ids.start else []
+        else:
+            spans = [(v, v + 1) for v in (int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids))]
+        if self._samples is None:
+            self._samples = []
+        self._samples.extend(spans)
+        if epoch is not None:  # the current epoch until the script says another
+            self._samples_epoch = epoch
+
+    def _pending_ranges(self) -> list[list[int]]:
+        """The pending indices as sorted, merged half-open ranges ``[[start, stop], ...]``:
+        a contiguous shard of any size is two numbers, and a ``range`` is never expanded."""
+        spans, self._samples = sorted(self._samples or []), None
+        out: list[list[int]] = []
+        for start, stop in spans:
+            if out and start == out[-1][1]:
+                out[-1][1] = stop
+            else:
+                out.append([start, stop])
+        return out
+
     def step_end(self, step: int, loss: float | None = None, **fields: Any) -> None:
         """Report a completed optimizer step; in-process faults planned at this step fire after."""
+        if self._samples is not None:
+            fields["samples"] = self._pending_ranges()
+            if self._samples_epoch is not None:
+                fields["epoch"] = self._samples_epoch
         self.emit("step_end", step=step, loss=loss, **fields)
         now = time.perf_counter()
         if self._last_step_t is not None and not self._slowdowns:
@@ -380,6 +423,81 @@ def step_end(step: int, loss: float | None = None, **fields: Any) -> None:
 
 def fault_point(point: str, step: int | None = None, **context: Any) -> None:
     get().fault_point(point, step, **context)
+
+
+def samples(ids: Any, epoch: int | None = None) -> None:
+    """Report the sample indices of the batch being trained on (see ``Probe.samples``)."""
+    get().samples(ids, epoch)
+
+
+def track(dataset: Any) -> Any:
+    """``dataset`` wrapped so that every sample a DataLoader fetches from it is reported with
+    the next ``step_end`` (``probe.samples``), for a training script that changes nothing
+    else: ``DataLoader(probe.track(dataset), ...)``.
+
+    A map-style dataset (``__getitem__`` and ``__len__``): the index of every item fetched
+    is reported. Fetching happens in the process that calls ``__getitem__``: with
+    ``num_workers=0`` (the default) that is the rank itself, just before the step trains on
+    the batch, so what is reported is exactly what the step trained on. DataLoader worker
+    processes cannot report into the rank's event stream; there the wrapper reports nothing
+    and says so once on stderr (call ``probe.samples`` with the batch's indices instead).
+    ``epoch`` is taken from the wrapper's ``set_epoch`` (call it where you call the
+    sampler's). Detached (outside trainchaos) the wrapper only forwards.
+    """
+    return _Tracked(dataset)
+
+
+class _Tracked:
+    """A map-style dataset that reports the indices fetched from it (``probe.track``).
+
+    Not a ``torch.utils.data.Dataset`` subclass, so that the probe never imports torch: the
+    DataLoader only needs ``__getitem__`` and ``__len__``. Attribute reads fall through to
+    the wrapped dataset, so code that looks at ``loader.dataset.classes`` still works.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise TypeError(f"probe.track needs a map-style dataset (__getitem__ and __len__), "
+                            f"got {type(dataset).__name__}")
+        self.dataset = dataset
+        self.epoch: int | None = None
+        self._owner = os.getpid()
+        self._warned = False
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Any) -> Any:
+        item = self.dataset[index]
+        if os.getpid() == self._owner:
+            get().samples([index] if isinstance(index, int) else index, self.epoch)
+        else:
+            self._warn()
+        return item
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        # DataLoader's batched fetch (torch >= 2.1): one report for the batch.
+        many = getattr(self.dataset, "__getitems__", None)
+        items = many(indices) if many is not None else [self.dataset[i] for i in indices]
+        if os.getpid() == self._owner:
+            get().samples(indices, self.epoch)
+        else:
+            self._warn()
+        return items
+
+    def _warn(self) -> None:
+        if not self._warned:
+            self._warned = True
+            sys.stderr.write("trainchaos probe.track: samples fetched in a DataLoader worker are not "
+                             "reported; use num_workers=0 or call probe.samples(ids)\n")
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":  # not yet set (unpickling in a worker)
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
 
 
 def final_state(step: int, *, model: Any = None, digest: str | None = None,

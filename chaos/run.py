@@ -34,6 +34,7 @@ from chaos.events import Event, read_events
 from chaos.faults.storage import plan_mounts
 from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
+from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
 from chaos.record import (
@@ -485,10 +486,12 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
     losses = {}
-    for ev in read_events(RunDir(run_dir).events):
+    events = read_events(RunDir(run_dir).events)
+    for ev in events:
         if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
             losses[int(ev["step"])] = ev.get("loss")
     info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
                         world_size=scenario.topology.world_size,
-                        health_problem=journal["metrics"].get("health_problem"))
+                        health_problem=journal["metrics"].get("health_problem"),
+                        samples=baseline_samples(events))
     return info, journal

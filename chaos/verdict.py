@@ -24,7 +24,7 @@ __all__ = ["Check", "Verdict", "judge"]
 class Check:
     name: str
     """The target checked: a metric's key (``chaos.metrics.catalogue``: detection_s,
-    recovery_s, goodput...), or final_state, attribution, completes, fault_fired,
+    recovery_s, goodput...), or final_state, attribution, data, completes, fault_fired,
     training_health."""
     ok: bool
     value: Any
@@ -188,6 +188,35 @@ def _final_state(targets: Targets, m: RunMetrics) -> Check:
                  f"final digest {m.final_digest[:12]} != baseline {base}")
 
 
+def _data(targets: Targets, m: RunMetrics) -> Check:
+    """The exactly-once data checker's target (chaos/metrics/families/data.py)."""
+    mode = targets.data
+    bound = {"mode": mode, "max_lost": targets.data_max_lost, "max_duplicated": targets.data_max_duplicated}
+    lost, dup = getattr(m, "data_lost", None), getattr(m, "data_duplicated", None)
+    if lost is None or dup is None:
+        return Check("data", False, None, bound, f"data {mode}: no sample reports: the workload reports none "
+                     "(the harness does; a script calls probe.samples or wraps its dataset in probe.track)")
+    rolled = getattr(m, "data_rolled_back_only", 0) or 0
+    epochs = m.data_epochs or []
+    value = {"lost": lost, "duplicated": dup, "rolled_back_only": rolled}
+    problems = []
+    if targets.data_max_lost is not None and lost > targets.data_max_lost:
+        why = f" ({rolled} trained only by a rolled-back incarnation)" if rolled else ""
+        problems.append(f"{lost} samples lost{why} > {targets.data_max_lost}")
+    if targets.data_max_duplicated is not None and dup > targets.data_max_duplicated:
+        problems.append(f"{dup} samples duplicated > {targets.data_max_duplicated}")
+    where = ""
+    bad = [r for r in epochs if r.get("lost") or r.get("duplicated")]
+    if problems and bad:
+        where = "; first in epoch {epoch}: {lost} lost, {duplicated} duplicated of {expected}".format(**bad[0])
+    against = " (against the fault-free twin)" if m.has_baseline else ""
+    if problems:
+        return Check("data", False, value, bound, f"data {mode}: " + ", ".join(problems) + where + against)
+    return Check("data", True, value, bound,
+                 f"data {mode}: {m.data_samples} samples trained, {lost} lost, {dup} duplicated over "
+                 f"{len(epochs)} epoch(s){against}")
+
+
 def _completes(m: RunMetrics, status: str) -> Check:
     where = f"last step {m.final_step if m.final_step is not None else 'none'} of {m.steps_target}"
     if status == "completed" and m.completed:
@@ -230,6 +259,8 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
     checks.extend(_metric_check(spec, bound, metrics, None) for spec, bound in _targeted(targets, "run"))
     if targets.final_state is not None:
         checks.append(_final_state(targets, metrics))
+    if targets.data is not None:
+        checks.append(_data(targets, metrics))
     if targets.completes:
         checks.append(_completes(metrics, status))
     if not metrics.healthy:

@@ -576,6 +576,7 @@ class CheckpointManager:
         self._emit(
             "ckpt_save_end", step=step, tier=self.tier, bytes=manifest["files"][STATE_FILE]["bytes"],
             seconds=written, blocked_seconds=blocked.seconds(), mode=self.mode, path=final,
+            durable=self.fsync,  # what "the newest durable checkpoint" means (silent_rollback_steps)
         )
 
     def _write_files(self, tmp: str, step: int, state: dict[str, Any],

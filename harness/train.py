@@ -295,9 +295,13 @@ class Trainer:
         self.optimizer.load_state_dict(state[ckpt.OPTIMIZER])
         self.scheduler.load_state_dict(state[ckpt.LR_SCHEDULER])
         _set_rng_state(state[ckpt.RNG])
-        self.sampler.load_state_dict(state[ckpt.DATA])
+        if self.cfg.data_restore_position:
+            self.sampler.load_state_dict(state[ckpt.DATA])
         self.step = int(state[ckpt.STEP])
         self.last_loss = float(state.get(LAST_LOSS, float("nan")))
+        # Reload sanity (docs/checkers.md): what the restart resumed from, and whether the
+        # weights it loaded are still numbers, before a step could hide it.
+        probe.emit("reload", step=self.step, weights_finite=probe.weights_finite(self.raw_model))
 
     # -- the loop -----------------------------------------------------------------------
     def train_step(self, verify: bool = False) -> float:
@@ -307,6 +311,7 @@ class Trainer:
         if self.data_path is not None:
             self.data_path.read(self.sampler.cursor)
         x, y = self.feed.next_batch()
+        self._report_samples()
         if isinstance(self.feed, LoaderFeed) and self.feed.worker_pids != self._announced_workers:
             # Who the rank's loader workers are, so that a kill can be checked to hit the rank.
             self._announced_workers = self.feed.worker_pids
@@ -326,6 +331,16 @@ class Trainer:
         # corruption detectors' evidence in one collective (harness.sdc).
         return self.sdc.end_step(step, loss.detach(), norm, verify,
                                  stop=self.stop.vote() if self.stop is not None else None)
+
+    def _report_samples(self) -> None:
+        """The sample slots this rank trains on this step, for the exactly-once data checker.
+
+        The harness's data is one endless pass: slot ``cursor * global_batch + i`` is window
+        ``i`` of batch ``cursor``, and this rank's shard is a contiguous run of them (two
+        numbers on the ``step_end`` event, whatever the batch size)."""
+        per_rank = self.cfg.global_batch // self.env.world_size
+        first = (self.sampler.cursor - 1) * self.cfg.global_batch + self.env.rank * per_rank
+        probe.samples(range(first, first + per_rank))
 
     def _on_corruption(self, detection: Detection) -> None:
         """Every rank reached this verdict at the same step: report it, quarantine the

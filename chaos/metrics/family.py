@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.metrics.records import FaultMetrics, FaultRecord, RunInfo, RunMetrics
+from chaos.metrics.records import BaselineInfo, FaultMetrics, FaultRecord, RunInfo, RunMetrics
 from chaos.metrics.spec import MetricSpec
 from chaos.metrics.timeline import Event, Timeline
 
@@ -48,6 +48,8 @@ class RunContext:
     run: RunInfo
     metrics: RunMetrics
     """With every fault's metrics (``metrics.faults``), restarts and false detections."""
+    baseline: BaselineInfo | None = None
+    """The fault-free twin, when the scenario runs one (checkers compare against it)."""
 
 
 FaultFn = Callable[[FaultContext], Mapping[str, Any] | None]

@@ -109,7 +109,7 @@ def compute_metrics(
     _check_health(m, lineage, run_end)
     m.false_detection_events = _false_detections(tl, faults, t_injects)
     m.false_detections = len(m.false_detection_events)
-    ctx = RunContext(tl, run, m)
+    ctx = RunContext(tl, run, m, baseline)
     for family in families():
         if family.run_metrics is not None:
             for key, value in (family.run_metrics(ctx) or {}).items():

@@ -119,6 +119,10 @@ class BaselineInfo:
     world_size: int
     health_problem: str | None = None
     """Why the baseline itself is not a sound reference (non-finite loss or weights)."""
+    samples: dict[int, Any] = field(default_factory=dict)
+    """Step -> the samples the twin trained at that step, every rank's together, as
+    ``[[epoch, [[start, stop], ...]], ...]`` (empty: the workload reports none); what the
+    exactly-once data checker expects (chaos/metrics/families/data.py)."""
 
 
 # -- outputs ----------------------------------------------------------------------------
@@ -239,5 +243,17 @@ class RunMetrics(_FamilyValues):
     skipped_saves: int = 0
     rejected_checkpoints: int = 0
     ckpt_lost_steps: int = 0
+    # exactly-once data (definitions: chaos/metrics/families/data.py); None: no sample reports
+    data_samples: int | None = None
+    data_lost: int | None = None
+    data_duplicated: int | None = None
+    data_rolled_back_only: int | None = None
+    data_epochs: list[dict[str, Any]] | None = None
+    # reload sanity and progress (definitions: chaos/metrics/families/reload.py)
+    reload_nonfinite: int = 0
+    reload_loss_dev: float | None = None
+    reload_loss_steps: list[int] = field(default_factory=list)
+    silent_rollback_steps: int = 0
+    silent_rollbacks: list[dict[str, Any]] = field(default_factory=list)
     family_values: dict[str, Any] = field(default_factory=dict, repr=False)
     """Metrics of registered families without a field here (see the module docstring)."""

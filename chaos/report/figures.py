@@ -203,6 +203,40 @@ def timeline_svg(view: RunView) -> str:
     return _to_svg(fig, "timeline", titles)
 
 
+_COVERAGE_STYLE = {"once": ("#2ca02c", "trained once, kept"), "duplicate": ("#ff7f0e", "kept, holds a repeated sample"),
+                   "rolled_back": ("#9e9e9e", "trained, then rolled back")}
+
+
+def coverage_svg(view: RunView, lost: int | None) -> str | None:
+    """The samples lane: per step (x), what became of the samples each incarnation (row)
+    trained: kept once, kept with a repeat, or rolled back with its incarnation's work."""
+    if not view.coverage:
+        return None
+    from matplotlib.patches import Patch
+
+    incs = sorted({inc for _, inc, _ in view.coverage})
+    fig = _figure(12, 0.9 + 0.38 * len(incs) + 0.6)
+    ax = fig.add_subplot()
+    titles: dict[str, str] = {}
+    for i, (step, inc, status) in enumerate(view.coverage):
+        y = len(incs) - 1 - incs.index(inc)
+        gid = f"cov-i{inc}-s{step}-{i}"
+        ax.barh(y, 1.0, left=step - 1, height=0.6, color=_COVERAGE_STYLE[status][0], edgecolor="none", gid=gid)
+        titles[gid] = f"step {step}, incarnation {inc}: {_COVERAGE_STYLE[status][1]}"
+    ax.set_yticks(range(len(incs)), labels=[f"samples i{inc}" for inc in reversed(incs)])
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.6, len(incs) - 0.4)
+    title = "Sample coverage (the exactly-once data checker)"
+    if lost:
+        title += f": {lost} expected samples never trained by the surviving run"
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.25)
+    shown = {status for _, _, status in view.coverage}
+    fig.legend(handles=[Patch(color=c, label=label) for k, (c, label) in _COVERAGE_STYLE.items() if k in shown],
+               loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return _to_svg(fig, "coverage", titles)
+
+
 def loss_svg(view: RunView, fault_steps: list[tuple[str, int]]) -> str | None:
     """Loss per step of the reference rank (each incarnation in its color) over the baseline's
     (dashed), and below it the relative deviation at every step both reached."""

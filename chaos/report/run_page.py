@@ -82,6 +82,11 @@ def render_run_html(journal: dict[str, Any], events: list[dict[str, Any]],
     body.append(loss or '<p class="muted">No loss was reported.</p>')
     if loss and not view.baseline_losses:
         body.append('<p class="muted">No fault-free baseline for this scenario (set <code>baseline: true</code>).</p>')
+    metrics = journal.get("metrics") if isinstance(journal.get("metrics"), dict) else {}
+    coverage = figures.coverage_svg(view, metrics.get("data_lost"))
+    if coverage:
+        body.append('<h2 id="samples">Sample coverage</h2>')
+        body.append(coverage)
     body += _run_metrics(journal)
     body += _run_faults(journal)
     body += _run_files(journal, run_dir)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos.events import read_events
+from chaos.metrics.families.data import baseline_samples, step_coverage
 from chaos.report._format import finite_number
 from chaos.rundir import RunDir
 
@@ -78,6 +79,9 @@ class RunView:
     t_stop: float | None = None
     """When trainchaos began stopping the job (relative); None when it ended on its own."""
     steps_target: int | None = None
+    coverage: list[tuple[int, int, str]] = field(default_factory=list)
+    """The samples lane: (step, incarnation, once | duplicate | rolled_back) for each step a
+    rank reported samples for (chaos/metrics/families/data.py; empty: none reported)."""
 
     def lane_names(self) -> list[str]:
         return [lane.name for lane in self.lanes]
@@ -174,6 +178,7 @@ def build_run_view(journal: dict[str, Any], events: list[dict[str, Any]],
         view.baseline_losses = sorted(merged.items())
 
     view.marks = _marks(journal, events, faults, metrics, rel, t_stop_abs)
+    view.coverage = step_coverage(events, baseline_samples(base_events) if base_events else None)
     return view
 
 

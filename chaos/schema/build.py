@@ -9,6 +9,7 @@ from chaos.faults.base import lookup
 from chaos.metrics.catalogue import target_specs
 from chaos.schema.models import (
     BoundDoc,
+    DataBoundsDoc,
     FaultDoc,
     FractionBoundDoc,
     LossWithinDoc,
@@ -98,6 +99,10 @@ def _targets(doc: TargetsDoc | None) -> records.Targets:
         extra = {"final_state": "loss_within", "loss_tolerance": float(doc.final_state.loss_within)}
     elif doc.final_state is not None:
         extra = {"final_state": doc.final_state}
+    if isinstance(doc.data, DataBoundsDoc):
+        extra.update(data="bounds", data_max_lost=doc.data.max_lost, data_max_duplicated=doc.data.max_duplicated)
+    elif doc.data is not None:
+        extra.update(data=doc.data, data_max_lost=0, data_max_duplicated=0 if doc.data == "exactly_once" else None)
     # Every metric target of the catalogue is a key of the document (chaos.schema.models).
     bounds = {spec.key: _bound(getattr(doc, spec.key, None)) for spec in target_specs()}
     return records.Targets.with_bounds(bounds, attribution=doc.attribution, completes=doc.completes, **extra)

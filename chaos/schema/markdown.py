@@ -22,6 +22,7 @@ from chaos.metrics.catalogue import target_specs
 from chaos.schema.models import (
     AfterEventDoc,
     BoundDoc,
+    DataBoundsDoc,
     FaultDoc,
     FractionBoundDoc,
     LossWithinDoc,
@@ -68,6 +69,7 @@ _SECTIONS: list[tuple[str, type[BaseModel], str]] = [
     ("Bound: `{max, min}`", BoundDoc, ""),
     ("Fraction bound: `{max, min}`", FractionBoundDoc, ""),
     ("`targets.final_state: {loss_within}`", LossWithinDoc, ""),
+    ("`targets.data: {max_lost, max_duplicated}`", DataBoundsDoc, ""),
 ]
 
 

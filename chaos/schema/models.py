@@ -381,6 +381,23 @@ def _name_or_mapping(value: Any) -> str:
     return "mapping" if isinstance(value, dict) else "name"
 
 
+class DataBoundsDoc(StrictModel):
+    """How many samples the surviving training may lose or train twice (docs/checkers.md)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    max_lost: int = optional_key(ge=0)
+    """At most this many samples lost (never trained by the surviving training)."""
+    max_duplicated: int = optional_key(ge=0)
+    """At most this many extra trainings of a sample by the surviving training."""
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Self:
+        if self.max_lost is None and self.max_duplicated is None:
+            raise ValueError("give max_lost and/or max_duplicated")
+        return self
+
+
 def _metric_targets() -> type[StrictModel]:
     """One optional key per metric of the catalogue that can be a target
     (``chaos.metrics.catalogue.target_specs``): a ``{max, min}`` bound, or a bound on a
@@ -407,6 +424,16 @@ class TargetsDoc(_metric_targets()):  # type: ignore[misc]
     matches_baseline (bitwise equal final model) or {loss_within: X}."""
     attribution: Annotated[Literal["correct"], Noun("attribution target")] = optional_key()
     """correct: the first detection must blame the faulty rank/node and failure class."""
+    data: Annotated[
+        Annotated[Literal["exactly_once", "at_least_once"], Tag("name")] | Annotated[DataBoundsDoc, Tag("mapping")],
+        Discriminator(_name_or_mapping),
+        Expect("exactly_once, at_least_once or {max_lost: N, max_duplicated: N}"),
+    ] = optional_key()
+    """The exactly-once data checker (the workload reports its samples: probe.samples or
+    probe.track; docs/checkers.md): exactly_once (no sample lost or trained twice by the
+    training that survived), at_least_once (none lost; repeats allowed) or
+    {max_lost: N, max_duplicated: N}. Samples are counted against the fault-free twin's
+    when baseline: true."""
     completes: bool = _default(records.Targets, "completes")
     """The run must reach its last step within timeout_s."""
 

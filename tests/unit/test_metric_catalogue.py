@@ -35,13 +35,14 @@ from chaos.schema.models import TargetsDoc
 from chaos.verdict import judge
 
 # Targets that are not a metric's bound: correctness, attribution, completion.
-NOT_METRICS = {"final_state", "attribution", "completes"}
+NOT_METRICS = {"final_state", "attribution", "completes", "data"}
 
 
 def test_every_target_of_the_schema_is_a_metric_of_the_catalogue() -> None:
     keys = set(TargetsDoc.model_fields) - NOT_METRICS
     assert keys == {s.key for s in target_specs()}
-    assert {f.name for f in dataclasses.fields(Targets)} - NOT_METRICS - {"loss_tolerance"} == keys
+    modes = {"loss_tolerance", "data_max_lost", "data_max_duplicated"}
+    assert {f.name for f in dataclasses.fields(Targets)} - NOT_METRICS - modes == keys
     for s in target_specs():
         assert s.target_doc.strip(), f"{s.key}: a target needs its schema description"
         assert TargetsDoc.model_fields[s.key].description
@@ -60,7 +61,9 @@ def test_every_metric_the_reports_show_has_its_words() -> None:
 
 def test_the_gate_follows_the_catalogue_in_its_order() -> None:
     assert [s.key for s in gated()] == ["detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput",
-                                        "false_detections", "wall_s"]
+                                        "false_detections", "wall_s",
+                                        # the checkers (families data, reload), in module-name order
+                                        "data_lost", "data_duplicated", "reload_nonfinite", "silent_rollback_steps"]
     assert spec("wall_s").tolerance == Tolerance(rel=0.5, abs=30.0, gate=False)
 
 
