@@ -22,6 +22,7 @@ __all__ = [
     "NODE_LOCAL_DIR_ENV",
     "PLUGINS_ENV",
     "PROBE_FAULTS_ENV",
+    "RECORD_DIGESTS_ENV",
     "RESOURCE_ENV",
     "RUN_ID_ENV",
     "SHARED_CHECKPOINTS_SUBDIR",
@@ -54,6 +55,9 @@ PROBE_FAULTS_ENV = "TRAINCHAOS_PROBE_FAULTS"
 """The JSON file of in-process faults the probe of each rank must fire."""
 SRC_ENV = "TRAINCHAOS_SRC"
 """Overrides the probe's event source name (default ``rank-<RANK>``)."""
+RECORD_DIGESTS_ENV = "TRAINCHAOS_RECORD_DIGESTS"
+"""Set (``1``) in the fault-free twin: ``probe.state_digest`` then reports the model's digest
+at every step it is called, the reference the checkpoint freshness checker judges by."""
 
 LOCAL_TIER_SUBDIR = "checkpoints"
 """The node-local checkpoint tier: ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``."""

@@ -49,6 +49,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fault_error": ("fault", "type", "target", "step", "error"),
     "rank_exit": ("code", "reason"),
     "run_end": ("step", "digest", "loss"),
+    # the model state at a step (probe.state_digest; only the fault-free twin reports it)
+    "state_digest": ("step", "digest"),
     # emitted by the controller: the job as a whole
     "job_start": ("nodes", "ranks_per_node", "spares", "backend", "run_id"),
     # trainchaos began stopping the job (timeout, interrupt, tool error, or the end): what
@@ -57,6 +59,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "job_end": ("status", "returncode"),
     # a power fault's nodes powered on again (fresh agents that may rejoin)
     "power_restored": ("fault", "nodes"),
+    # the controller read a checkpoint the job reported saved (chaos.freshness): the step
+    # it claims, the digest of the model state it holds; error: why it could not be read
+    "ckpt_image": ("step", "tier", "path", "digest", "error"),
     # a rank's DataLoader worker processes (children of the rank, never its target)
     "data_workers": ("pids",),
 }

@@ -60,6 +60,8 @@ __all__ = [
     "register_action",
     "samples",
     "src",
+    "state_dict_digest",
+    "state_digest",
     "step_end",
     "track",
     "watch",
@@ -530,13 +532,17 @@ def model_digest(model: Any) -> str:
     run of the same model compare equal (DDP prefixes every name with ``module.``). torch is
     imported here, on use: the probe itself loads with the standard library only.
     """
+    model = _unwrapped(model)
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    return _hash_tensors(tensors)
+
+
+def _hash_tensors(tensors: dict[str, Any]) -> str:
     import hashlib
 
     import torch
 
-    model = _unwrapped(model)
-    tensors = dict(model.named_parameters())
-    tensors.update(model.named_buffers())
     digest = hashlib.sha256()
     for name in sorted(tensors):
         tensor = tensors[name].detach().to("cpu").contiguous()
@@ -544,6 +550,39 @@ def model_digest(model: Any) -> str:
         # Reinterpret as bytes (works for every dtype, bfloat16 included, unlike .numpy()).
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def state_dict_digest(state: Any) -> str:
+    """SHA-256 over a model's ``state_dict`` (a mapping of name -> tensor), the way
+    ``model_digest`` hashes a module: what a checkpoint holds and what a live model holds
+    compare equal exactly when the saved tensors are bitwise equal. A ``module.`` prefix
+    (a DDP wrapper's state dict) is dropped so that both spellings compare equal."""
+    import torch
+
+    return _hash_tensors({(name[7:] if name.startswith("module.") else name): value
+                          for name, value in state.items() if isinstance(value, torch.Tensor)})
+
+
+_record_digests: bool | None = None
+
+
+def state_digest(step: int, *, model: Any = None, digest: str | None = None) -> str | None:
+    """Publish the model state reached at ``step`` (``state_digest``), for the checkpoint
+    freshness checker: the fault-free twin's digests are what each checkpoint of the faulty
+    run must hold at the step it claims. A no-op (returning None, computing nothing) unless
+    the controller asked for it (``TRAINCHAOS_RECORD_DIGESTS``, set in the twin only), so a
+    script can call it after every optimizer step at no cost. Call it from one rank; give
+    ``model`` (its ``state_dict`` is hashed as a checkpoint's is, ``state_dict_digest``) or
+    a ``digest`` of your own that your workload's checkpoint reader computes the same way."""
+    global _record_digests
+    if _record_digests is None:
+        _record_digests = os.environ.get(contract.RECORD_DIGESTS_ENV) == "1"
+    if not _record_digests:
+        return None
+    if digest is None and model is not None:
+        digest = state_dict_digest(_unwrapped(model).state_dict())
+    get().emit("state_digest", step=step, digest=digest)
+    return digest
 
 
 def weights_finite(model: Any) -> bool:

@@ -25,13 +25,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos import __version__, interrupts, probe
+from chaos import __version__, contract, interrupts, probe
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec, TargetUnavailable
 from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
 from chaos.faults.storage import plan_mounts
+from chaos.freshness import CheckpointReader
 from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.metrics.families.data import baseline_samples
@@ -143,6 +144,8 @@ class _Runner:
         """Rank -> the node of its latest ``rank_start``."""
         self.group_size = 0
         """World size of the latest ``rank_start``: the group now (or last) training."""
+        self.reader: CheckpointReader | None = None
+        """Reads each saved checkpoint for the freshness checker (runs with a twin only)."""
 
     def _tool_error(self, message: str) -> None:
         self.tool_errors.append(message)
@@ -172,6 +175,8 @@ class _Runner:
                 if step > self.max_step:
                     self.max_step = step
                     self.progress.step(step, self.steps_target)
+            elif kind == "ckpt_save_end" and self.reader is not None:
+                self.reader.offer(ev)
             elif kind == "fault_injected" and ev.get("src") != "injector":
                 self.progress.note(f"{ev.get('fault')} injected in-process at step {ev.get('step')} on {ev.get('src')}")
             elif kind == "fault_error":
@@ -279,15 +284,22 @@ class _Runner:
             json.dump(probe_instructions(self.plan), fh, indent=1)
         backend = self.scenario.backend
         self.resources = RunResources(self.run_id, self.run_dir)
+        extra_env = dict(launch.env)
+        if not self.with_faults:  # the twin: its state at every step is the freshness reference
+            extra_env[contract.RECORD_DIGESTS_ENV] = "1"
         spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
                        worker_argv=launch.worker_argv, probe_faults_file=probe_file,
                        tee_worker_output=launch.launcher.tee_output, options=dict(backend.options),
-                       extra_env=dict(launch.env),
+                       extra_env=extra_env,
                        mounts=plan_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
         self.fault_journal = FaultJournal(self.rundir.fault_journal)
         injector = probe.Probe(events_dir, "injector", 0)
+        twin = getattr(self, "baseline_info", None)
+        if self.with_faults and twin is not None and twin.digests:
+            # Each checkpoint the job saves, read as it is saved (chaos.freshness).
+            self.reader = CheckpointReader(self.workload, injector.emit)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
         # What the run record needs that the events do not hold, on disk before anything
@@ -344,6 +356,8 @@ class _Runner:
             self.ctx.stopping = True
             injector.emit("job_stop", status=self.status)
             self._teardown()
+            if self.reader is not None and not self.reader.close():
+                self.progress.note("checkpoint reader still busy at the end: later checkpoints unchecked")
             injector.emit("job_end", status=self.status)
             injector.close()
             unregister_run(self.run_id)
@@ -487,11 +501,14 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
     journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
     losses = {}
     events = read_events(RunDir(run_dir).events)
+    digests = {}
     for ev in events:
         if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
             losses[int(ev["step"])] = ev.get("loss")
+        elif ev.get("kind") == "state_digest" and isinstance(ev.get("digest"), str):
+            digests[int(ev["step"])] = ev["digest"]
     info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
                         world_size=scenario.topology.world_size,
                         health_problem=journal["metrics"].get("health_problem"),
-                        samples=baseline_samples(events))
+                        samples=baseline_samples(events), digests=digests)
     return info, journal

@@ -71,6 +71,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "LoadInfo",
+    "read_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -712,56 +713,7 @@ class CheckpointManager:
         raise CheckpointCorruptError(skipped)
 
     def _read_verified(self, path: str, step: int) -> dict[str, Any]:
-        """The state of the checkpoint at ``path`` if its manifest checks out, else _Invalid."""
-        manifest_path = os.path.join(path, MANIFEST_FILE)
-        try:
-            with open(manifest_path, encoding="utf-8") as f:
-                manifest = json.load(f)
-        except FileNotFoundError:
-            raise _Invalid(f"no {MANIFEST_FILE} (the write never completed)") from None
-        except (OSError, ValueError) as exc:
-            raise _Invalid(f"unreadable {MANIFEST_FILE}: {exc}") from None
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-            raise _Invalid(f"malformed {MANIFEST_FILE}: no 'files' mapping")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise _Invalid(
-                f"format version {manifest.get('format_version')!r}, this reader knows {FORMAT_VERSION}"
-            )
-        if manifest.get("step") != step:
-            raise _Invalid(f"manifest says step {manifest.get('step')!r}, directory says {step}")
-        files = manifest["files"]
-        if STATE_FILE not in files:
-            raise _Invalid(f"{MANIFEST_FILE} does not list {STATE_FILE}")
-
-        contents: dict[str, bytes] = {}
-        for name, meta in files.items():
-            if not isinstance(name, str) or os.path.basename(name) != name or name in (".", ".."):
-                raise _Invalid(f"{MANIFEST_FILE} lists a bad file name {name!r}")
-            try:
-                with open(os.path.join(path, name), "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise _Invalid(f"{name}: cannot read: {exc.strerror or exc}") from None
-            try:
-                size, digest = int(meta["bytes"]), str(meta["sha256"])
-            except (KeyError, TypeError, ValueError):
-                raise _Invalid(f"{MANIFEST_FILE} entry of {name} lacks bytes/sha256") from None
-            if len(data) != size:
-                raise _Invalid(f"{name}: {len(data)} bytes, manifest says {size} (truncated or torn)")
-            if self.verify_checksum and hashlib.sha256(data).hexdigest() != digest:
-                raise _ChecksumMismatch(f"{name}: sha256 mismatch (content changed after it was written)")
-            contents[name] = data
-
-        # Load the very bytes that were verified (re-reading the file could see other bytes).
-        try:
-            state = torch.load(io.BytesIO(contents[STATE_FILE]), map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure means unusable
-            raise _Invalid(f"{STATE_FILE}: torch.load failed: {type(exc).__name__}: {exc}") from None
-        if not isinstance(state, dict):
-            raise _Invalid(f"{STATE_FILE} holds a {type(state).__name__}, not a state dict")
-        if STEP in state and state[STEP] != step:
-            raise _Invalid(f"{STATE_FILE} says step {state[STEP]!r}, manifest says {step}")
-        return state
+        return _read_verified(path, step, self.verify_checksum)
 
     # ---------------------------------------------------------------- helpers
 
@@ -790,3 +742,70 @@ class CheckpointManager:
             self._emit_fn(kind, **fields)
         except Exception:  # noqa: BLE001
             log.exception("checkpoint event %s could not be emitted", kind)
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """The state of the checkpoint directory ``path`` (``.../step-NNNNNNNN``), verified as
+    :meth:`CheckpointManager.load` verifies it (manifest, sizes, sha256, the step); raises
+    :class:`CheckpointError` saying why it is unusable. For readers outside the job:
+    trainchaos's checkpoint checkers (chaos.workload.harness)."""
+    match = _FINAL_RE.match(os.path.basename(os.path.normpath(path)))
+    if match is None:
+        raise CheckpointError(f"{path}: not a checkpoint directory (step-NNNNNNNN)")
+    try:
+        return _read_verified(path, int(match.group(1)), True)
+    except _Invalid as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def _read_verified(path: str, step: int, verify_checksum: bool) -> dict[str, Any]:
+    """The state of the checkpoint at ``path`` if its manifest checks out, else _Invalid."""
+    manifest_path = os.path.join(path, MANIFEST_FILE)
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise _Invalid(f"no {MANIFEST_FILE} (the write never completed)") from None
+    except (OSError, ValueError) as exc:
+        raise _Invalid(f"unreadable {MANIFEST_FILE}: {exc}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise _Invalid(f"malformed {MANIFEST_FILE}: no 'files' mapping")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise _Invalid(
+            f"format version {manifest.get('format_version')!r}, this reader knows {FORMAT_VERSION}"
+        )
+    if manifest.get("step") != step:
+        raise _Invalid(f"manifest says step {manifest.get('step')!r}, directory says {step}")
+    files = manifest["files"]
+    if STATE_FILE not in files:
+        raise _Invalid(f"{MANIFEST_FILE} does not list {STATE_FILE}")
+
+    contents: dict[str, bytes] = {}
+    for name, meta in files.items():
+        if not isinstance(name, str) or os.path.basename(name) != name or name in (".", ".."):
+            raise _Invalid(f"{MANIFEST_FILE} lists a bad file name {name!r}")
+        try:
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise _Invalid(f"{name}: cannot read: {exc.strerror or exc}") from None
+        try:
+            size, digest = int(meta["bytes"]), str(meta["sha256"])
+        except (KeyError, TypeError, ValueError):
+            raise _Invalid(f"{MANIFEST_FILE} entry of {name} lacks bytes/sha256") from None
+        if len(data) != size:
+            raise _Invalid(f"{name}: {len(data)} bytes, manifest says {size} (truncated or torn)")
+        if verify_checksum and hashlib.sha256(data).hexdigest() != digest:
+            raise _ChecksumMismatch(f"{name}: sha256 mismatch (content changed after it was written)")
+        contents[name] = data
+
+    # Load the very bytes that were verified (re-reading the file could see other bytes).
+    try:
+        state = torch.load(io.BytesIO(contents[STATE_FILE]), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means unusable
+        raise _Invalid(f"{STATE_FILE}: torch.load failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise _Invalid(f"{STATE_FILE} holds a {type(state).__name__}, not a state dict")
+    if STEP in state and state[STEP] != step:
+        raise _Invalid(f"{STATE_FILE} says step {state[STEP]!r}, manifest says {step}")
+    return state

@@ -81,6 +81,9 @@ class CheckpointConfig:
     placement: Literal["auto", "shared", "local", "replicated", "local+shared", "replicated+shared"] = "auto"
     """Where checkpoints live (harness/ckpt_tiers.py): shared (the durable tier), local (rank 0's node-local fast tier only), replicated (that fast tier plus a copy on a node of another power domain), or a fast tier plus shared; auto: local+shared when local_every_steps > 0, else shared. The fast tier saves every local_every_steps (every_steps when 0)."""
 
+    bug_late_snapshot: bool = False
+    """A deliberate bug, for showing the checkpoint freshness checker at work (NeMo-RL #3312): an async save of step N snapshots the state only after the optimizer step of N+1, and writes it as step N. Never in a real run."""
+
     @property
     def placement_parts(self) -> tuple[str, ...]:
         """The placement as its parts: ("shared",), ("replicated", "shared")..."""
@@ -104,6 +107,9 @@ class CheckpointConfig:
                               "checkpoint.max_failed_saves and checkpoint.save_deadline_s must be >= 0")
         if self.every_steps < 0 or self.every_seconds < 0:
             raise ConfigError("checkpoint.every_steps and checkpoint.every_seconds must be >= 0")
+        if self.bug_late_snapshot and self.mode != "async":
+            raise ConfigError("checkpoint.bug_late_snapshot reproduces a bug of async saves: it "
+                              "needs checkpoint.mode: async")
         if self.keep < 2:
             raise ConfigError(
                 f"checkpoint.keep is {self.keep}; keep at least 2 checkpoints: the newest may be "

@@ -290,6 +290,13 @@ class Trainer:
             LAST_LOSS: self.last_loss,
         }
 
+    def _save_late(self, step: int) -> None:
+        """checkpoint.bug_late_snapshot: the state after this step, saved as ``step``, as an
+        async save whose snapshot lost the race with the next optimizer step writes it."""
+        state = self._state()
+        state[ckpt.STEP] = step
+        self.checkpoints.save(step, state, verified=self.sdc.checkpoint_record(step))
+
     def _restore(self, state: dict[str, Any]) -> None:
         self.raw_model.load_state_dict(state[ckpt.MODEL])
         self.optimizer.load_state_dict(state[ckpt.OPTIMIZER])
@@ -369,6 +376,7 @@ class Trainer:
         started = time.perf_counter()
         if self.stop is not None:
             self.stop.open()
+        late_save: int | None = None
         while self.step < cfg.steps:
             next_step = self.step + 1
             probe.fault_point("step_begin", step=next_step, model=self.raw_model)
@@ -381,9 +389,16 @@ class Trainer:
             self.sdc.reproduced.clear()
             self.step = next_step
             probe.step_end(self.step, self.last_loss)
+            if self.env.rank == 0:
+                probe.state_digest(self.step, model=self.raw_model)  # the twin's reference only
             if cfg.step_delay_s:
                 time.sleep(cfg.step_delay_s)
-            if saving:
+            if late_save is not None:
+                self._save_late(late_save)
+                late_save = None
+            if saving and cfg.checkpoint.bug_late_snapshot and self.step < cfg.steps:
+                late_save = self.step  # the bug: snapshotted after the next optimizer step
+            elif saving:
                 self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
             if self.stop is not None and self.stop.tally(self.step, self.sdc.stop_votes) and self.step < cfg.steps:
                 self.stop.leave(lambda saved=saving: self._emergency_checkpoint(saved), dist.barrier,

@@ -123,6 +123,9 @@ class BaselineInfo:
     """Step -> the samples the twin trained at that step, every rank's together, as
     ``[[epoch, [[start, stop], ...]], ...]`` (empty: the workload reports none); what the
     exactly-once data checker expects (chaos/metrics/families/data.py)."""
+    digests: dict[int, str] = field(default_factory=dict)
+    """Step -> digest of the model state the twin reached at that step (``state_digest``
+    events; empty when the job does not report them): the checkpoint freshness reference."""
 
 
 # -- outputs ----------------------------------------------------------------------------
@@ -255,5 +258,10 @@ class RunMetrics(_FamilyValues):
     reload_loss_steps: list[int] = field(default_factory=list)
     silent_rollback_steps: int = 0
     silent_rollbacks: list[dict[str, Any]] = field(default_factory=list)
+    # checkpoint freshness (definitions: chaos/metrics/families/freshness.py)
+    stale_checkpoints: int | None = None
+    stale_checkpoint_list: list[dict[str, Any]] = field(default_factory=list)
+    checked_checkpoints: int = 0
+    unchecked_checkpoints: int = 0
     family_values: dict[str, Any] = field(default_factory=dict, repr=False)
     """Metrics of registered families without a field here (see the module docstring)."""

@@ -36,6 +36,8 @@ MARK_STYLE: dict[str, tuple[str, str, float, str]] = {
     "restart": (">", "#2ca02c", 9, "restart"),
     "ckpt_save": ("s", "#7f7f7f", 5, "checkpoint saved"),
     "ckpt_load": ("D", "#9467bd", 7, "checkpoint loaded"),
+    "stale_checkpoint": ("s", "#e377c2", 10, "stale checkpoint (not the twin's state at its step)"),
+    "torn_checkpoint": ("s", "#8c564b", 10, "torn checkpoint left by a power loss"),
 }
 _LINE_STYLE: dict[str, tuple[str, str, str]] = {
     # kind -> (color, linestyle, legend label): run-wide moments, drawn across every lane

@@ -197,7 +197,8 @@ _MARK_WORDS = {
     "false_detection": "FALSE ALARM", "teardown_detection": "detection (teardown)",
     "rank_exit": "exit", "restart": "restart", "ckpt_save": "checkpoint saved",
     "ckpt_load": "checkpoint loaded", "recovery": "recovery", "catchup": "catch-up",
-    "job_stop": "stopped by trainchaos",
+    "job_stop": "stopped by trainchaos", "stale_checkpoint": "STALE checkpoint",
+    "torn_checkpoint": "TORN checkpoint",
 }
 
 
@@ -207,7 +208,7 @@ def _marks_table(view: RunView) -> list[str]:
 
     rows = []
     for mark, gid in zip(view.marks, mark_ids(view.marks), strict=True):
-        cls = ' class="fail"' if mark.kind == "false_detection" else ""
+        cls = ' class="fail"' if mark.kind in ("false_detection", "stale_checkpoint", "torn_checkpoint") else ""
         rows.append(f'<tr data-mark="{gid}"{cls}><td class="num">{mark.t:.3f}</td><td>{esc(mark.lane or "all")}</td>'
                     f"<td>{escape(_MARK_WORDS.get(mark.kind, mark.kind))}</td><td>{escape(mark.label)}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("t (s)", "lane", "what", "detail"))

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from chaos.events import read_events
 from chaos.metrics.families.data import baseline_samples, step_coverage
+from chaos.metrics.families.freshness import stale_text
 from chaos.report._format import finite_number
 from chaos.rundir import RunDir
 
@@ -29,6 +30,7 @@ __all__ = ["Lane", "Mark", "MarkKind", "RunView", "Segment", "build_run_view", "
 MarkKind = Literal[
     "fault_injected", "fault_reverted", "detected", "false_detection", "teardown_detection",
     "rank_exit", "restart", "ckpt_save", "ckpt_load", "recovery", "catchup", "job_stop",
+    "stale_checkpoint", "torn_checkpoint",
 ]
 
 
@@ -285,6 +287,8 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
         if t_revert is not None and t_revert < t_stop_abs:
             marks.append(Mark(rel(t_revert), "fault_reverted", targets[0], f"{fid} reverted", fault_id=fid))
     false_keys = _false_keys(metrics)
+    stale = {(str(i.get("path")), _int(i.get("step"))): i for i in metrics.get("stale_checkpoint_list") or []
+             if isinstance(i, dict)}
     for e in events:
         kind, src = e.get("kind"), str(e.get("src") or "")
         t = rel(e["t"])
@@ -318,6 +322,9 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
             skipped = e.get("skipped") or []
             extra = f", skipped {len(skipped)} corrupt" if skipped else ""
             marks.append(Mark(t, "ckpt_load", src, f"{src} loaded checkpoint step {e.get('step')} ({verified}{extra})"))
+        elif kind == "ckpt_image" and (item := stale.get((str(e.get("path")), _int(e.get("step"))))):
+            marks.append(Mark(t, "stale_checkpoint", str(e.get("saved_by") or "") or None,
+                              f"STALE checkpoint: {stale_text(item)} ({e.get('path')})"))
         elif kind == "job_stop" and journal.get("status") != "completed":
             marks.append(Mark(t, "job_stop", None, f"trainchaos stops the job ({e.get('status') or journal.get('status')})"))
     for fm in metrics.get("faults") or []:

@@ -18,6 +18,8 @@ What a kind declares, and who asks:
 - ``tensor_catalog`` (bit-flip validation): the tensors a rank holds, when knowable
   outside the job;
 - ``storage`` (storage faults, their mounts): where it keeps checkpoints and data;
+- ``read_checkpoint`` (the checkpoint freshness checker, ``chaos.freshness``): what a
+  checkpoint it saved holds;
 - ``launch`` (the runner): what the launcher runs per rank, and the launcher itself;
 - ``progress`` (the runner): the reader of its progress that the probe does not report;
 - ``finished`` (the runner): whether the job ended its training, given what it reported.
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from chaos import model as records
     from chaos.schema.models import WorkloadDoc
 
-__all__ = ["Launch", "Location", "StorageLayout", "Workload"]
+__all__ = ["CheckpointImage", "Launch", "Location", "StorageLayout", "Workload"]
 
 Location = tuple[str | int, ...]
 """A place in the scenario document, from its top (``("workload", "harness", "steps")``)."""
@@ -75,6 +77,17 @@ class StorageLayout:
     def shared_checkpoint_dir(self, run_dir: str) -> str:
         return (self.shared_checkpoints if os.path.isabs(self.shared_checkpoints)
                 else os.path.join(run_dir, self.shared_checkpoints))
+
+
+@dataclass(frozen=True)
+class CheckpointImage:
+    """What one saved checkpoint holds, as the freshness checker compares it with the twin."""
+
+    step: int
+    """The step the checkpoint claims (its own record of it, not its file name alone)."""
+    digest: str
+    """``chaos.probe.state_dict_digest`` of the model state it holds: equal to the twin's
+    ``state_digest`` at a step exactly when the weights are bitwise those of that step."""
 
 
 class Workload(ABC):
@@ -133,6 +146,21 @@ class Workload(ABC):
     def storage(self) -> StorageLayout | None:
         """Where it keeps checkpoints and data; None: not known to trainchaos (storage
         faults cannot be aimed at it)."""
+        return None
+
+    def read_checkpoint(self, path: str) -> CheckpointImage | None:
+        """What the checkpoint at ``path`` (the ``path`` of a ``ckpt_save_end`` event) holds;
+        None: this kind cannot read its checkpoints (the freshness checker leaves them
+        unchecked). Raises ``ValueError`` or ``OSError`` saying why it is unusable (torn,
+        gone). Called by the controller, off its loop, once per save.
+
+        The hook other formats implement in their kind: a torch DCP directory
+        (``torch.distributed.checkpoint.load`` into the model's ``state_dict`` with a
+        ``FileSystemReader``, the step from the kind's own metadata) or a Lightning
+        ``.ckpt`` (``torch.load(path)["state_dict"]`` and ``["global_step"]``, the
+        LightningModule's ``model.`` prefix as the twin's script names its tensors): the
+        digest is ``chaos.probe.state_dict_digest`` of the same tensors the twin's
+        ``probe.state_digest`` hashed."""
         return None
 
     # -- the run ------------------------------------------------------------------------------

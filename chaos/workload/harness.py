@@ -13,9 +13,9 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from chaos import contract
+from chaos import contract, probe
 from chaos.workload import register_workload
-from chaos.workload.base import Launch, Location, StorageLayout, Workload
+from chaos.workload.base import CheckpointImage, Launch, Location, StorageLayout, Workload
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.config import (
     ConfigError,
@@ -112,6 +112,16 @@ class HarnessWorkload(Workload):
             data_file=data if streamed else None,
             data_source=str(resources.files("harness") / "data" / "corpus.txt"),
         )
+
+    def read_checkpoint(self, path: str) -> CheckpointImage:
+        """A harness checkpoint directory, verified as the job's own load verifies it."""
+        from harness.checkpoint import MODEL, STEP, CheckpointError, read_checkpoint
+
+        try:
+            state = read_checkpoint(path)
+        except CheckpointError as exc:
+            raise ValueError(str(exc)) from None
+        return CheckpointImage(step=int(state[STEP]), digest=probe.state_dict_digest(state[MODEL]))
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:

@@ -62,8 +62,9 @@ def test_every_metric_the_reports_show_has_its_words() -> None:
 def test_the_gate_follows_the_catalogue_in_its_order() -> None:
     assert [s.key for s in gated()] == ["detection_s", "recovery_s", "catchup_s", "lost_steps", "goodput",
                                         "false_detections", "wall_s",
-                                        # the checkers (families data, reload), in module-name order
-                                        "data_lost", "data_duplicated", "reload_nonfinite", "silent_rollback_steps"]
+                                        # the checkers (families data, freshness, reload), in module-name order
+                                        "data_lost", "data_duplicated", "stale_checkpoints", "reload_nonfinite",
+                                        "silent_rollback_steps"]
     assert spec("wall_s").tolerance == Tolerance(rel=0.5, abs=30.0, gate=False)
 
 

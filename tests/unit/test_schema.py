@@ -354,10 +354,10 @@ def test_reference_covers_every_fault_type_and_param() -> None:
 
 
 def test_replace_reference_keeps_the_hand_written_parts() -> None:
-    doc = f"# Title\n\nprose\n\n{BEGIN}\nstale\n{END}\n\nafter\n"
+    doc = f"# Title\n\nprose\n\n{BEGIN}\nold reference text\n{END}\n\nafter\n"
     new = replace_reference(doc)
     assert new.startswith("# Title\n\nprose\n\n" + BEGIN) and new.endswith(END + "\n\nafter\n")
-    assert "stale" not in new and "### `topology`" in new
+    assert "old reference text" not in new and "### `topology`" in new
     with pytest.raises(ValueError, match="no reference markers"):
         replace_reference("no markers")
 
