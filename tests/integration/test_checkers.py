@@ -20,7 +20,8 @@ def test_a_late_async_snapshot_fails_the_freshness_checker_and_only_it(tmp_path)
     out = tmp_path / "reports"
     proc = subprocess.run([*TRAINCHAOS, "run", str(CHECKERS / "late-snapshot-async-save.yaml"), "--out", str(out)],
                           env=cli_env(tmp_path / "state"), capture_output=True, text=True, timeout=220)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # an expected failure (expect: fail)
+    assert "XFAIL" in proc.stdout
     journal = json.loads((out / "late-snapshot-async-save" / "0" / "journal.json").read_text())
     assert journal["status"] == "completed"
     metrics = journal["metrics"]
