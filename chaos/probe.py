@@ -58,6 +58,7 @@ __all__ = [
     "known_actions",
     "model_digest",
     "register_action",
+    "restart_in_place",
     "samples",
     "src",
     "state_dict_digest",
@@ -395,11 +396,31 @@ def get() -> Probe:
     if _probe is None:
         with _probe_lock:
             if _probe is None:
-                events_dir = os.environ.get(ENV_EVENTS_DIR)
-                src = _default_src()
-                _probe = Probe(
-                    events_dir, src, _default_incarnation(events_dir, src), os.environ.get(ENV_FAULTS_FILE),
-                )
+                _probe = _probe_from_env()
+    return _probe
+
+
+def _probe_from_env() -> Probe:
+    """A probe as the environment says (events dir, source, planned faults), under the next
+    free incarnation number of its source."""
+    events_dir = os.environ.get(ENV_EVENTS_DIR)
+    src = _default_src()
+    return Probe(events_dir, src, _default_incarnation(events_dir, src), os.environ.get(ENV_FAULTS_FILE))
+
+
+def restart_in_place() -> Probe:
+    """Start the next incarnation of this process's source, in the same process: for a job
+    whose training restarts without its process (an in-process restart re-entering the
+    training function). Its events go to a new file under the next free incarnation number,
+    so that metrics see the re-entry as a restart; the source is taken from the environment
+    again (the restart may have given the process another rank). What was watched is kept."""
+    global _probe
+    with _probe_lock:
+        old = _probe
+        _probe = _probe_from_env()
+        if old is not None:
+            _probe.watched.update(old.watched)
+            old.close()
     return _probe
 
 
