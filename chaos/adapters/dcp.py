@@ -6,6 +6,8 @@ and ``dcp.load`` for these, which call them unchanged and report through the pro
     from chaos.adapters import dcp as chaos_dcp                       # the one line
     chaos_dcp.started()                                                # rank_start (pid, rank)
     chaos_dcp.load(state, checkpoint_id=path, step=step)               # dcp.load + ckpt_load
+    chaos_dcp.step_begin(step)                                         # in-process faults (weights)
+    chaos_dcp.after_backward(step)                                     # in-process faults (gradients)
     chaos_dcp.step_end(step, loss)                                     # step_end (+ in-process faults)
     chaos_dcp.save(state, checkpoint_id=path, step=step)               # dcp.save + ckpt_save_start/end
     chaos_dcp.final_state(step, model)                                 # run_end with the digest
@@ -28,7 +30,8 @@ from typing import Any
 
 from chaos import contract, probe
 
-__all__ = ["final_state", "load", "save", "started", "state_digest", "step_end", "watch"]
+__all__ = ["after_backward", "final_state", "load", "save", "started", "state_digest", "step_begin",
+           "step_end", "watch"]
 
 TIER = "shared"
 """DCP writes where the script points it: the run's shared checkpoint directory."""
@@ -69,6 +72,18 @@ def load(state_dict: dict[str, Any], *, checkpoint_id: str | os.PathLike[str], s
     result = dcp.load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
     probe.emit("ckpt_load", step=step, tier=TIER, verified=False, path=str(checkpoint_id))
     return result
+
+
+def step_begin(step: int) -> None:
+    """Before step ``step``'s forward pass: where in-process faults on the weights land (a
+    bit flip in a parameter)."""
+    probe.fault_point("step_begin", step=step)
+
+
+def after_backward(step: int) -> None:
+    """After step ``step``'s backward pass (DDP's all-reduce done): where faults on the
+    averaged gradients land."""
+    probe.fault_point("after_backward", step=step)
 
 
 def step_end(step: int, loss: Any = None) -> None:

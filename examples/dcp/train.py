@@ -73,12 +73,24 @@ class _Plain:
         pass
 
     @staticmethod
+    def watch(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    @staticmethod
     def save(state: dict[str, Any], *, checkpoint_id: str, step: int) -> Any:
         return dcp.save(state, checkpoint_id=checkpoint_id)
 
     @staticmethod
     def load(state: dict[str, Any], *, checkpoint_id: str, step: int) -> Any:
         return dcp.load(state, checkpoint_id=checkpoint_id)
+
+    @staticmethod
+    def step_begin(step: int) -> None:
+        pass
+
+    @staticmethod
+    def after_backward(step: int) -> None:
+        pass
 
     @staticmethod
     def step_end(step: int, loss: Any = None) -> None:
@@ -171,6 +183,7 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
     rank = dist.get_rank()
     ckpt.started()
     model, optimizer = build(args)
+    ckpt.watch(model=model, optimizer=optimizer)  # the tensors a bit flip may reach
     os.makedirs(args.ckpt_dir, exist_ok=True)
     step = latest_step(args.ckpt_dir) or 0
     if step:
@@ -182,9 +195,11 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
     while step < args.steps:
         step += 1
         x, y = batch(args, step, rank)
+        ckpt.step_begin(step)
         loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
+        ckpt.after_backward(step)
         optimizer.step()
         ckpt.step_end(step, loss)
         if rank == 0:
