@@ -122,7 +122,7 @@ _KIND_HINTS = {"harness": "options of the bundled training job",
 class WorkloadDoc(StrictModel):
     """The training job under test: exactly one kind, by its key: `harness` (the bundled job),
     `command` (your own command line), or a training stack's own script run per rank by
-    torchrun (`lightning`, `accelerate`)."""
+    torchrun (`lightning`, `accelerate`, `dcp`, `nvrx_inprocess`)."""
 
     model_config = ConfigDict(json_schema_extra=lambda schema: _one_kind_schema(schema))
 
@@ -144,6 +144,12 @@ class WorkloadDoc(StrictModel):
     accelerate: dict[str, Any] | None = None
     """An Accelerate training script run per rank by torchrun; null or {} runs the bundled
     example (examples/accelerate/train.py)."""
+    dcp: dict[str, Any] | None = None
+    """A DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, run per rank by
+    torchrun; null or {} runs the bundled example (examples/dcp/train.py)."""
+    nvrx_inprocess: dict[str, Any] | None = None
+    """A training function wrapped by NVIDIA's in-process restart (inprocess.Wrapper), run per
+    rank by torchrun; null or {} runs the bundled example (examples/nvrx_inprocess/train.py)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:

@@ -29,7 +29,7 @@ DEFAULT_KIND = "harness"
 """The kind of a scenario that leaves ``workload`` out."""
 
 _BUILTIN = ("chaos.workload.harness", "chaos.workload.command", "chaos.workload.lightning",
-            "chaos.workload.accelerate")
+            "chaos.workload.accelerate", "chaos.workload.dcp", "chaos.workload.nvrx_inprocess")
 """The built-in kinds' modules, in the order the reference lists them (each registers itself)."""
 
 

@@ -70,7 +70,7 @@ CASES: dict[str, tuple[str, str]] = {
         "targets.recovery_s.maximum", "unknown key 'maximum'; did you mean 'max'? allowed: max, min"),
     "workload_both.yaml": (
         "workload", "give exactly one workload kind: 'harness' (options of the bundled training "
-        "job), 'command' (your own training command), 'lightning', 'accelerate'; got 'harness' "
+        "job), 'command' (your own training command), 'lightning', 'accelerate', 'dcp', 'nvrx_inprocess'; got 'harness' "
         "and 'command'"),
     "bad_harness_option.yaml": (
         "workload.harness.checkpoint.mode", "'lazy' is not allowed; allowed values: sync, async"),

@@ -57,7 +57,7 @@ def test_an_unknown_kind_is_a_located_error_listing_the_known_ones() -> None:
         lookup_workload("torchft", file="s.yaml", location="workload")
     err = info.value
     assert isinstance(err, ScenarioError) and err.exit_code == EXIT_BAD_INPUT
-    assert str(err) == "s.yaml: workload: unknown workload kind 'torchft'; known: harness, command, lightning, accelerate"
+    assert str(err) == "s.yaml: workload: unknown workload kind 'torchft'; known: harness, command, lightning, accelerate, dcp, nvrx_inprocess"
 
 
 class _Toy(Workload):

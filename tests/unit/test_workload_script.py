@@ -16,10 +16,12 @@ from chaos.scenario import parse_scenario
 from chaos.schema.jsonschema import scenario_json_schema
 from chaos.workload import kind_of, known_workloads, workload_for
 from chaos.workload.accelerate import AccelerateWorkload
+from chaos.workload.dcp import DcpWorkload
 from chaos.workload.lightning import LightningWorkload
+from chaos.workload.nvrx_inprocess import NvrxInprocessWorkload
 from chaos.workload.script import ScriptWorkload
 
-STACK_KINDS = [LightningWorkload, AccelerateWorkload]
+STACK_KINDS = [LightningWorkload, AccelerateWorkload, DcpWorkload, NvrxInprocessWorkload]
 
 
 def _scenario(workload: dict[str, Any], **extra: Any) -> Any:
@@ -43,7 +45,7 @@ def script(tmp_path: Path) -> Path:
 
 def test_stack_kinds_are_registered_after_the_first_two() -> None:
     known = known_workloads()
-    assert list(known)[:4] == ["harness", "command", "lightning", "accelerate"]
+    assert list(known)[:6] == ["harness", "command", "lightning", "accelerate", "dcp", "nvrx_inprocess"]
     assert all(issubclass(known[k.kind], ScriptWorkload) for k in STACK_KINDS)
 
 
@@ -58,7 +60,7 @@ def test_a_users_script_gets_its_args_with_the_runs_values_filled_in(kind: type[
     launch = workload.launch("/tmp/run", seed=7)
     assert launch.worker_argv == [str(script), "--out", f"/tmp/run/{contract.SHARED_CHECKPOINTS_SUBDIR}",
                                   "--lr", "0.5", "7-30"]
-    assert launch.steps_target == 30 and launch.env == {"PYTHONUNBUFFERED": "1"}
+    assert launch.steps_target == 30 and launch.env == {"PYTHONUNBUFFERED": "1", **kind.env}
     # no regex: the script reports through its adapter, its lines are not read
     assert not launch.launcher.tee_output and workload.progress("/tmp/ev").regex is None
     assert workload.storage() is None  # where a user's script checkpoints is its own business
@@ -90,6 +92,12 @@ def test_the_bundled_example_is_the_default_and_gets_steps_seed_and_checkpoint_d
     assert layout is not None and layout.shared_checkpoint_dir("/tmp/run") == "/tmp/run/checkpoints"
     # null and {} are the same: every default
     assert workload_for(_scenario({kind.kind: None}).workload).launch("/r", 0).worker_argv[0] == str(kind.example())
+
+
+def test_the_in_process_restart_kind_quiets_the_wrappers_store_polling() -> None:
+    # inprocess.Wrapper polls its store with Store.wait; torch logs each expected timeout
+    launch = workload_for(_scenario({"nvrx_inprocess": {}}).workload).launch("/tmp/run", seed=0)
+    assert launch.env["TORCH_CPP_LOG_LEVEL"] == "error"
 
 
 def test_a_record_of_a_stack_kind_names_its_kind() -> None:
