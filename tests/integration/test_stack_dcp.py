@@ -58,11 +58,13 @@ def test_kill_rank_of_a_dcp_job_is_recovered_from_its_checkpoint_exactly(tmp_pat
 
     metrics = journal["metrics"]
     fault = metrics["faults"][0]
+    args = doc["workload"]["dcp"]["args"]
+    every = int(args[args.index("--every") + 1])
     # The killed worker's agent reports its death; every rank restarts (incarnation 1) and
     # loads the checkpoint the marker named: a multiple of --every, before the kill.
     assert fault["detection_s"] is not None and fault["restarted"], fault
-    assert fault["resumed_from"] % 5 == 0 and 0 < fault["resumed_from"] <= fault["last_step_before"]
-    assert fault["lost_steps"] == fault["last_step_before"] - fault["resumed_from"] <= 5
+    assert fault["resumed_from"] % every == 0 and 0 < fault["resumed_from"] <= fault["last_step_before"]
+    assert fault["lost_steps"] == fault["last_step_before"] - fault["resumed_from"] <= every
     events = read_events(os.path.join(journal["run_dir"], "events"))
     loads = {e["src"]: e["step"] for e in events if e["kind"] == "ckpt_load" and e["incarnation"] == 1}
     assert loads == {"rank-0": fault["resumed_from"], "rank-1": fault["resumed_from"]}, loads
@@ -71,6 +73,5 @@ def test_kill_rank_of_a_dcp_job_is_recovered_from_its_checkpoint_exactly(tmp_pat
     assert journal["verdict"]["passed"], journal["verdict"]
 
     (end,) = [e for e in events if e["kind"] == "run_end"]
-    args = doc["workload"]["dcp"]["args"]
     assert end["digest"] == reference_digest(tmp_path, journal["seed"], doc["workload"]["dcp"]["steps"], args)
     assert not find_run_processes(journal["run_id"])
