@@ -7,53 +7,24 @@ fault and without the adapter: the adapter changes nothing, and DCP's resume is 
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from chaos.events import read_events
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._stacks import run_without_baseline, straight_digest
+from tests.integration._support import REPO
 
 pytestmark = pytest.mark.integration
 
 SCENARIO = REPO / "scenarios" / "stacks" / "dcp" / "kill-rank.yaml"
-EXAMPLE = REPO / "examples" / "dcp" / "train.py"
-
-
-def reference_digest(tmp_path: Path, seed: int, steps: int, args: list[str]) -> str:
-    """The example's final digest trained straight through by torchrun, without the adapter."""
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(EXAMPLE), "--steps", str(steps), "--seed", str(seed), "--ckpt-dir", str(tmp_path / "ref"),
-         *args, "--no-adapter"],
-        env={**cli_env(tmp_path / "state"), "TMPDIR": str(tmp_path)}, cwd=tmp_path,
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    found = re.search(r"final step (\d+) digest ([0-9a-f]{64})", out.stdout)
-    assert out.returncode == 0 and found, out.stdout[-2000:] + out.stderr[-2000:]
-    assert int(found.group(1)) == steps
-    return found.group(2)
 
 
 @pytest.mark.timeout(400)
 def test_kill_rank_of_a_dcp_job_is_recovered_from_its_checkpoint_exactly(tmp_path: Path) -> None:
-    doc = yaml.safe_load(SCENARIO.read_text())
-    doc["baseline"] = False  # compared below with a run without the adapter instead
-    doc["targets"].pop("final_state")
-    (tmp_path / "kill-rank.yaml").write_text(yaml.safe_dump(doc))
-    res = subprocess.run([*TRAINCHAOS, "run", "kill-rank.yaml", "--out", "reports"],
-                         env=cli_env(tmp_path / "state"), cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, stdin=subprocess.DEVNULL)
-    run = tmp_path / "reports" / doc["name"] / "0"
-    journal = json.loads((run / "journal.json").read_text())
-    assert journal["status"] == "completed", journal["error"]
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    doc, journal, run = run_without_baseline(SCENARIO, tmp_path)
     assert (run / "summary.md").exists()
 
     metrics = journal["metrics"]
@@ -73,5 +44,5 @@ def test_kill_rank_of_a_dcp_job_is_recovered_from_its_checkpoint_exactly(tmp_pat
     assert journal["verdict"]["passed"], journal["verdict"]
 
     (end,) = [e for e in events if e["kind"] == "run_end"]
-    assert end["digest"] == reference_digest(tmp_path, journal["seed"], doc["workload"]["dcp"]["steps"], args)
+    assert end["digest"] == straight_digest(tmp_path, "dcp", doc, journal["seed"])
     assert not find_run_processes(journal["run_id"])

@@ -7,52 +7,24 @@ reported, and ends bitwise equal to the job trained straight through without the
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from chaos.events import read_events
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._stacks import run_without_baseline, straight_digest
+from tests.integration._support import REPO
 
 pytestmark = pytest.mark.integration
 
 SCENARIO = REPO / "scenarios" / "stacks" / "nvrx_inprocess" / "raise-in-rank.yaml"
-EXAMPLE = REPO / "examples" / "nvrx_inprocess" / "train.py"
-
-
-def reference_digest(tmp_path: Path, seed: int, steps: int, args: list[str]) -> str:
-    """The example's final digest trained straight through by torchrun, without the adapters."""
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(EXAMPLE), "--steps", str(steps), "--seed", str(seed), "--ckpt-dir", str(tmp_path / "ref"),
-         *args, "--no-adapter"],
-        env={**cli_env(tmp_path / "state"), "TMPDIR": str(tmp_path), "TORCH_CPP_LOG_LEVEL": "error"},
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    found = re.search(r"final step (\d+) digest ([0-9a-f]{64})", out.stdout)
-    assert out.returncode == 0 and found, out.stdout[-2000:] + out.stderr[-2000:]
-    return found.group(2)
 
 
 @pytest.mark.timeout(400)
 def test_an_error_in_one_rank_is_restarted_in_place_and_resumes_exactly(tmp_path: Path) -> None:
-    doc = yaml.safe_load(SCENARIO.read_text())
-    doc["baseline"] = False  # compared below with a run without the adapters instead
-    doc["targets"].pop("final_state")
-    (tmp_path / "raise.yaml").write_text(yaml.safe_dump(doc))
-    res = subprocess.run([*TRAINCHAOS, "run", "raise.yaml", "--out", "reports"],
-                         env=cli_env(tmp_path / "state"), cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, stdin=subprocess.DEVNULL)
-    run = tmp_path / "reports" / doc["name"] / "0"
-    journal = json.loads((run / "journal.json").read_text())
-    assert journal["status"] == "completed", journal["error"]
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    doc, journal, run = run_without_baseline(SCENARIO, tmp_path)
     assert (run / "summary.md").exists()
 
     fault = journal["metrics"]["faults"][0]
@@ -76,5 +48,5 @@ def test_an_error_in_one_rank_is_restarted_in_place_and_resumes_exactly(tmp_path
     assert survivor[0]["t"] < min(e["t"] for e in starts if e["incarnation"] == 1)
 
     (end,) = [e for e in events if e["kind"] == "run_end"]
-    assert end["digest"] == reference_digest(tmp_path, journal["seed"], doc["workload"]["nvrx_inprocess"]["steps"], args)
+    assert end["digest"] == straight_digest(tmp_path, "nvrx_inprocess", doc, journal["seed"])
     assert not find_run_processes(journal["run_id"])
