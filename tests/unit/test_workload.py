@@ -28,6 +28,7 @@ from chaos.workload import (
 )
 from chaos.workload.command import CommandWorkload
 from chaos.workload.harness import HarnessWorkload
+from chaos.workload.torchrun import AGENT_MAIN
 from harness.config import config_from_args
 
 RDZV = "127.0.0.1:29555"
@@ -134,10 +135,20 @@ def test_command_launch_is_the_script_under_torchrun_with_tee_for_a_progress_reg
     assert launch.worker_argv == ["-u", "train.py", "--lr", "0.1", "a b"]
     assert launch.steps_target == 30 and launch.env == {}
     assert _agent(launch, scenario.topology, node=1) == [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "2",
+        sys.executable, "-c", AGENT_MAIN, "--nnodes", "2:3", "--nproc-per-node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", RDZV, "--rdzv-id", "trainchaos-abc",
         "--rdzv-conf", TORCHRUN_CONF, "--max-restarts", "4", "--monitor-interval", "0.1",
         "--local-addr", "127.0.0.1", "--tee", "3", "-u", "train.py", "--lr", "0.1", "a b"]
+
+
+def test_the_agent_is_torchrun_s_main_with_its_exit_status_and_output() -> None:
+    """The agent's quick exit keeps torchrun's own: a usage error is argparse's, exit 2."""
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", AGENT_MAIN, "--nproc-per-node"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert res.returncode == 2, res.stderr
+    assert "usage:" in res.stderr and "--nproc-per-node" in res.stderr and "expected one argument" in res.stderr
 
 
 def test_command_without_regex_or_steps_is_not_teed_and_ends_by_exit_code() -> None:
