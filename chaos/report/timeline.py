@@ -12,11 +12,12 @@ import json
 import logging
 import math
 import os
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from chaos.rundir import TIMELINE_CSV, TIMELINE_PARQUET
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["TIMELINE_COLUMNS", "timeline_frame", "write_timeline"]
 
@@ -48,6 +49,10 @@ def write_timeline(run_dir: str, events: list[dict[str, Any]]) -> list[str]:
 
 def timeline_frame(events: list[dict[str, Any]]) -> pd.DataFrame:
     """Events as a DataFrame ordered by ``t`` (ties keep their input order)."""
+    # Imported here: pandas costs every command that imports the report package about a
+    # second (cleanup, gameday, compare), and only writing a timeline needs it.
+    import pandas as pd
+
     events = [e for e in events if isinstance(e, dict)]
     times = [_as_time(e.get("t")) for e in events]
     order = sorted(range(len(events)), key=lambda i: (math.isnan(times[i]), times[i]))
@@ -87,6 +92,8 @@ def _encode(value: Any) -> Any:
 
 
 def _column(values: list[Any]) -> pd.Series:
+    import pandas as pd
+
     """One column with the narrowest type that holds every value (nullable where needed)."""
     values = [_encode(v) for v in values]
     present = [v for v in values if v is not None]
