@@ -41,8 +41,11 @@ slurm-demo: install
 	$(BIN)/python -m chaos.cluster.slurm_testbed run --nodes 4 -- \
 	  $(BIN)/trainchaos run scenarios/slurm --out reports/slurm --junit reports/slurm/junit.xml
 
+# Unit tests first, then the integration modules from the quickest to the slowest
+# (tests/conftest.py orders them): a failure shows early. The slowest 25 are listed at the
+# end, so a test that grew past its budget is seen.
 test: install
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25
 
 # Flaky tests are found here before they land: the integration tests on a host whose cores
 # are all taken by busy processes, each test STRESS_COUNT times in a row. Narrow it with
