@@ -9,8 +9,8 @@ identical to the fault-free run; corrupt checkpoints are never silently trained 
 After every run: no process of the run is left, none is left stopped, and nothing was
 written outside the test's ``tmp_path``.
 
-Wall time on a 2-core machine: about 2.5 minutes when nothing else runs (5 runs of 4 ranks,
-3 short runs of 2 ranks), up to 4 when the machine is shared.
+Wall time on a 2-core machine: about 2.5 minutes with other work on it (load 5; 4 runs of 4
+ranks and 60 steps, 3 short runs of 2 ranks).
 """
 
 from __future__ import annotations
