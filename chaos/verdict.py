@@ -241,6 +241,16 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
     status = status or metrics.status
     checks: list[Check] = []
 
+    for fm in metrics.faults:
+        if not fm.fired and not fm.skipped and fm.planned_step is not None and status == "completed" \
+                and not _has_fault_targets(targets):
+            # The job trained to its end past the planned step and the fault never fired (an
+            # in-process fault at a fault point the job never calls): the experiment the
+            # scenario names did not happen, so run-level targets alone cannot pass it.
+            checks.append(Check("fault_fired", False, False, True,
+                                f"planned fault {fm.fault_id} never fired although the job "
+                                f"trained past step {fm.planned_step} (an in-process fault "
+                                "needs the job to call its fault point)", fm.fault_id))
     if _has_fault_targets(targets):
         for fm in metrics.faults:
             if fm.fired:

@@ -112,8 +112,18 @@ def test_fault_skipped_by_probability_is_not_a_failure():
 
 
 def test_unfired_fault_without_fault_targets_is_not_judged():
-    never = fault(fired=False, t_inject=None)
+    never = fault(fired=False, t_inject=None)  # a time trigger the run ended before
     assert judge(Targets(goodput=Bound(min=0.5)), metrics(never), "completed").passed
+
+
+def test_step_fault_that_never_fired_in_a_completed_run_fails_even_on_run_targets():
+    never = fault(fired=False, t_inject=None, planned_step=12)
+    v = judge(Targets(goodput=Bound(min=0.5)), metrics(never), "completed")
+    assert not v.passed
+    assert "trained past step 12" in check(v, "fault_fired").reason
+    # A run that ended early never reached the step: its own failure says why, not this.
+    failed = judge(Targets(goodput=Bound(min=0.5)), metrics(never), "failed")
+    assert all(c.name != "fault_fired" for c in failed.checks)
 
 
 @pytest.mark.parametrize(
