@@ -22,6 +22,7 @@ __all__ = [
     "NODE_LOCAL_DIR_ENV",
     "PLUGINS_ENV",
     "PROBE_FAULTS_ENV",
+    "RANK_OFFSET_ENV",
     "RECORD_DIGESTS_ENV",
     "RESOURCE_ENV",
     "RUN_ID_ENV",
@@ -53,6 +54,9 @@ EVENTS_DIR_ENV = "TRAINCHAOS_EVENTS_DIR"
 """Where the probe writes events; unset, the probe is detached (every call a no-op)."""
 PROBE_FAULTS_ENV = "TRAINCHAOS_PROBE_FAULTS"
 """The JSON file of in-process faults the probe of each rank must fire."""
+RANK_OFFSET_ENV = "TRAINCHAOS_RANK_OFFSET"
+"""Added to ``RANK`` for the rank trainchaos names (``rank-<RANK + offset>``): a launcher that
+starts one torchrun per replica group (torchft) sees each group number its ranks from 0."""
 SRC_ENV = "TRAINCHAOS_SRC"
 """Overrides the probe's event source name (default ``rank-<RANK>``)."""
 RECORD_DIGESTS_ENV = "TRAINCHAOS_RECORD_DIGESTS"

@@ -11,7 +11,8 @@ The torchrun agent is a detector of the real stack too: when it reports a worker
 (``failed (exitcode: -9) local_rank: 1``), that becomes a ``detected`` event by ``node-N``
 blaming the rank as a crash. A negative exit code (killed by a signal) is always reported;
 a positive one only for user commands, since the harness exits non-zero on purpose after
-reporting a failure itself.
+reporting a failure itself; neither for a job whose stack reports its own detections through
+an adapter (``agent_detections=False``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos.events import Event
@@ -40,11 +42,19 @@ class _NodeLog:
 
 
 class LogProgress:
-    def __init__(self, regex: str | None, events_dir: str, report_exit_codes: bool = False) -> None:
+    def __init__(self, regex: str | None, events_dir: str, report_exit_codes: bool = False,
+                 agent_detections: bool = True) -> None:
         self.regex = re.compile(regex) if regex else None
         self.report_exit_codes = report_exit_codes
+        self.agent_detections = agent_detections
+        """False: the job reports its own detections and an agent's report of its worker's
+        death is not one (torchft: the survivors learn of a death from the quorum, not from
+        the dead group's agent)."""
         self.path = os.path.join(events_dir, "log-progress.jsonl")
         self._nodes: dict[int, _NodeLog] = {}
+        self.global_rank: Callable[[int, int], int] = lambda node, rank: rank
+        """(node, rank as the node's agent numbers it) -> the job's rank: the launcher's
+        (``global_rank``; a torchft group's agent numbers its ranks from 0)."""
 
     def poll(self, logs: dict[int, str]) -> list[Event]:
         """New events from the node logs (``{node: path}``), also appended to the events dir."""
@@ -79,9 +89,10 @@ class LogProgress:
             return []
         if m := _AGENT_FAILED.search(line):
             code, local = int(m.group(1)), int(m.group(2))
-            if code >= 0 and not self.report_exit_codes:
+            if code >= 0 and not self.report_exit_codes or not self.agent_detections:
                 return []
-            rank = state.global_ranks[local] if local < len(state.global_ranks) else None
+            rank = (self.global_rank(node, state.global_ranks[local]) if local < len(state.global_ranks)
+                    else None)
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             return [{"t": now, "src": f"node-{node}", "incarnation": state.restart_count, "kind": "detected",
                      "by": f"node-{node}", "suspect": f"rank-{rank}" if rank is not None else f"node-{node}",
@@ -94,7 +105,7 @@ class LogProgress:
         if not m:
             return []
         local = int(worker.group(1))
-        rank = state.global_ranks[local] if local < len(state.global_ranks) else local
+        rank = self.global_rank(node, state.global_ranks[local] if local < len(state.global_ranks) else local)
         loss = m.groupdict().get("loss")
         return [{"t": now, "src": f"rank-{rank}", "incarnation": state.restart_count, "kind": "step_end",
                  "step": int(m.group("step")), "loss": float(loss) if loss else None, "via": "log"}]

@@ -133,7 +133,9 @@ def _default_src() -> str:
     if os.environ.get(ENV_SRC):
         return os.environ[ENV_SRC]
     if "RANK" in os.environ:
-        return f"rank-{os.environ['RANK']}"
+        offset = os.environ.get(contract.RANK_OFFSET_ENV, "")
+        rank = os.environ["RANK"]
+        return f"rank-{int(rank) + int(offset)}" if offset.isdigit() and rank.isdigit() else f"rank-{rank}"
     return f"proc-{os.getpid()}"
 
 

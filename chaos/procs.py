@@ -96,10 +96,17 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
         except OSError:
             cmd = ""
         found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd, ppid=st[2],
-                              node=_env_int(env, contract.NODE_ENV.encode() + b"="), rank=_env_int(env, b"RANK="),
+                              node=_env_int(env, contract.NODE_ENV.encode() + b"="), rank=_global_rank(env),
                               run_id=_env_str(env, contract.RUN_ID_ENV.encode() + b"="),
                               controller=_env_str(env, CONTROLLER_ENV.encode() + b"=")))
     return found
+
+
+def _global_rank(env: list[bytes]) -> int | None:
+    """``RANK`` plus ``TRAINCHAOS_RANK_OFFSET`` (a per-group torchrun numbers from 0)."""
+    rank = _env_int(env, b"RANK=")
+    offset = _env_int(env, contract.RANK_OFFSET_ENV.encode() + b"=")
+    return rank + offset if rank is not None and offset is not None else rank
 
 
 def _env_str(env: list[bytes], prefix: bytes) -> str | None:

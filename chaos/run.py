@@ -290,10 +290,12 @@ class _Runner:
         spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
                        worker_argv=launch.worker_argv, probe_faults_file=probe_file,
                        tee_worker_output=launch.launcher.tee_output, options=dict(backend.options),
-                       extra_env=extra_env,
+                       extra_env=extra_env, launcher=launch.launcher,
                        mounts=plan_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
+        topology = self.scenario.topology
+        log_progress.global_rank = lambda node, rank: launch.launcher.global_rank(node, rank, topology)
         self.fault_journal = FaultJournal(self.rundir.fault_journal)
         injector = probe.Probe(events_dir, "injector", 0)
         twin = getattr(self, "baseline_info", None)
@@ -320,6 +322,9 @@ class _Runner:
             injector.emit("job_start", nodes=self.scenario.topology.nodes,
                           ranks_per_node=self.scenario.topology.ranks_per_node,
                           spares=self.scenario.topology.spares, backend=backend.name, run_id=self.run_id)
+            # What the job needs beside its nodes (a torchft lighthouse), up before any node.
+            for kind, resource in launch.resources:
+                self.resources.acquire(kind, {"name": f"{self.run_id}-{kind}", **resource})
             self.cluster.start()
             while self.status == "running":
                 self._take(tailer.poll())

@@ -95,6 +95,9 @@ class RunSpec:
     mounts: tuple[StorageMount, ...] = ()
     """The storage fault layer's mounts the run's faults need (a backend with the
     ``StorageLayer`` capability acquires them before any node starts)."""
+    launcher: Any = None
+    """The workload's launcher (``chaos.workload.base.Launch.launcher``: ``agent_command``
+    and ``node_env`` per node); None: ``TorchrunPerNode`` of ``worker_argv``."""
 
 
 @dataclass(frozen=True)
@@ -148,12 +151,15 @@ class ResolvedTarget:
 
 
 def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | None:
-    """The node indices a node-level target names (node, nodes, rack, power_domain); None
+    """The node indices a node-level target names (node, nodes, replica_group, rack,
+    power_domain); None
     for a rank target."""
     if "node" in target:
         return (int(target["node"]),)
     if "nodes" in target:
         return tuple(int(n) for n in target["nodes"])
+    if "replica_group" in target:  # a torchft replica group runs on the node of its number
+        return (int(target["replica_group"]),)
     if "rack" in target:
         return tuple(topology.racks[target["rack"]])
     if "power_domain" in target:

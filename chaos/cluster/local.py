@@ -125,10 +125,15 @@ class LocalCluster(ClusterBackend):
     def agent_command(self, node: int) -> list[str]:
         """The node's torchrun agent, as the workload's launcher writes it (RunSpec carries
         what the workload runs per rank); the backend says only where things are."""
-        launcher = TorchrunPerNode(tuple(self.spec.worker_argv), tee_output=self.spec.tee_worker_output)
-        return launcher.agent_command(self.topology, run_id=self.spec.run_id,
-                                      rdzv_endpoint=self.rdzv_endpoint(),
-                                      local_addr=self.node_address(node), python=self.python())
+        return self.launcher().agent_command(self.topology, run_id=self.spec.run_id,
+                                             rdzv_endpoint=self.rdzv_endpoint(),
+                                             local_addr=self.node_address(node), python=self.python(),
+                                             node=node)
+
+    def launcher(self) -> TorchrunPerNode:
+        """The workload's launcher: it writes each node's command line and its own env."""
+        return self.spec.launcher or TorchrunPerNode(tuple(self.spec.worker_argv),
+                                                     tee_output=self.spec.tee_worker_output)
 
     def rdzv_endpoint(self) -> str:
         """Where the agents reach the rendezvous store the controller hosts."""
@@ -162,6 +167,7 @@ class LocalCluster(ClusterBackend):
         })
         if self.spec.probe_faults_file:
             env[contract.PROBE_FAULTS_ENV] = self.spec.probe_faults_file
+        env.update(self.launcher().node_env(node, self.topology, self.rdzv_endpoint()))
         env.update(self.spec.extra_env)
         return env
 

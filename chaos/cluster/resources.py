@@ -103,7 +103,8 @@ class ResourceKind(ABC):
 RESOURCE_KINDS: Registry[type[ResourceKind]] = Registry(
     "resource kind", key=lambda cls: cls.kind, group="trainchaos.resource_kinds",
     builtins=("chaos.net.fabric", "chaos.net.linkemu", "chaos.net.toxiproxy",
-              "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm"))
+              "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm",
+              "chaos.workload.torchft.lighthouse"))
 
 register_kind = RESOURCE_KINDS.register
 

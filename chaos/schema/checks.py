@@ -42,9 +42,10 @@ from chaos.workload import Workload, kind_of, lookup_workload
 
 __all__ = ["cross_check"]
 
-_LEVEL = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "node",
+_LEVEL = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "replica_group": "node", "rack": "node",
           "power_domain": "node", "job": "job", "links": "link"}
-_WORD = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "rack": "rack",
+_WORD = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "replica_group": "replica group",
+         "rack": "rack",
          "power_domain": "power domain", "job": "job", "links": "link"}
 _FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
           "node": "{node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME} or "
@@ -223,7 +224,7 @@ class _Checker:
         if fault_type is not None:
             self.backend_fits((*loc, "type"), fault_type)
         if "target" in fault:
-            self.target((*loc, "target"), fault["target"], fault_type, topology)
+            self.target((*loc, "target"), fault["target"], fault_type, topology, workload)
         if "trigger" in fault:
             self.trigger((*loc, "trigger"), fault["trigger"], fault_type, workload)
         if fault_type is not None and "params" in fault:
@@ -269,12 +270,15 @@ class _Checker:
                  f"scenario runs on {self.backend_name} (set backend: {fits[0]}){why}")
 
     def target(self, loc: Path, target: TargetDoc, fault_type: type[FaultType] | None,
-               topology: records.Topology | None) -> None:
+               topology: records.Topology | None, workload: Workload | None = None) -> None:
         (key,) = target.model_fields_set
         value = getattr(target, key)
         level, word = _LEVEL.get(key), _WORD.get(key)
         if key == "random":
             level, word = ("rank" if value == "rank" else "node"), _WORD[value]
+        if key == "replica_group":
+            self.replica_group((*loc, key), value, fault_type, topology, workload)
+            return
         if fault_type is not None and level not in fault_type.target_kinds:
             self.add((*loc, key), f"{fault_type.type_name} targets a "
                      f"{' or '.join(fault_type.target_kinds)}, not a {word}; use "
@@ -314,6 +318,24 @@ class _Checker:
             elif key != "random" and value not in groups:
                 self.add((*loc, key), f"unknown {_WORD[kind]} {value!r}"
                          f"{close_match(value, groups)} known: {', '.join(groups)}")
+
+    def replica_group(self, loc: Path, group: int, fault_type: type[FaultType] | None,
+                      topology: records.Topology | None, workload: Workload | None) -> None:
+        """A torchft replica group: group i is node i, so a node fault takes the group's
+        node and a rank fault its ranks; only a torchft job has replica groups."""
+        kind = type(workload).kind if workload is not None else None
+        if workload is not None and kind != "torchft":
+            self.add(loc, f"a replica group is a torchft job's failure domain; this workload is "
+                     f"{kind}: use {{node: N}} or {{rank: R}}")
+            return
+        if fault_type is not None and not {"rank", "node"} & set(fault_type.target_kinds):
+            self.add(loc, f"{fault_type.type_name} targets a {' or '.join(fault_type.target_kinds)}, "
+                     f"not a replica group; use " + "; ".join(_FORMS[k] for k in fault_type.target_kinds
+                                                               if k in _FORMS))
+            return
+        if topology is not None and group >= topology.nodes:
+            self.add(loc, f"replica group {group} does not exist: the job has {topology.nodes} "
+                     f"replica groups (0-{topology.nodes - 1}), one per node")
 
     def links(self, loc: Path, links: list[list[int]], topology: records.Topology | None) -> None:
         """Each directed link joins two different nodes of the topology."""

@@ -28,7 +28,8 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:trainchaos:scenario"
 _REF = "#/$defs/{model}"
 
-_TARGET_KEYS = {"rank": ["rank", "ranks"], "node": ["node", "nodes", "rack", "power_domain"], "job": ["job"]}
+_TARGET_KEYS = {"rank": ["rank", "ranks", "replica_group"],
+                "node": ["node", "nodes", "replica_group", "rack", "power_domain"], "job": ["job"]}
 _RANDOM_PICKS = {"rank": ["rank"], "node": ["node", "rack", "power_domain"], "job": []}
 
 
@@ -126,7 +127,8 @@ def _fault_type_rule(name: str, cls: type[FaultType], defs: dict[str, Any]) -> d
     params["description"] = f"Parameters of {name}: {cls.summary}"
     defs[f"{name}.params"] = params
     kinds = [k for k in cls.target_kinds if k in _TARGET_KEYS]
-    keys = list(cls.target_keys) if cls.target_keys else [key for k in kinds for key in _TARGET_KEYS[k]]
+    keys = list(cls.target_keys) if cls.target_keys else list(dict.fromkeys(
+        key for k in kinds for key in _TARGET_KEYS[k]))
     picks = [pick for k in kinds for pick in _RANDOM_PICKS[k]
              if not cls.target_keys or pick in cls.target_keys]
     target = {

@@ -122,7 +122,7 @@ _KIND_HINTS = {"harness": "options of the bundled training job",
 class WorkloadDoc(StrictModel):
     """The training job under test: exactly one kind, by its key: `harness` (the bundled job),
     `command` (your own command line), or a training stack's own script run per rank by
-    torchrun (`lightning`, `accelerate`, `dcp`, `nvrx_inprocess`)."""
+    torchrun (`lightning`, `accelerate`, `dcp`, `nvrx_inprocess`), or a torchft job (`torchft`)."""
 
     model_config = ConfigDict(json_schema_extra=lambda schema: _one_kind_schema(schema))
 
@@ -150,6 +150,9 @@ class WorkloadDoc(StrictModel):
     nvrx_inprocess: dict[str, Any] | None = None
     """A training function wrapped by NVIDIA's in-process restart (inprocess.Wrapper), run per
     rank by torchrun; null or {} runs the bundled example (examples/nvrx_inprocess/train.py)."""
+    torchft: dict[str, Any] | None = None
+    """A torchft job: a lighthouse, and one torchrun per replica group (a topology node);
+    null or {} runs the bundled example (examples/torchft/train.py)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -223,6 +226,9 @@ class TargetDoc(StrictModel):
     """One node, 0 .. nodes + spares - 1."""
     nodes: NodeList = optional_key()
     """Several nodes, hit at once."""
+    replica_group: int = optional_key(ge=0)
+    """One replica group of a torchft workload, 0 .. nodes - 1 (group i runs on node i): its
+    node for node faults, its ranks for rank faults."""
     rack: str = optional_key(min_length=1)
     """Every node of a rack declared under topology.racks."""
     power_domain: str = optional_key(min_length=1)
@@ -323,7 +329,8 @@ class FaultDoc(StrictModel):
     """Unique among the faults; names the fault in reports (default: f<index>-<type>)."""
     target: TargetDoc
     """Which rank(s) or node(s) to hit: exactly one of {rank: R}, {ranks: [R, ...]},
-    {node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME}, {links: [[FROM, TO], ...]},
+    {node: N}, {nodes: [N, ...]}, {replica_group: G}, {rack: NAME}, {power_domain: NAME},
+    {links: [[FROM, TO], ...]},
     {job: true}, {random: rank|node|rack|power_domain}."""
     trigger: TriggerDoc
     """When to inject: exactly one of at_step, at_time, after_event, random, poisson."""

@@ -29,7 +29,8 @@ DEFAULT_KIND = "harness"
 """The kind of a scenario that leaves ``workload`` out."""
 
 _BUILTIN = ("chaos.workload.harness", "chaos.workload.command", "chaos.workload.lightning",
-            "chaos.workload.accelerate", "chaos.workload.dcp", "chaos.workload.nvrx_inprocess")
+            "chaos.workload.accelerate", "chaos.workload.dcp", "chaos.workload.nvrx_inprocess",
+            "chaos.workload.torchft")
 """The built-in kinds' modules, in the order the reference lists them (each registers itself)."""
 
 

@@ -54,6 +54,9 @@ class Launch:
     """The step the job trains to (0: not known; the job's exit says when it is done)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment the job needs beyond what every backend exports (``chaos.contract``)."""
+    resources: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """Run-scoped resources (kind, spec) the job needs beside its nodes, acquired by the
+    runner before any node starts and released with the run (``chaos.cluster.resources``)."""
 
     @property
     def worker_argv(self) -> list[str]:

@@ -63,9 +63,10 @@ class TorchrunPerNode:
     (progress read from log lines needs it)."""
 
     def agent_command(self, topology: records.Topology, *, run_id: str, rdzv_endpoint: str,
-                      local_addr: str, python: str = sys.executable) -> list[str]:
+                      local_addr: str, python: str = sys.executable, node: int = 0) -> list[str]:
         """The agent of one node: ``python -c AGENT_MAIN ... <worker_argv>``, which is
-        ``python -m torch.distributed.run ... <worker_argv>`` with a quicker exit."""
+        ``python -m torch.distributed.run ... <worker_argv>`` with a quicker exit (the same on
+        every node: the rendezvous numbers them)."""
         nnodes = (f"{topology.min_nodes}:{topology.nodes}"
                   if topology.min_nodes and topology.min_nodes < topology.nodes else str(topology.nodes))
         return [
@@ -87,3 +88,12 @@ class TorchrunPerNode:
             *(["--tee", "3"] if self.tee_output else []),
             *self.worker_argv,
         ]
+
+    def node_env(self, node: int, topology: records.Topology, rdzv_endpoint: str) -> dict[str, str]:
+        """Environment of one node's agent beyond what the backend exports: none here."""
+        return {}
+
+    def global_rank(self, node: int, agent_rank: int, topology: records.Topology) -> int:
+        """The job's rank of a worker its node's agent calls ``agent_rank``: the same here
+        (one rendezvous numbers every node's workers)."""
+        return agent_rank

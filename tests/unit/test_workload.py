@@ -55,10 +55,11 @@ def test_builtin_kinds_are_known_in_reference_order() -> None:
 
 def test_an_unknown_kind_is_a_located_error_listing_the_known_ones() -> None:
     with pytest.raises(UnknownWorkload) as info:
-        lookup_workload("torchft", file="s.yaml", location="workload")
+        lookup_workload("pytorch-lightnin", file="s.yaml", location="workload")
     err = info.value
     assert isinstance(err, ScenarioError) and err.exit_code == EXIT_BAD_INPUT
-    assert str(err) == "s.yaml: workload: unknown workload kind 'torchft'; known: harness, command, lightning, accelerate, dcp, nvrx_inprocess"
+    assert str(err) == ("s.yaml: workload: unknown workload kind 'pytorch-lightnin'; known: harness, "
+                        "command, lightning, accelerate, dcp, nvrx_inprocess, torchft")
 
 
 class _Toy(Workload):

@@ -16,6 +16,11 @@ survivor_stall_s
     largest over the survivors. None when the fault left no survivor, or a survivor never
     completed a step after it.
 
+survivor_restarts
+    Survivors whose first step after the fault came from a later incarnation than their last
+    step before it: ranks the fault did not hit that were restarted anyway. A torchrun
+    restart restarts them all; torchft claims 0 (the other replica groups never restart).
+
 Registered as the ``survivors`` metric family; it measures every fired fault.
 """
 
@@ -26,8 +31,9 @@ from typing import Any
 
 from chaos.metrics.family import FaultContext, MetricFamily
 from chaos.metrics.spec import MetricSpec
+from chaos.metrics.timeline import incarnation
 
-__all__ = ["FAMILY", "survivor_stall"]
+__all__ = ["FAMILY", "survivor_restarts", "survivor_stall"]
 
 
 def survivor_stall(step_ends: list[dict[str, Any]], targets: set[str], t_inject: float,
@@ -54,11 +60,30 @@ def survivor_stall(step_ends: list[dict[str, Any]], targets: set[str], t_inject:
     return max(stalls), None
 
 
+def survivor_restarts(step_ends: list[dict[str, Any]], targets: set[str], t_inject: float) -> int | None:
+    """How many survivors (as for ``survivor_stall``) restarted across the fault; None: no survivor."""
+    before: dict[str, dict[str, Any]] = {}
+    after: dict[str, dict[str, Any]] = {}
+    for e in step_ends:
+        src = str(e["src"])
+        if src in targets:
+            continue
+        if e["t"] <= t_inject:
+            before[src] = e
+        elif src in before:
+            after.setdefault(src, e)
+    if not before:
+        return None
+    return sum(1 for src, e in after.items() if incarnation(e) > incarnation(before[src]))
+
+
 def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     fm = ctx.metrics
     t_recovered = fm.t_inject + fm.recovery_s if fm.recovery_s is not None else None
-    stall, _ = survivor_stall(ctx.timeline.step_ends, set(ctx.record.target_srcs), fm.t_inject, t_recovered)
-    return {"survivor_stall_s": stall}
+    targets = set(ctx.record.target_srcs)
+    stall, _ = survivor_stall(ctx.timeline.step_ends, targets, fm.t_inject, t_recovered)
+    return {"survivor_stall_s": stall,
+            "survivor_restarts": survivor_restarts(ctx.timeline.step_ends, targets, fm.t_inject)}
 
 
 def _missing(fm: Any) -> str:
@@ -76,6 +101,10 @@ SPECS = (
                           "seconds (a restart of every rank: about the recovery; a stack that drops the failed "
                           "group: its timeout).",
                missing_reason=_missing),
+    MetricSpec("survivor_restarts", "survivors restarted", "count", scope="fault", target="bound",
+               missing="unknown",
+               target_doc="Ranks the fault did not hit that were restarted anyway. {max: 0}: the others never\n"
+                          "restart (torchft's claim)."),
 )
 
 FAMILY = MetricFamily("survivors", specs=SPECS, fault_metrics=_fault_metrics, applies=lambda record: True)
