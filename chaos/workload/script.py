@@ -132,12 +132,13 @@ class ScriptWorkload(CommandWorkload):
 
         if not isinstance(raw, dict):
             return None, [((), f"expected a mapping of {cls.kind} options "
-                           f"({', '.join(_fields())}), got {describe_value(raw)}")]
+                           f"({', '.join(_fields(cls.options_class))}), got {describe_value(raw)}")]
         problems: list[tuple[Location, str]] = []
         for key in raw:
-            if key not in _fields():
+            known = _fields(cls.options_class)
+            if key not in known:
                 problems.append(((key,), f"unknown {cls.kind} option {key!r}"
-                                 f"{close_match(key, _fields())} allowed: {', '.join(_fields())}"))
+                                 f"{close_match(key, known)} allowed: {', '.join(known)}"))
         script, steps, args, regex = (raw.get(k) for k in ("script", "steps", "args", "progress_regex"))
         if script is not None and not (isinstance(script, str) and script):
             problems.append((("script",), f"expected a path, got {describe_value(script)}"))
@@ -220,8 +221,10 @@ class ScriptWorkload(CommandWorkload):
         return LogProgress(self.options.progress_regex, events_dir, report_exit_codes=True)
 
 
-def _fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(ScriptOptions)]
+def _fields(options_class: type[ScriptOptions] = ScriptOptions) -> list[str]:
+    """The options a kind takes: the shared ones, and those its own class adds (a subclass
+    validates its own in its ``_options``)."""
+    return [f.name for f in dataclasses.fields(options_class)]
 
 
 def _fill(arg: str, values: dict[str, str]) -> str:

@@ -51,8 +51,8 @@ faults:
         load_scenario(path)
     assert info.value.exit_code == EXIT_BAD_INPUT
     text = str(info.value)
-    assert f"{path}: workload.torchft.steps: expected an integer from 1 to 10000000, got int 0" in text
-    assert "workload.torchft.pg_timout_s: unknown option 'pg_timout_s'; did you mean 'pg_timeout_s'?" in text
+    assert f"{path}: workload.torchft.steps: expected an int between 1 and 10000000, got int 0" in text
+    assert "workload.torchft.pg_timout_s: unknown torchft option 'pg_timout_s'; did you mean 'pg_timeout_s'?" in text
     assert "workload.torchft.lighthouse.min_replicas: expected an integer" in text
     assert ("faults[0].target.replica_group: replica group 2 does not exist: the job has 2 "
             "replica groups (0-1), one per node") in text

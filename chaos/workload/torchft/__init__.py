@@ -21,19 +21,18 @@ which trainchaos passes); a script without it is read by ``progress_regex`` like
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.logprogress import LogProgress
 from chaos.rundir import RunDir
-from chaos.schema.types import close_match, describe_value
+from chaos.schema.types import describe_value
 from chaos.workload import register_workload
-from chaos.workload.base import Launch, Location, Workload
+from chaos.workload.base import Launch, Location, StorageLayout, Workload
+from chaos.workload.script import ScriptOptions, ScriptWorkload, _fill
 from chaos.workload.torchft.launcher import TorchrunPerGroup
 from chaos.workload.torchft.lighthouse import free_port, lighthouse_resource
 
@@ -42,10 +41,6 @@ if TYPE_CHECKING:
     from chaos.schema.models import WorkloadDoc
 
 __all__ = ["EXAMPLE", "LighthouseOptions", "TorchftOptions", "TorchftWorkload"]
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "torchft" / "train.py"
-"""The bundled example: torchft's train_ddp shape, tiny, CPU, gloo, seeded."""
-EXAMPLE_STEPS = 40
 
 
 @dataclass(frozen=True)
@@ -57,34 +52,30 @@ class LighthouseOptions:
 
 
 @dataclass(frozen=True)
-class TorchftOptions:
-    script: str | None = None
-    steps: int | None = None
-    args: list[str] = field(default_factory=list)
+class TorchftOptions(ScriptOptions):
     pg_timeout_s: float = 5.0
     timeout_s: float = 10.0
     step_sleep_s: float = 0.0
-    progress_regex: str | None = None
     lighthouse: LighthouseOptions = field(default_factory=LighthouseOptions)
 
+
+_OWN = ("pg_timeout_s", "timeout_s", "step_sleep_s", "lighthouse")
+"""The options torchft adds to the shared ones (``ScriptOptions``)."""
 
 _DOCS: dict[type, dict[str, str]] = {
     TorchftOptions: {
         "script": "The training script torchrun runs on each rank of each replica group; null: "
                   "the bundled example (examples/torchft/train.py), which trainchaos gives "
-                  "--steps, --seed, --pg-timeout, --timeout, --step-sleep and --chaos.",
-        "steps": "The committed step the job trains to; null: 40 for the bundled example, "
-                 "unknown for your own script.",
-        "args": "Arguments after the script (after the bundled example's own); {seed}, "
-                "{steps}, {pg_timeout_s}, {timeout_s} and {run_dir} are filled in.",
+                  "--steps, --seed, --pg-timeout, --timeout, --step-sleep and --chaos. A relative "
+                  "path is taken from the directory trainchaos runs in.",
+        "args": "Arguments after the script (after the bundled example's own); {run_dir}, {seed}, "
+                "{steps}, {pg_timeout_s} and {timeout_s} are replaced by the run's values.",
         "pg_timeout_s": "The bundled example's ProcessGroupGloo timeout: how long a collective "
                         "waits for a dead group before the step is abandoned (the survivors' "
-                        "stall is bounded by it).",
+                        "stall is bounded below by it).",
         "timeout_s": "The bundled example's Manager timeout (should_commit, the checkpoint "
                      "transfer that heals a group).",
         "step_sleep_s": "The bundled example's simulated compute per step (seconds).",
-        "progress_regex": "For a script without the adapter line (chaos.adapters.torchft): a "
-                          "regular expression on its log lines, with a named group `step`.",
         "lighthouse": "The lighthouse's options.",
     },
     LighthouseOptions: {
@@ -98,8 +89,8 @@ _DOCS: dict[type, dict[str, str]] = {
 }
 
 _BOUNDS: dict[str, tuple[float, float]] = {
-    "steps": (1, 10_000_000), "pg_timeout_s": (0.01, 3600), "timeout_s": (0.1, 3600),
-    "step_sleep_s": (0, 60), "min_replicas": (1, 10_000), "heartbeat_timeout_ms": (10, 3_600_000),
+    "pg_timeout_s": (0.01, 3600), "timeout_s": (0.1, 3600), "step_sleep_s": (0, 60),
+    "min_replicas": (1, 10_000), "heartbeat_timeout_ms": (10, 3_600_000),
     "join_timeout_ms": (0, 3_600_000), "quorum_tick_ms": (1, 60_000),
 }
 
@@ -109,52 +100,45 @@ def _lighthouse_program() -> str | None:
     return beside if os.access(beside, os.X_OK) else shutil.which("torchft_lighthouse")
 
 
-def _read(cls: type, raw: Any, where: Location) -> tuple[Any, list[tuple[Location, str]]]:
-    """``raw`` as the options dataclass ``cls``, with every problem located."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        return None, [(where, f"expected a mapping of options, got {describe_value(raw)}")]
+def _numbers(cls: type, raw: dict[str, Any], where: Location) -> tuple[dict[str, Any], list[tuple[Location, str]]]:
+    """The numeric options of ``cls`` given in ``raw`` (unknown keys are the caller's)."""
     problems: list[tuple[Location, str]] = []
-    fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in raw.items():
         if key not in fields:
-            problems.append(((*where, key), f"unknown option {key!r}{close_match(key, fields)} "
-                             f"known: {', '.join(fields)}"))
             continue
         if key == "lighthouse":
-            values[key], more = _read(LighthouseOptions, value, (*where, key))
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                problems.append(((*where, key), f"expected a mapping of lighthouse options "
+                                 f"({', '.join(_DOCS[LighthouseOptions])}), got {describe_value(value)}"))
+                continue
+            unknown = [k for k in value if k not in _DOCS[LighthouseOptions]]
+            problems += [((*where, key, k), f"unknown lighthouse option {k!r}; allowed: "
+                          f"{', '.join(_DOCS[LighthouseOptions])}") for k in unknown]
+            nested, more = _numbers(LighthouseOptions, value, (*where, key))
             problems += more
+            values[key] = LighthouseOptions(**nested)
             continue
-        default = fields[key].default
-        if value is None and (default is None or key in ("script", "progress_regex", "steps")):
+        integral = fields[key].type in ("int", int)
+        low, high = _BOUNDS[key]
+        ok = isinstance(value, int) if integral else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok or not low <= value <= high:
+            problems.append(((*where, key), f"expected {'an integer' if integral else 'a number'} "
+                             f"from {_num(low)} to {_num(high)}, got {describe_value(value)}"))
             continue
-        if key == "args":
-            if not isinstance(value, list) or not all(isinstance(a, (str, int, float)) for a in value):
-                problems.append(((*where, key), f"expected a list of strings, got {describe_value(value)}"))
-                continue
-            values[key] = [str(a) for a in value]
-        elif key in ("script", "progress_regex"):
-            if not isinstance(value, str) or not value:
-                problems.append(((*where, key), f"expected a non-empty string, got {describe_value(value)}"))
-                continue
-            values[key] = value
-        else:
-            integral = isinstance(default, int) and not isinstance(default, float) or key == "steps"
-            ok = isinstance(value, int) if integral else isinstance(value, (int, float))
-            low, high = _BOUNDS[key]
-            if isinstance(value, bool) or not ok or not low <= value <= high:
-                problems.append(((*where, key), f"expected {'an integer' if integral else 'a number'} "
-                                 f"from {_num(low)} to {_num(high)}, got {describe_value(value)}"))
-                continue
-            values[key] = value
-    return cls(**values), problems
+        values[key] = value
+    return values, problems
 
 
 @register_workload
-class TorchftWorkload(Workload):
+class TorchftWorkload(ScriptWorkload):
     kind: ClassVar[str] = "torchft"
+    stack: ClassVar[str] = "torchft"
+    extra: ClassVar[str] = "torchft"
+    options_class: ClassVar[type[ScriptOptions]] = TorchftOptions
     summary: ClassVar[str] = ("a torchft job: a lighthouse and one torchrun per replica group (a "
                               "node); groups drop out and heal from a live peer, the others train on")
     options_intro: ClassVar[str] = (
@@ -163,68 +147,51 @@ class TorchftWorkload(Workload):
     options_description: ClassVar[str] = "Options of the torchft workload ({section})."
 
     def __init__(self, spec: records.Workload) -> None:
-        super().__init__(spec)
+        Workload.__init__(self, spec)
         options = dict(spec.options or {})
-        lighthouse = LighthouseOptions(**options.pop("lighthouse", {}) or {})
-        self.options = TorchftOptions(**options, lighthouse=lighthouse)
+        lighthouse = LighthouseOptions(**(options.pop("lighthouse", None) or {}))
+        self.options: TorchftOptions = TorchftOptions(**options, lighthouse=lighthouse)
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
     def validate(cls, doc: WorkloadDoc | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
-        from chaos import model as records
-
-        assert doc is not None and cls.kind in doc.model_fields_set
-        where: Location = ("workload", cls.kind)
-        problems: list[tuple[Location, str]] = [
-            (("workload", key), f"only for 'command': the torchft workload's is workload.torchft.{key}")
-            for key in ("steps", "progress_regex") if key in doc.model_fields_set]
-        options, more = _read(TorchftOptions, doc.torchft, where)
-        problems += more
-        if importlib.util.find_spec("torchft") is None or _lighthouse_program() is None:
-            problems.append((where, "torchft (and its torchft_lighthouse) is not installed in this "
+        workload, problems = super().validate(doc, world_size)
+        if _lighthouse_program() is None and importlib_ok():
+            problems.append((("workload", cls.kind), "torchft_lighthouse is not installed beside this "
                              "Python; pip install 'trainchaos[torchft]'"))
-        if options is None:
-            return None, problems
-        if options.script is not None and not os.path.isfile(options.script):
-            problems.append(((*where, "script"), f"no such file {options.script!r} (a relative path "
-                             "is taken from the directory trainchaos runs in)"))
-        elif options.script is None and not EXAMPLE.is_file():
-            problems.append(((*where, "script"), "the bundled example is missing (a trainchaos "
-                             "installed without its examples/ folder): give script"))
-        record = dataclasses.asdict(options)
-        return cls(records.Workload(kind=cls.kind, options=record)), problems
+        return workload, problems
 
     @classmethod
-    def options_type(cls) -> type:
-        return TorchftOptions
+    def _options(cls, raw: Any) -> tuple[ScriptOptions | None, list[tuple[Location, str]]]:
+        """The shared options as ``ScriptWorkload`` reads them, and torchft's own."""
+        if not isinstance(raw, dict):
+            return super()._options(raw)
+        options, problems = super()._options({k: v for k, v in raw.items() if k not in _OWN})
+        own, more = _numbers(TorchftOptions, {k: v for k, v in raw.items() if k in _OWN}, ())
+        if options is None or more:
+            return None, problems + more
+        return dataclasses.replace(options, **own), problems
 
     @classmethod
     def option_docs(cls, section: type) -> dict[str, str]:
-        return _DOCS.get(section, {})
+        shared = super().option_docs(section) if section is TorchftOptions else {}
+        return {**shared, **_DOCS.get(section, {})}
 
-    # -- what the engine may know before the run ------------------------------------------
-    @property
-    def steps(self) -> int | None:
-        if self.options.steps is not None:
-            return self.options.steps
-        return EXAMPLE_STEPS if self.options.script is None else None
-
-    def steps_text(self) -> str:
-        return f"the torchft job trains {self.steps} steps (workload.torchft.steps)"
+    def storage(self) -> StorageLayout | None:
+        """None: the bundled example keeps no checkpoint (a group heals from a live peer)."""
+        return None
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:
         opts = self.options
-        fill = {"{seed}": str(seed), "{steps}": str(self.steps or ""), "{run_dir}": run_dir,
-                "{pg_timeout_s}": f"{opts.pg_timeout_s:g}", "{timeout_s}": f"{opts.timeout_s:g}"}
-        args = [_fill(a, fill) for a in opts.args]
-        if opts.script is None:
-            argv = [str(EXAMPLE), "--steps", str(self.steps), "--seed", str(seed),
-                    "--pg-timeout", f"{opts.pg_timeout_s:g}", "--timeout", f"{opts.timeout_s:g}",
-                    "--step-sleep", f"{opts.step_sleep_s:g}", "--chaos", *args]
-        else:
-            argv = [os.path.abspath(opts.script), *args]
+        values = {"{run_dir}": run_dir, "{seed}": str(seed), "{steps}": str(self.steps or ""),
+                  "{pg_timeout_s}": f"{opts.pg_timeout_s:g}", "{timeout_s}": f"{opts.timeout_s:g}"}
+        args = [_fill(a, values) for a in opts.args or ()]
+        given = (["--steps", str(self.steps), "--seed", str(seed), "--pg-timeout", f"{opts.pg_timeout_s:g}",
+                  "--timeout", f"{opts.timeout_s:g}", "--step-sleep", f"{opts.step_sleep_s:g}", "--chaos"]
+                 if self.bundled else [])
+        script = os.path.abspath(opts.script or self.example())
         port = free_port()
         light = opts.lighthouse
         resource = lighthouse_resource(
@@ -232,9 +199,9 @@ class TorchftWorkload(Workload):
             min_replicas=light.min_replicas, heartbeat_timeout_ms=light.heartbeat_timeout_ms,
             join_timeout_ms=light.join_timeout_ms, quorum_tick_ms=light.quorum_tick_ms,
             program=_lighthouse_program() or "torchft_lighthouse")
-        launcher = TorchrunPerGroup(tuple(argv), tee_output=opts.progress_regex is not None,
+        launcher = TorchrunPerGroup((script, *given, *args), tee_output=opts.progress_regex is not None,
                                     lighthouse_port=port)
-        return Launch(launcher, steps_target=self.steps or 0, resources=(resource,))
+        return Launch(launcher, steps_target=self.steps or 0, env=dict(self.env), resources=(resource,))
 
     def progress(self, events_dir: str) -> LogProgress:
         """Step lines by ``progress_regex`` when given, with every worker exit the agents
@@ -244,17 +211,17 @@ class TorchftWorkload(Workload):
         regex = self.options.progress_regex
         return LogProgress(regex, events_dir, report_exit_codes=True, agent_detections=regex is not None)
 
-    def finished(self, reported_end: bool) -> bool:
-        """The groups end by their exit codes (a group dropped for good is a lost node)."""
-        return True
+
+def importlib_ok() -> bool:
+    """torchft itself imports (its absence is the shared validation's to report)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchft") is not None
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _fill(arg: str, fill: dict[str, str]) -> str:
-    for key, value in fill.items():
-        arg = arg.replace(key, value)
-    return arg
-
+EXAMPLE = TorchftWorkload.example()
+"""The bundled example: torchft's train_ddp shape, tiny, CPU, gloo, seeded."""
