@@ -53,10 +53,17 @@ def cli() -> None:
 @click.option("--strict", is_flag=True,
               help="A scenario that expects to fail (expect: {fail: ...}) but met every target "
                    "(XPASS) fails the run too (exit 1), as pytest's xfail_strict.")
+@click.option("--crash-points", is_flag=True,
+              help="Instead of the scenario's faults: one power loss (lose_unfsynced) at each "
+                   "durability boundary (fsync, rename) of one checkpoint save, each in a run of "
+                   "its own; lists every boundary and its outcome (docs/checkers.md).")
+@click.option("--crash-save-step", type=click.IntRange(1), default=None, metavar="N",
+              help="With --crash-points: the save whose boundaries are swept [default: the "
+                   "harness's second, 2 x checkpoint.every_steps].")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
         update_baseline: bool, tolerances_path: str | None, compare_spec: str | None,
-        check_host: bool, strict: bool) -> None:
+        check_host: bool, strict: bool, crash_points: bool, crash_save_step: int | None) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import preflight, run_suite
@@ -64,6 +71,11 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
 
     if (update_baseline or tolerances_path) and not baseline_dir:
         raise click.UsageError("--update-baseline and --tolerances need --baseline-from DIR")
+    if crash_save_step is not None and not crash_points:
+        raise click.UsageError("--crash-save-step needs --crash-points")
+    if crash_points:
+        _crash_points(paths, out_dir, crash_save_step, dry_run)
+        return
     try:
         variation = parse_variation(compare_spec) if compare_spec else None
     except VariationError as exc:
@@ -99,6 +111,16 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     if outcome.report_path:
         click.echo(f"HTML report: {outcome.report_path}")
     sys.exit(code)
+
+
+def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | None, dry_run: bool) -> None:
+    """``run --crash-points``: the durability sweep of each scenario (chaos.crashsweep)."""
+    from chaos.crashsweep import run_sweeps
+    from chaos.interrupts import installed
+
+    out_dir = out_dir or os.path.join("reports", _suite_name(paths) + "-crash-points")
+    with installed():
+        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo))
 
 
 def _exit_code(outcome: object) -> int:

@@ -62,6 +62,10 @@ KINDS: dict[str, tuple[str, ...]] = {
     # the controller read a checkpoint the job reported saved (chaos.freshness): the step
     # it claims, the digest of the model state it holds; error: why it could not be read
     "ckpt_image": ("step", "tier", "path", "digest", "error"),
+    # the storage fault layer (src "storage") at an armed crash point: each durability
+    # boundary of the watched save (trace), and the one it froze at
+    "storage_boundary": ("seq", "op", "path"),
+    "crash_point": ("after", "op", "path", "where", "boundaries"),
     # a rank's DataLoader worker processes (children of the rank, never its target)
     "data_workers": ("pids",),
 }

@@ -16,6 +16,7 @@ What a run directory holds, and who writes it:
 ``events/``               every process's events (``chaos.probe``)
 ``logs/``                 each node's output, and run-scoped helpers' logs
 ``checkpoints/``          the harness's shared checkpoint tier (unless configured elsewhere)
+``crash-image/``          the tier as an armed crash point's power loss left it (--crash-points)
 ``summary.md``            the record explained for a human
 ``report.html``           the record as a page
 ``timeline.csv|.parquet`` every event in one ordered table
@@ -79,6 +80,8 @@ class RunDir:
     logs = _entry(LOGS_SUBDIR)
     checkpoints = _entry(SHARED_CHECKPOINTS_SUBDIR, "The shared checkpoint tier when "
                          "``checkpoint.dir`` is not set.")
+    crash_image = _entry("crash-image", "The checkpoint tier as the power loss at an armed crash "
+                         "point left it (``chaos.storage.crashpoints``), audited by the sweep.")
     summary = _entry(SUMMARY_FILE)
     report_html = _entry(RUN_REPORT_HTML)
     timeline_csv = _entry(TIMELINE_CSV)

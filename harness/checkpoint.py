@@ -38,6 +38,7 @@ storage failure, before a peer's collective could time out and blame it as hung.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
@@ -63,6 +64,7 @@ __all__ = [
     "MANIFEST_FILE",
     "MODEL",
     "OPTIMIZER",
+    "POINTER_FILE",
     "RNG",
     "STATE_FILE",
     "STEP",
@@ -86,6 +88,10 @@ STEP = "step"
 
 STATE_FILE = "state.pt"
 MANIFEST_FILE = "MANIFEST.json"
+POINTER_FILE = "LATEST"
+"""Names the newest complete checkpoint (``step-NNNNNNNN``), replaced atomically after it is
+durable, as Megatron's latest_checkpointed_iteration.txt and DeepSpeed's ``latest`` do: for
+readers outside the job. ``load`` does not trust it; it lists and verifies."""
 QUARANTINE_DIR = "quarantine"
 """Checkpoints taken out of reach of ``load`` after silent corruption was detected."""
 ROLLBACK_LOG = "ROLLBACKS.jsonl"
@@ -296,6 +302,7 @@ class CheckpointManager:
         when_busy: Literal["wait", "skip"] = "wait",
         save_deadline_s: float = 0.0,
         on_deadline: Callable[[int, float, str], None] | None = None,
+        pointer_before_fsync: bool = False,
     ) -> None:
         # Keep at least 2: the newest complete checkpoint can still turn out unreadable (bits
         # flipped at rest, storage that acknowledged but lost unfsynced data, a torn write
@@ -329,6 +336,9 @@ class CheckpointManager:
         self.fsync = fsync
         """Off: files and directories are not fsynced (a page-cache or shm tier: fast, and
         lost with the node's power)."""
+        self.pointer_before_fsync = pointer_before_fsync
+        """A deliberate bug (checkpoint.bug_pointer_before_fsync): the pointer is replaced
+        before the checkpoint's files are fsynced (KempnerForge #102)."""
         self.retries = retries
         self.max_failed_saves = max_failed_saves
         self.when_busy = when_busy
@@ -435,6 +445,8 @@ class CheckpointManager:
             os.rename(os.path.join(self.directory, name),
                       os.path.join(qdir, f"{name}.{time.time_ns()}"))
             moved.append(step)
+        remaining = self._list_steps()
+        self._write_pointer(_step_dir_name(remaining[-1]) if remaining else None)
         _fsync_dir(self.directory)
         with open(os.path.join(qdir, ROLLBACK_LOG), "a", encoding="utf-8") as f:
             f.write(json.dumps({**record, "quarantined": moved, "from_step": from_step,
@@ -550,7 +562,7 @@ class CheckpointManager:
         os.makedirs(tmp)
 
         try:
-            manifest = self._write_files(tmp, step, state, verified)
+            manifest = self._write_files(tmp, step, state, verified, durable=not self.pointer_before_fsync)
         except BaseException:
             # A write that failed (not one killed: that leaves its directory for the next
             # writer's start-up to clear) must not leave its partial files behind.
@@ -569,6 +581,9 @@ class CheckpointManager:
         else:
             os.rename(tmp, final)
         self._sync_dir(self.directory)
+        self._write_pointer(name)
+        if self.pointer_before_fsync:  # the bug: the files become durable only now
+            self._sync_files(final)
         written = time.perf_counter() - started
         self._prune(step)
 
@@ -581,8 +596,10 @@ class CheckpointManager:
         )
 
     def _write_files(self, tmp: str, step: int, state: dict[str, Any],
-                     verified: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Write state.pt, then the manifest describing it, into ``tmp``; all fsynced."""
+                     verified: dict[str, Any] | None = None, durable: bool = True) -> dict[str, Any]:
+        """Write state.pt, then the manifest describing it, into ``tmp``; all fsynced (unless
+        not ``durable``: the caller fsyncs them later, ``_sync_files``)."""
+        fsync = self.fsync and durable
         buffer = io.BytesIO()
         torch.save(state, buffer)
         data = buffer.getbuffer()
@@ -596,7 +613,7 @@ class CheckpointManager:
                 self._fault_point("ckpt_write", step=step)
             f.write(data[half:])
             f.flush()
-            if self.fsync:
+            if fsync:
                 os.fsync(f.fileno())
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -618,14 +635,43 @@ class CheckpointManager:
         with open(os.path.join(tmp, MANIFEST_FILE), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
-            if self.fsync:
+            if fsync:
                 os.fsync(f.fileno())
-        self._sync_dir(tmp)
+        if durable:
+            self._sync_dir(tmp)
         return manifest
 
     def _sync_dir(self, path: str) -> None:
         if self.fsync:
             _fsync_dir(path)
+
+    def _sync_files(self, path: str) -> None:
+        """fsync every file of the checkpoint directory ``path``, then the directory."""
+        if not self.fsync:
+            return
+        for name in sorted(os.listdir(path)):
+            fd = os.open(os.path.join(path, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(path)
+
+    def _write_pointer(self, name: str | None) -> None:
+        """Point ``POINTER_FILE`` at the checkpoint ``name`` (None: remove it), atomically."""
+        pointer = os.path.join(self.directory, POINTER_FILE)
+        if name is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pointer)
+        else:
+            tmp = os.path.join(self.directory, f"{_TMP_PREFIX}{POINTER_FILE}-{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(name + "\n")
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, pointer)
+        self._sync_dir(self.directory)
 
     def _prune(self, newest: int) -> None:
         """Keep the ``keep`` newest checkpoints up to ``newest``; drop the rest.
@@ -664,7 +710,12 @@ class CheckpointManager:
             if pid is not None and pid != os.getpid() and _pid_alive(pid):
                 continue
             log.info("removing stale partial checkpoint %s", entry)
-            shutil.rmtree(os.path.join(self.directory, entry), ignore_errors=True)
+            path = os.path.join(self.directory, entry)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # a pointer being replaced
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     # ---------------------------------------------------------------- loading
 

@@ -69,7 +69,8 @@ def build_checkpoints(cfg: HarnessConfig, rank: int, *, emit: Any = None, fault_
     common = dict(keep=c.keep, mode=c.mode, emit=emit, fault_point=fault_point,
                   verify_checksum=cfg.detect.ckpt_checksum, retries=c.save_retries,
                   max_failed_saves=c.max_failed_saves, when_busy=c.when_busy,
-                  save_deadline_s=c.save_deadline_s, on_deadline=on_deadline)
+                  save_deadline_s=c.save_deadline_s, on_deadline=on_deadline,
+                  pointer_before_fsync=c.bug_pointer_before_fsync)
     shared_dir = c.dir or os.path.join(cfg.run_dir, contract.SHARED_CHECKPOINTS_SUBDIR)
     parts = c.placement_parts
     if not c.fast_tier:

@@ -84,6 +84,9 @@ class CheckpointConfig:
     bug_late_snapshot: bool = False
     """A deliberate bug, for showing the checkpoint freshness checker at work (NeMo-RL #3312): an async save of step N snapshots the state only after the optimizer step of N+1, and writes it as step N. Never in a real run."""
 
+    bug_pointer_before_fsync: bool = False
+    """A deliberate bug, for showing the crash-point sweep at work (KempnerForge #102): the LATEST pointer is replaced before the checkpoint's files are fsynced, so a power loss in between leaves it naming a torn checkpoint. Never in a real run."""
+
     @property
     def placement_parts(self) -> tuple[str, ...]:
         """The placement as its parts: ("shared",), ("replicated", "shared")..."""

@@ -33,7 +33,7 @@ from chaos.faults.base import (
     lookup,
     register,
 )
-from chaos.schema.types import MAX_BYTES, MAX_SECONDS
+from chaos.schema.types import MAX_BYTES, MAX_SECONDS, MAX_STEPS
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import tier_label
 from chaos.storage.rules import errno_number
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
     from chaos.workload import StorageLayout
 
-__all__ = ["STORAGE_TYPES", "DiskFull", "plan_mounts", "storage_plan", "IoCorrupt", "IoError", "IoSlow", "IoStall", "LoseUnfsynced",
+__all__ = ["STORAGE_TYPES", "CrashPoint", "DiskFull", "plan_mounts", "storage_plan", "IoCorrupt", "IoError", "IoSlow", "IoStall", "LoseUnfsynced",
            "TornWrite"]
 
 Tier = Literal["shared", "local", "data"]
@@ -399,8 +399,55 @@ class TornWrite(LoseUnfsynced):
         return {"fraction": self.params.get("keep_fraction"), "seed": self.seed}
 
 
+class CrashPointParams(FaultParams):
+    tier: Tier = "shared"
+    """The tier whose save is watched (the durable one, normally)."""
+    save_step: int = Field(ge=1, le=MAX_STEPS)
+    """The step of the save whose durability boundaries are counted (the harness names its folder step-NNNNNNNN)."""
+    after: int = Field(-1, ge=-1, le=10_000)
+    """Freeze the layer after this many boundaries of that save completed (0: before the first); -1: only report each boundary (storage_boundary events), the trace a sweep enumerates."""
+
+
+@register
+@dataclass
+class CrashPoint(FaultType):
+    type_name: ClassVar[str] = "crash_point"
+    family: ClassVar[str] = "storage"
+    failure_class: ClassVar[str] = "storage"
+    params_model: ClassVar[type[FaultParams]] = CrashPointParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
+    summary: ClassVar[str] = ("Arm the fault layer at one durability boundary (fsync, rename) of one "
+                              "save: it freezes there and reports crash_point (trainchaos run --crash-points).")
+    fidelity: ClassVar[str] = (
+        "Not a failure by itself: it stops the storage exactly at one durability boundary, so "
+        "that a lose_unfsynced triggered by its crash_point event loses power there, as ALICE "
+        "and LazyFS place a crash at each persistence point. Boundaries are counted as the "
+        "layer sees them (each fsync of a file or directory, each rename); metadata is "
+        "durable at once, as for lose_unfsynced, so orderings a stricter file system would "
+        "also expose (an unfsynced rename) are not explored.")
+    mechanism: ClassVar[str] = "by the injector: a crash point armed in the FUSE fault layer's control file"
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        return _check_storage(params, context)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        from chaos.rundir import RunDir
+
+        rundir = RunDir.of(ctx.run_dir)
+        spec = {"save": f"*step-{int(self.params['save_step']):08d}*", "after": int(self.params.get("after", -1)),
+                "events_dir": rundir.events, "image_dir": rundir.crash_image}
+        controls = _mount_controls(ctx, self)
+        for control in controls:
+            control.arm_crash_point(spec)
+        return {"control_dirs": [c.dir for c in controls], "crash_point": spec}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing to undo: a crash point that never froze is disarmed with its mount."""
+
 STORAGE_TYPES: frozenset[str] = frozenset({"io_stall", "io_slow", "io_error", "disk_full", "io_corrupt",
-                                           "lose_unfsynced", "torn_write"})
+                                           "lose_unfsynced", "torn_write", "crash_point"})
 """Fault types that need the fault layer mounted (``storage_plan``)."""
 
 
@@ -438,7 +485,7 @@ def storage_plan(scenario: dict[str, Any], layout: StorageLayout | None = None) 
         if fault.get("type") not in STORAGE_TYPES:
             continue
         tier = (fault.get("params") or {}).get("tier", "shared")
-        tiers[tier] = tiers.get(tier, False) or fault.get("type") in ("lose_unfsynced", "torn_write")
+        tiers[tier] = tiers.get(tier, False) or fault.get("type") in ("lose_unfsynced", "torn_write", "crash_point")
     return tiers
 
 

@@ -289,6 +289,7 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
     false_keys = _false_keys(metrics)
     stale = {(str(i.get("path")), _int(i.get("step"))): i for i in metrics.get("stale_checkpoint_list") or []
              if isinstance(i, dict)}
+    torn_seen: set[str] = set()
     for e in events:
         kind, src = e.get("kind"), str(e.get("src") or "")
         t = rel(e["t"])
@@ -322,6 +323,11 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
             skipped = e.get("skipped") or []
             extra = f", skipped {len(skipped)} corrupt" if skipped else ""
             marks.append(Mark(t, "ckpt_load", src, f"{src} loaded checkpoint step {e.get('step')} ({verified}{extra})"))
+            for item in skipped:  # each checkpoint the load found torn or corrupt, marked once
+                if isinstance(item, list | tuple) and len(item) >= 2 and str(item[0]) not in torn_seen:
+                    torn_seen.add(str(item[0]))
+                    marks.append(Mark(t, "torn_checkpoint", src, f"TORN checkpoint skipped on load: "
+                                      f"{os.path.basename(str(item[0]))}: {item[1]}"))
         elif kind == "ckpt_image" and (item := stale.get((str(e.get("path")), _int(e.get("step"))))):
             marks.append(Mark(t, "stale_checkpoint", str(e.get("saved_by") or "") or None,
                               f"STALE checkpoint: {stale_text(item)} ({e.get('path')})"))

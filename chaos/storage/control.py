@@ -86,6 +86,12 @@ class MountControl:
         doc["rules"] = kept
         return self._publish(doc, timeout_s)
 
+    def arm_crash_point(self, spec: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+        """Arm a power loss at one durability boundary of one save (chaos.storage.crashpoints)."""
+        doc = self.current()
+        doc["crash_point"] = spec
+        return self._publish(doc, timeout_s)
+
     def drop_unfsynced(self, timeout_s: float = 10.0, torn: dict[str, Any] | None = None) -> dict[str, Any]:
         """Drop what was not fsynced (``torn``: keep a part of it, see FaultFS)."""
         doc = self.current()

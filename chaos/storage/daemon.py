@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 from chaos import contract
 from chaos.storage.control import POLL_S, RULES_FILE, STATE_FILE, read_json, write_json_atomic
@@ -66,6 +67,15 @@ class _Controller(threading.Thread):
         self.ready = False
         self._mtime: int | None = None
         self._publishing = threading.Lock()
+        self._probe: Any = None
+
+    def _events(self, events_dir: str | None) -> Any:
+        """What the layer reports with (crash points): the run's event stream, as ``storage``."""
+        from chaos.probe import Probe
+
+        if events_dir and self._probe is None:
+            self._probe = Probe(events_dir, "storage", 0)
+        return self._probe.emit if self._probe is not None else (lambda kind, **fields: None)
 
     def publish(self) -> None:
         with self._publishing:  # two threads publish (this one, and the mount watcher)
@@ -76,6 +86,7 @@ class _Controller(threading.Thread):
             "version": self.version, "drop": self.drops, "dropped_files": self.dropped_files,
             "hits": dict(self.fs.hits), "pid": os.getpid(), "ready": self.ready, "t": time.time(),
             "unfsynced_files": self.fs.tracker.pending() if self.fs.tracker else 0,
+            "crash_point": self.fs.crash.status() if self.fs.crash is not None else None,
         })
 
     def run(self) -> None:
@@ -103,6 +114,8 @@ class _Controller(threading.Thread):
             return
         if int(doc.get("version", 0)) > self.version:
             self.fs.set_rules(RuleSet([Rule.from_dict(r) for r in doc.get("rules", [])]))
+            crash = doc.get("crash_point")
+            self.fs.arm_crash_point(crash, self._events(crash.get("events_dir") if crash else None))
             wanted = int(doc.get("drop", 0))
             while self.drops < wanted:
                 self.dropped_files += self.fs.drop_unfsynced(doc.get("torn"))

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from chaos.storage.crashpoints import CrashPoint
 from chaos.storage.rules import Caller, Decision, RuleSet, flip
 
 __all__ = ["FaultFS", "UnfsyncedTracker"]
@@ -126,6 +127,9 @@ class FaultFS:
         self.hits: dict[str, int] = {}
         self._changed = threading.Condition()
         self._closing = False
+        self.crash: CrashPoint | None = None
+        """A power loss armed at one durability boundary (``chaos.storage.crashpoints``)."""
+        self._thaws = 0
 
     # -- rules --------------------------------------------------------------------------
     def set_rules(self, rules: RuleSet) -> None:
@@ -139,7 +143,31 @@ class FaultFS:
             self._closing = True
             self._changed.notify_all()
 
+    def arm_crash_point(self, spec: dict[str, Any] | None, emit: Callable[..., None]) -> None:
+        """Arm (or, with None, disarm) a power loss at one boundary of one save."""
+        if spec is None:
+            self.crash = None
+        elif self.crash is None or self.crash.spec != spec:
+            self.crash = CrashPoint(spec, emit)
+
+    def _frozen_wait(self) -> None:
+        """Block while the node is "off"; then fail: the caller was killed with it."""
+        with self._changed:
+            crash = self.crash
+            if crash is not None and crash.frozen:  # else the thaw came first: still failed
+                thaws = self._thaws
+                self._changed.wait_for(lambda: self._closing or self._thaws != thaws)
+        raise OSError(errno.EIO, "the node lost power here (crash point)")
+
+    def _boundary_done(self, op: str, path: str | None) -> None:
+        crash = self.crash
+        if crash is not None:
+            crash.after_op(op, _rel(path))
+
     def _gate(self, op: str, path: str | None, nbytes: int = 0) -> Decision:
+        crash = self.crash
+        if crash is not None and (crash.frozen or crash.before(op, _rel(path))):
+            self._frozen_wait()
         rules = self.rules
         if not rules.rules:
             return Decision()
@@ -191,6 +219,7 @@ class FaultFS:
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
         self._gate("fsync", path)
         os.fsync(fh)
+        self._boundary_done("fsync", path)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
@@ -211,6 +240,7 @@ class FaultFS:
     def rename(self, old: str, new: str) -> int:
         self._gate("rename", new)
         os.rename(_rel(old), _rel(new), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        self._boundary_done("rename", f"{_rel(old)} -> {_rel(new)}")
         return 0
 
     def chmod(self, path: str, mode: int) -> int:
@@ -302,6 +332,7 @@ class FaultFS:
             os.fsync(fh)
         if self.tracker is not None:
             self.tracker.synced(fh)
+        self._boundary_done("fsync", path)
         return 0
 
     def release(self, path: str | None, fh: int) -> int:
@@ -310,4 +341,15 @@ class FaultFS:
         return 0
 
     def drop_unfsynced(self, torn: dict[str, Any] | None = None) -> int:
-        return self.tracker.drop(torn) if self.tracker is not None else 0
+        dropped = self.tracker.drop(torn) if self.tracker is not None else 0
+        crash = self.crash
+        if crash is not None and crash.frozen:
+            # The power loss of an armed crash point: keep the image the crash left, then
+            # let the restarted job in (what waited through the crash fails: its caller died).
+            try:
+                crash.crashed(self.fd)
+            finally:
+                with self._changed:
+                    self._thaws += 1
+                    self._changed.notify_all()
+        return dropped

@@ -19,7 +19,8 @@ What a kind declares, and who asks:
   outside the job;
 - ``storage`` (storage faults, their mounts): where it keeps checkpoints and data;
 - ``read_checkpoint`` (the checkpoint freshness checker, ``chaos.freshness``): what a
-  checkpoint it saved holds;
+  checkpoint it saved holds; ``audit_checkpoints`` (the crash-point sweep,
+  ``chaos.crashsweep``): which checkpoints a crash left complete, torn, pointed at;
 - ``launch`` (the runner): what the launcher runs per rank, and the launcher itself;
 - ``progress`` (the runner): the reader of its progress that the probe does not report;
 - ``finished`` (the runner): whether the job ended its training, given what it reported.
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from chaos import model as records
     from chaos.schema.models import WorkloadDoc
 
-__all__ = ["CheckpointImage", "Launch", "Location", "StorageLayout", "Workload"]
+__all__ = ["CheckpointAudit", "CheckpointImage", "Launch", "Location", "StorageLayout", "Workload"]
 
 Location = tuple[str | int, ...]
 """A place in the scenario document, from its top (``("workload", "harness", "steps")``)."""
@@ -91,6 +92,23 @@ class CheckpointImage:
     digest: str
     """``chaos.probe.state_dict_digest`` of the model state it holds: equal to the twin's
     ``state_digest`` at a step exactly when the weights are bitwise those of that step."""
+
+
+@dataclass(frozen=True)
+class CheckpointAudit:
+    """The checkpoints of one directory as a crash left them (``Workload.audit_checkpoints``)."""
+
+    complete: tuple[int, ...]
+    """Steps whose checkpoint is complete: it verifies as the job's own load verifies it."""
+    torn: dict[int, str] = field(default_factory=dict)
+    """Step -> why its checkpoint, named as a finished one, is not complete."""
+    pointer: int | None = None
+    """The step the job's "latest" pointer names; None: it keeps no pointer (or none yet)."""
+
+    @property
+    def dangling(self) -> bool:
+        """The pointer names a checkpoint that is not complete."""
+        return self.pointer is not None and self.pointer not in self.complete
 
 
 class Workload(ABC):
@@ -164,6 +182,12 @@ class Workload(ABC):
         LightningModule's ``model.`` prefix as the twin's script names its tensors): the
         digest is ``chaos.probe.state_dict_digest`` of the same tensors the twin's
         ``probe.state_digest`` hashed."""
+        return None
+
+    def audit_checkpoints(self, directory: str) -> CheckpointAudit | None:
+        """Which checkpoints ``directory`` (a crash image of its checkpoint tier) holds
+        complete, which torn, and what its "latest" pointer names; None: this kind cannot
+        tell (the sweep then judges by the restart alone)."""
         return None
 
     # -- the run ------------------------------------------------------------------------------

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos import contract, probe
 from chaos.workload import register_workload
-from chaos.workload.base import CheckpointImage, Launch, Location, StorageLayout, Workload
+from chaos.workload.base import (
+    CheckpointAudit,
+    CheckpointImage,
+    Launch,
+    Location,
+    StorageLayout,
+    Workload,
+)
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.config import (
     ConfigError,
@@ -122,6 +129,30 @@ class HarnessWorkload(Workload):
         except CheckpointError as exc:
             raise ValueError(str(exc)) from None
         return CheckpointImage(step=int(state[STEP]), digest=probe.state_dict_digest(state[MODEL]))
+
+    def audit_checkpoints(self, directory: str) -> CheckpointAudit:
+        """Every ``step-NNNNNNNN`` directory read as the job's load reads it; ``LATEST``."""
+        from harness.checkpoint import POINTER_FILE, CheckpointError, read_checkpoint
+
+        complete, torn = [], {}
+        for entry in sorted(os.listdir(directory)):
+            match = re.fullmatch(r"step-(\d{8})", entry)
+            if match is None or not os.path.isdir(os.path.join(directory, entry)):
+                continue
+            try:
+                read_checkpoint(os.path.join(directory, entry))
+            except CheckpointError as exc:
+                torn[int(match.group(1))] = str(exc)
+            else:
+                complete.append(int(match.group(1)))
+        pointer = None
+        try:
+            with open(os.path.join(directory, POINTER_FILE), encoding="utf-8") as fh:
+                named = re.fullmatch(r"step-(\d{8})", fh.read().strip())
+            pointer = int(named.group(1)) if named else -1  # -1: a pointer that names nothing
+        except FileNotFoundError:
+            pass
+        return CheckpointAudit(complete=tuple(complete), torn=torn, pointer=pointer)
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:

@@ -264,7 +264,8 @@ def test_keep_last_k_prunes_older_checkpoints(tmp_path: Path, mode: str) -> None
     for step in (10, 20, 30, 40, 50):
         ckpt.save(step, make_state(step))
     ckpt.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000040", "step-00000050"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "step-00000040", "step-00000050"]
+    assert (tmp_path / "LATEST").read_text() == "step-00000050\n"  # the newest, once it is durable
 
 
 def test_resaving_over_abandoned_timeline_replaces_and_drops_newer(tmp_path: Path) -> None:
@@ -279,7 +280,8 @@ def test_resaving_over_abandoned_timeline_replaces_and_drops_newer(tmp_path: Pat
     ckpt.save(20, make_state(20))
     ckpt.close()
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000010", "step-00000020"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "step-00000010", "step-00000020"]
+    assert (tmp_path / "LATEST").read_text() == "step-00000020\n"
     _, info = manager(tmp_path).load()  # type: ignore[misc]
     assert info.step == 20 and info.skipped == []
 

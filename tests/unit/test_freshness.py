@@ -107,3 +107,20 @@ def test_the_reader_reads_each_saved_checkpoint_once_off_the_loop():
     assert emitted[0] == ("ckpt_image", {"path": "/c/step-10", "tier": "disk", "saved_by": "rank-0",
                                          "saved_incarnation": 0, "step": 10, "digest": "d"})
     assert emitted[1][1]["step"] == 20 and emitted[1][1]["error"].startswith("FileNotFoundError")
+
+
+def test_the_run_report_marks_stale_and_torn_checkpoints():
+    from chaos.report.runview import build_run_view
+
+    path = "/r/checkpoints/step-00000020"
+    events = [{"t": 100.0, "src": "rank-0", "incarnation": 0, "kind": "rank_start", "rank": 0, "node": 0,
+               "world_size": 1},
+              {**_image(101.0, 20, "b"), "path": path, "saved_by": "rank-0"},
+              {"t": 102.0, "src": "rank-0", "incarnation": 1, "kind": "ckpt_load", "step": 10, "verified": True,
+               "skipped": [[path, "MANIFEST.json: unreadable"]]}]
+    journal = {"status": "completed", "metrics": {
+        "t_start": 99.0, "stale_checkpoint_list": [{"step": 20, "holds_step": 21, "path": path}]}}
+    marks = {m.kind: m for m in build_run_view(journal, events).marks}
+    assert marks["stale_checkpoint"].label == f"STALE checkpoint: step 20 holds step 21's state ({path})"
+    assert marks["stale_checkpoint"].lane == "rank-0"
+    assert marks["torn_checkpoint"].label == "TORN checkpoint skipped on load: step-00000020: MANIFEST.json: unreadable"

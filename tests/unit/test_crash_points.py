@@ -1,0 +1,169 @@
+"""The durability sweep's parts (issue 22 item 3): the layer counts the boundaries of one save
+and freezes at one; a power loss there leaves the image a sweep audits; the classifier."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from chaos.crashsweep import classify
+from chaos.errors import ScenarioError
+from chaos.model import Workload as WorkloadSpec
+from chaos.storage.crashpoints import CrashPoint
+from chaos.storage.faultfs import FaultFS
+from chaos.storage.rules import Caller
+from chaos.workload.base import CheckpointAudit
+from chaos.workload.harness import HarnessWorkload
+
+
+@pytest.fixture
+def fs(tmp_path):
+    backing = tmp_path / "tier"
+    backing.mkdir()
+    fd = os.open(backing, os.O_RDONLY | os.O_DIRECTORY)
+    layer = FaultFS(fd, lambda: Caller(rank=0, node=0), track_unfsynced=True)
+    yield layer
+    layer.shutdown()
+    os.close(fd)
+
+
+def _save(fs: FaultFS, step: int, fsync: bool = True) -> None:
+    """A checkpoint save as the harness does it: tmp dir, file, fsync, rename, dir fsync."""
+    tmp, final = f"/.tmp-step-{step:08d}-1", f"/step-{step:08d}"
+    fs.mkdir(tmp, 0o755)
+    fh = fs.create(f"{tmp}/state.pt", 0o644, os.O_WRONLY)
+    fs.write(f"{tmp}/state.pt", b"S" * 64, 0, fh)
+    if fsync:
+        fs.fsync(f"{tmp}/state.pt", 0, fh)
+    fs.release(f"{tmp}/state.pt", fh)
+    fs.rename(tmp, final)
+    dh = fs.opendir("/")
+    fs.fsyncdir("/", 0, dh)
+    fs.releasedir("/", dh)
+
+
+def test_the_trace_counts_the_boundaries_of_one_save_only(fs):
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": "*step-00000020*", "after": -1}, lambda kind, **f: events.append((kind, f)))
+    for step in (10, 20, 30):
+        _save(fs, step)
+    assert [(f["seq"], f["op"], f["path"]) for _, f in events] == [
+        (1, "fsync", ".tmp-step-00000020-1/state.pt"),
+        (2, "rename", ".tmp-step-00000020-1 -> step-00000020"),
+        (3, "fsync", "."),
+    ]
+
+
+def test_a_frozen_layer_keeps_the_state_after_boundary_k_and_thaws_on_the_power_loss(fs, tmp_path):
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": "*step-00000020*", "after": 1, "image_dir": str(tmp_path / "image")},
+                       lambda kind, **f: events.append((kind, f)))
+    _save(fs, 10)
+    failed: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            _save(fs, 20, fsync=True)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events[0][0] == "crash_point" and events[0][1]["after"] == 1
+    time.sleep(0.1)
+    # Frozen after the file's fsync: the rename never happened.
+    assert thread.is_alive() and not (tmp_path / "tier" / "step-00000020").exists()
+    fs.drop_unfsynced()  # the power loss: nothing unfsynced to drop here, then the thaw
+    thread.join(5)
+    assert failed and "lost power" in str(failed[0])  # the frozen rename fails: its caller died
+    image = tmp_path / "image"
+    assert (image / "step-00000010" / "state.pt").read_bytes() == b"S" * 64
+    assert (image / ".tmp-step-00000020-1" / "state.pt").read_bytes() == b"S" * 64
+    assert not (image / "step-00000020").exists()
+    shutil.rmtree(tmp_path / "tier" / ".tmp-step-00000020-1")  # the restart clears it first
+    _save(fs, 20)  # the restarted job saves again: disarmed, it goes through
+    assert (tmp_path / "tier" / "step-00000020").is_dir()
+
+
+def test_after_zero_freezes_before_the_first_boundary():
+    events: list[str] = []
+    crash = CrashPoint({"save": "*step-00000020*", "after": 0}, lambda kind, **f: events.append(kind))
+    assert not crash.before("mkdir", ".tmp-step-00000020-1")
+    assert not crash.before("write", ".tmp-step-00000020-1/state.pt")
+    assert crash.before("fsync", ".tmp-step-00000020-1/state.pt") and crash.frozen
+    assert events == ["crash_point"]
+
+
+def _harness_save(directory, step: int, *, bug: bool) -> None:
+    import torch
+
+    from harness.checkpoint import MODEL, STEP, CheckpointManager
+
+    with CheckpointManager(str(directory), keep=3, mode="sync", every_steps=10, every_seconds=0,
+                           is_writer=True, pointer_before_fsync=bug) as mgr:
+        mgr.save(step, {MODEL: torch.nn.Linear(2, 2).state_dict(), STEP: step})
+
+
+def test_the_harness_audit_sees_a_dangling_pointer_and_a_torn_checkpoint(tmp_path):
+    _harness_save(tmp_path, 10, bug=False)
+    _harness_save(tmp_path, 20, bug=False)
+    workload = HarnessWorkload(WorkloadSpec(harness={}))
+    audit = workload.audit_checkpoints(str(tmp_path))
+    assert audit == CheckpointAudit(complete=(10, 20), torn={}, pointer=20) and not audit.dangling
+    (tmp_path / "step-00000020" / "MANIFEST.json").write_bytes(b"")  # what a lost fsync leaves
+    audit = workload.audit_checkpoints(str(tmp_path))
+    assert audit.complete == (10,) and 20 in audit.torn and audit.dangling
+
+
+def _ev(t: float, kind: str, **f) -> dict:
+    return {"t": t, "kind": kind, "src": f.pop("src", "rank-0"), "incarnation": f.pop("incarnation", 0), **f}
+
+
+_RUN = [_ev(1, "ckpt_save_end", step=10), *(_ev(1 + s / 100, "step_end", step=s) for s in range(11, 21)),
+        _ev(2, "crash_point", after=3)]
+
+
+def _journal(**metrics) -> dict:
+    return {"status": "completed", "metrics": {"final_digest": "d", "stale_checkpoints": 0, **metrics}}
+
+
+def test_classify_a_clean_fall_back_is_ok_and_a_dangling_pointer_is_not():
+    restart = [_ev(3, "rank_start", incarnation=1), _ev(3.5, "ckpt_load", step=10, incarnation=1)]
+    good = CheckpointAudit(complete=(10,), pointer=10)
+    assert classify(_journal(), _RUN + restart, good, 20, "d")[0] == ["ok"]
+    dangling = CheckpointAudit(complete=(10,), torn={20: "no MANIFEST.json"}, pointer=20)
+    outcomes, detail, resumed = classify(_journal(), _RUN + restart, dangling, 20, "d")
+    assert outcomes == ["dangling_pointer", "torn"] and resumed == 10
+    assert "LATEST names step 20, which is not complete (no MANIFEST.json)" in detail
+
+
+def test_classify_losing_a_reported_save_or_the_twins_result():
+    saved = [*_RUN[:-1], _ev(1.95, "ckpt_save_end", step=20), _RUN[-1]]
+    restart = [_ev(3, "rank_start", incarnation=1), _ev(3.5, "ckpt_load", step=10, incarnation=1)]
+    outcomes, _, _ = classify(_journal(final_digest="x"), saved + restart, CheckpointAudit(complete=(10,)), 20, "d")
+    assert outcomes == ["lost_saved", "wrong_result"]
+    assert classify(_journal(), _RUN[:-1], None, 20, "d")[0] == ["not_reached"]
+
+
+def test_the_sweep_refuses_what_it_cannot_sweep_before_starting_anything(tmp_path):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {harness: {steps: 30, checkpoint: {every_steps: 20}}}\n"
+                        "topology: {nodes: 2, ranks_per_node: 1}\nfaults: []\n")
+    result = CliRunner().invoke(cli, ["run", "--crash-points", str(scenario), "--out", str(tmp_path / "o")])
+    assert isinstance(result.exception, ScenarioError) and result.exception.exit_code == 2
+    assert "s.yaml: workload.harness.checkpoint.every_steps" in str(result.exception)
+    assert "--crash-save-step" in str(result.exception)
+    assert not (tmp_path / "o").exists()
+    result = CliRunner().invoke(cli, ["run", "--crash-save-step", "20", str(scenario)])
+    assert result.exit_code == 2 and "needs --crash-points" in result.output
