@@ -72,6 +72,7 @@ bench: install
 	$(BIN)/python benchmarks/sdc_bench.py
 	$(BIN)/python benchmarks/net_bench.py
 	$(BIN)/python benchmarks/storage_bench.py
+	$(BIN)/python benchmarks/checker_bench.py
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

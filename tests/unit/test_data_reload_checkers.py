@@ -252,3 +252,40 @@ def test_the_run_report_draws_the_samples_lane() -> None:
     assert '<h2 id="samples">Sample coverage</h2>' in page
     assert "20 expected samples never trained by the surviving run" in page
     assert "step 6, incarnation 0: trained, then rolled back" in page
+
+
+def test_compare_gates_the_checkers(tmp_path: Path) -> None:
+    """`trainchaos compare`: samples lost where the baseline suite lost none is a regression."""
+    from chaos.gate import compare_suites, load_suite_summary, load_tolerances, render_markdown
+    from chaos.report import write_suite_report
+
+    def suite(path: Path, lost: int, rollback: int) -> str:
+        journals = [{"scenario": {"name": "kill-rank", "targets": {}}, "repeat_index": i, "status": "completed",
+                     "run_dir": f"/r/suite/kill-rank/{i}", "wall_s": 40.0, "faults": [],
+                     "metrics": {"data_lost": lost, "data_duplicated": 0, "reload_nonfinite": 0,
+                                 "silent_rollback_steps": rollback, "wall_s": 40.0},
+                     "verdict": {"passed": True, "checks": []}} for i in range(3)]
+        write_suite_report(str(path), journals, "suite")
+        return str(path)
+
+    base, cur = suite(tmp_path / "a", 0, 0), suite(tmp_path / "b", 80, 10)
+    comparison = compare_suites(load_suite_summary(base), load_suite_summary(cur), load_tolerances(None), base, cur)
+    assert [r.metric for r in comparison.regressions] == ["data_lost", "silent_rollback_steps"]
+    assert "| kill-rank | `data_lost` | 0 | 80 |" in render_markdown(comparison)
+
+
+def test_a_tracked_dataset_in_a_loader_worker_reports_nothing_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker process cannot write into the rank's event stream: no report is better than
+    one the checker would take for the rank's."""
+    import torch
+
+    pr = probe.Probe(str(tmp_path), "rank-0", 0)
+    monkeypatch.setattr(probe, "_probe", pr)
+    loader = torch.utils.data.DataLoader(probe.track(torch.arange(6.0)), batch_size=3, num_workers=1,
+                                         multiprocessing_context="fork")
+    assert [b.tolist() for b in loader] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    probe.step_end(1, 0.0)
+    pr.close()
+    assert "samples" not in _step_ends(tmp_path)[0]
+    assert "samples fetched in a DataLoader worker are not reported" in capfd.readouterr().err
