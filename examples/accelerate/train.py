@@ -16,10 +16,11 @@ import argparse
 import os
 import re
 import time
+from datetime import timedelta
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -54,13 +55,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds of extra work per step (a slower job, for scenarios)")
+    p.add_argument("--pg-timeout", type=float, default=None,
+                   help="seconds a collective waits for a peer before failing (torch's default "
+                        "for gloo: 30 min, so a frozen or cut-off peer blocks the job that long)")
     p.add_argument("--no-adapter", action="store_true", help="leave the trainchaos adapter out")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> str | None:
+    """Train; the final model's digest on the main process (None on the others)."""
     args = parse_args(argv)
-    accelerator = Accelerator(cpu=True)
+    handlers = [] if args.pg_timeout is None else [InitProcessGroupKwargs(timeout=timedelta(seconds=args.pg_timeout))]
+    accelerator = Accelerator(cpu=True, kwargs_handlers=handlers)
     set_seed(args.seed)
     model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -100,10 +106,13 @@ def main(argv: list[str] | None = None) -> None:
                 break
     accelerator.wait_for_everyone()
     accelerator.end_training()
-    if accelerator.is_main_process:
-        from chaos.probe import model_digest
+    if not accelerator.is_main_process:
+        return None
+    from chaos.probe import model_digest
 
-        print(f"final step {step} digest {model_digest(accelerator.unwrap_model(model))}", flush=True)
+    digest = model_digest(accelerator.unwrap_model(model))
+    print(f"final step {step} digest {digest}", flush=True)
+    return digest
 
 
 def _remove_tree(path: str) -> None:

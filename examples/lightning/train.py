@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import warnings
+from datetime import timedelta
 
 import lightning.pytorch as pl
 import torch
@@ -60,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds of extra work per step (a slower job, for scenarios)")
+    p.add_argument("--pg-timeout", type=float, default=None,
+                   help="seconds a collective waits for a peer before failing (Lightning's "
+                        "default: 30 min, so a frozen or cut-off peer blocks the job that long)")
     p.add_argument("--no-adapter", action="store_true", help="leave the trainchaos callback out")
     return p.parse_args(argv)
 
@@ -74,7 +78,14 @@ class _Sleep(pl.Callback):
         time.sleep(self.seconds)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _timeout(seconds: float | None) -> timedelta:
+    from torch.distributed.constants import default_pg_timeout
+
+    return default_pg_timeout if seconds is None else timedelta(seconds=seconds)
+
+
+def main(argv: list[str] | None = None) -> str | None:
+    """Train; the final model's digest on global rank 0 (None on the others)."""
     args = parse_args(argv)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     pl.seed_everything(args.seed, workers=True)
@@ -96,17 +107,21 @@ def main(argv: list[str] | None = None) -> None:
         callbacks.append(ChaosCallback())
     trainer = pl.Trainer(
         accelerator="cpu", devices=local_world, num_nodes=world // local_world,
-        strategy=DDPStrategy(process_group_backend="gloo") if world > 1 else "auto",
+        strategy=DDPStrategy(process_group_backend="gloo", timeout=_timeout(args.pg_timeout))
+        if world > 1 else "auto",
         max_steps=args.steps, max_epochs=-1, callbacks=callbacks, logger=False,
         enable_progress_bar=False, enable_model_summary=False, deterministic=True,
         use_distributed_sampler=world > 1,
     )
     last = os.path.join(args.ckpt_dir, "last.ckpt")
     trainer.fit(model, loader, ckpt_path=last if os.path.exists(last) else None)
-    if trainer.global_rank == 0:
-        from chaos.probe import model_digest
+    if trainer.global_rank != 0:
+        return None
+    from chaos.probe import model_digest
 
-        print(f"final step {trainer.global_step} digest {model_digest(model)}", flush=True)
+    digest = model_digest(model)
+    print(f"final step {trainer.global_step} digest {digest}", flush=True)
+    return digest
 
 
 if __name__ == "__main__":

@@ -1,21 +1,31 @@
 """What the stack tests share (test_stack_*.py): a stack's suite scenario run by the CLI
 without its fault-free twin, and the bundled example's final digest trained straight through
-by torchrun without its adapter, which the fault run's digest is compared with instead."""
+by torchrun without its adapter, which the fault run's digest is compared with instead; the
+shipped kill-rank scenario run and judged with its twin (lightning, accelerate), and the
+bundled example trained in this process with and without its adapter."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pytest
 import yaml
 
+from chaos import probe
+from chaos.events import read_events
+from chaos.procs import find_run_processes
+from chaos.workload.script import EXAMPLES_DIR
 from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-__all__ = ["run_without_baseline", "straight_digest"]
+__all__ = ["train_with_and_without_adapter", "load_example", "run_kill_rank", "run_without_baseline",
+           "straight_digest"]
 
 
 def run_without_baseline(scenario: Path, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Path]:
@@ -50,3 +60,70 @@ def straight_digest(tmp_path: Path, kind: str, doc: dict[str, Any], seed: int) -
     assert out.returncode == 0 and found, out.stdout[-2000:] + out.stderr[-2000:]
     assert int(found.group(1)) == options["steps"]
     return found.group(2)
+
+
+CHECKPOINT_EVERY = 5
+"""The interval the shipped kill-rank scenarios give the examples (--every 5)."""
+
+
+def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
+    """Run ``scenarios/stacks/<stack>/kill-rank.yaml`` through ``trainchaos run`` and check
+    what every stack's kill must show; the fault run's journal."""
+    scenario = REPO / "scenarios" / "stacks" / stack / "kill-rank.yaml"
+    out = tmp_path / "out"
+    result = subprocess.run([*TRAINCHAOS, "run", str(scenario), "--out", str(out)],
+                            env=cli_env(tmp_path / "state"), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=280, stdin=subprocess.DEVNULL)
+    output = result.stdout + result.stderr
+    run_dir = out / f"{stack}-kill-rank" / "0"
+    journal = json.loads((run_dir / "journal.json").read_text())
+    assert result.returncode == 0, output[-3000:]
+    assert journal["status"] == "completed", journal.get("error")
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+    fault = journal["faults"][0]
+    metrics = journal["metrics"]["faults"][0]
+    # Detected: neither stack reports a failure itself; torchrun's agent does, and names
+    # the rank it lost.
+    assert metrics["detected_by"].startswith("node-"), metrics
+    assert metrics["attribution"] == "correct", metrics.get("attribution_detail")
+    assert metrics["detection_s"] is not None and metrics["recovery_s"] is not None
+    # Recovered from the stack's own checkpoint, reported by its adapter on the restart.
+    events = read_events(str(run_dir / "events"))
+    loads = [e for e in events if e["kind"] == "ckpt_load" and e["incarnation"] > 0]
+    assert {e["src"] for e in loads} == {"rank-0", "rank-1"}, loads
+    assert {e["step"] for e in loads} == {metrics["resumed_from"]}
+    assert metrics["resumed_from"] % CHECKPOINT_EVERY == 0
+    assert 0 < metrics["resumed_from"] <= fault["step_at_inject"]
+    assert metrics["lost_steps"] == metrics["last_step_before"] - metrics["resumed_from"]
+    # Judged: the restarted job ended bitwise equal to its fault-free twin (the digest the
+    # adapter published), and the report was written.
+    final = journal["metrics"]["final_state"]
+    assert final["match"] is True, final
+    assert (run_dir / "summary.md").is_file() and (out / "index.html").is_file()
+    assert not find_run_processes(journal["run_id"])
+    return journal
+
+
+def load_example(stack: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_example_{stack}", EXAMPLES_DIR / stack / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_with_and_without_adapter(stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   steps: int = 12) -> tuple[str, str, list[dict[str, Any]]]:
+    """The example trained in this process twice, the probe attached both times: without
+    its adapter line, then with it. Both digests and the events the adapter reported."""
+    example = load_example(stack)
+    events_dir = tmp_path / "events"
+    monkeypatch.setenv(probe.ENV_EVENTS_DIR, str(events_dir))
+    monkeypatch.setattr(probe, "_probe", None)
+    try:
+        plain = example.main(["--steps", str(steps), "--ckpt-dir", str(tmp_path / "a"), "--no-adapter"])
+        adapted = example.main(["--steps", str(steps), "--ckpt-dir", str(tmp_path / "b")])
+    finally:
+        probe.get().close()
+    return plain, adapted, read_events(str(events_dir))
