@@ -95,6 +95,7 @@ def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
     assert {e["step"] for e in loads} == {metrics["resumed_from"]}
     assert metrics["resumed_from"] % CHECKPOINT_EVERY == 0
     assert 0 < metrics["resumed_from"] <= fault["step_at_inject"]
+    assert metrics["lost_steps"] < CHECKPOINT_EVERY
     assert metrics["lost_steps"] == metrics["last_step_before"] - metrics["resumed_from"]
     # Judged: the restarted job ended bitwise equal to its fault-free twin (the digest the
     # adapter published), and the report was written.
@@ -113,10 +114,11 @@ def load_example(stack: str) -> ModuleType:
     return module
 
 
-def train_with_and_without_adapter(stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   steps: int = 12) -> tuple[str, str, list[dict[str, Any]]]:
-    """The example trained in this process twice, the probe attached both times: without
-    its adapter line, then with it. Both digests and the events the adapter reported."""
+def assert_adapter_changes_nothing(stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   saves: list[tuple[int, str]], steps: int = 12) -> None:
+    """Train the example in this process twice, the probe attached both times: without its
+    adapter line, then with it. The digests must be equal, and the adapter must have reported
+    every step (with its loss), the checkpoint files ``saves`` (step, file name) and the end."""
     example = load_example(stack)
     events_dir = tmp_path / "events"
     monkeypatch.setenv(probe.ENV_EVENTS_DIR, str(events_dir))
@@ -126,4 +128,13 @@ def train_with_and_without_adapter(stack: str, tmp_path: Path, monkeypatch: pyte
         adapted = example.main(["--steps", str(steps), "--ckpt-dir", str(tmp_path / "b")])
     finally:
         probe.get().close()
-    return plain, adapted, read_events(str(events_dir))
+    events = read_events(str(events_dir))
+    assert plain == adapted, f"the {stack} adapter changed what was trained"
+    reported = [e for e in events if e["kind"] == "step_end"]
+    assert [e["step"] for e in reported] == list(range(1, steps + 1))
+    assert all(isinstance(e["loss"], float) for e in reported)
+    written = [e for e in events if e["kind"] == "ckpt_save_end"]
+    assert [(e["step"], Path(e["path"]).name) for e in written] == saves
+    assert all(e["bytes"] > 0 for e in written)
+    ends = [(e["step"], e["digest"], e["weights_finite"]) for e in events if e["kind"] == "run_end"]
+    assert ends == [(steps, adapted, True)]

@@ -7,26 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._stacks import run_kill_rank, train_with_and_without_adapter
+from tests.integration._stacks import assert_adapter_changes_nothing, run_kill_rank
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_lightning_rank_is_detected_recovered_from_last_ckpt_and_judged(tmp_path: Path) -> None:
-    journal = run_kill_rank("lightning", tmp_path)
-    assert journal["metrics"]["faults"][0]["lost_steps"] < 5
+def test_a_killed_lightning_rank_is_detected_resumed_from_last_ckpt_and_judged(tmp_path: Path) -> None:
+    run_kill_rank("lightning", tmp_path)
 
 
 @pytest.mark.timeout(120)
-def test_the_lightning_callback_reports_without_changing_training(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    plain, adapted, events = train_with_and_without_adapter("lightning", tmp_path, monkeypatch)
-    assert plain == adapted, "the callback changed what Lightning trained"
-    assert [e["step"] for e in events if e["kind"] == "step_end"] == list(range(1, 13))
-    # ModelCheckpoint every 5 steps writes its step file and last.ckpt, each reported
-    saves = [(e["step"], Path(e["path"]).name) for e in events if e["kind"] == "ckpt_save_end"]
-    assert saves == [(5, "epoch=0-step=5.ckpt"), (5, "last.ckpt"), (10, "epoch=1-step=10.ckpt"), (10, "last.ckpt")]
-    assert all(e["bytes"] > 0 for e in events if e["kind"] == "ckpt_save_end")
-    ends = [e for e in events if e["kind"] == "run_end"]
-    assert [(e["step"], e["digest"], e["weights_finite"]) for e in ends] == [(12, adapted, True)]
+def test_the_callback_reports_without_changing_training(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # ModelCheckpoint every 5 steps writes its step file and last.ckpt: each is reported.
+    assert_adapter_changes_nothing("lightning", tmp_path, monkeypatch, saves=[
+        (5, "epoch=0-step=5.ckpt"), (5, "last.ckpt"), (10, "epoch=1-step=10.ckpt"), (10, "last.ckpt")])
