@@ -8,7 +8,8 @@ What it reports, from the loop's own calls into Accelerate:
 - ``rank_start`` at once (process index, local index, world size, node, pid);
 - ``step_end`` after each optimizer step that really stepped (a post-step hook on the torch
   optimizer: accumulation steps and skipped steps are not counted), with the loss last given
-  to ``accelerator.backward``; the probe's ``after_backward`` fault point after each backward;
+  to ``accelerator.backward``; the probe's fault points ``step_begin`` (a forward pre-hook on
+  the model) and ``after_backward`` (after each backward);
 - ``ckpt_save_start``/``ckpt_save_end`` around ``accelerator.save_state`` (main process:
   the one that writes the model and optimizer files) and ``ckpt_load`` after
   ``load_state``. The step of a loaded checkpoint is the trailing number of its folder's
@@ -18,7 +19,7 @@ What it reports, from the loop's own calls into Accelerate:
 
 It observes and never steers: ``backward``, ``save_state``, ``load_state`` and
 ``end_training`` are replaced on this one Accelerator instance by functions that call the
-originals with the same arguments and return their results; the step hook only reads (a
+originals with the same arguments and return their results; the hooks only read (a
 test trains the example with and without it and compares the digests). Imports only the
 probe; Accelerate and torch are the caller's.
 
@@ -80,6 +81,14 @@ def instrument(accelerator: Any, *, model: Any = None, optimizer: Any = None) ->
                pid=os.getpid(), stack="accelerate")
     if model is not None:
         probe.watch(model=model, optimizer=optimizer)
+
+        def step_begin(module: Any, inputs: Any) -> None:
+            # Before the step's forward: where in-process faults on weights land. Every
+            # forward passes here (accumulation micro-steps too); the probe fires a planned
+            # fault once. The hook returns None, so the inputs go on unchanged.
+            probe.fault_point("step_begin", step=reporter.step + 1, model=model)
+
+        model.register_forward_pre_hook(step_begin)
     if optimizer is not None:
         # An AcceleratedOptimizer holds the torch optimizer that really steps.
         inner = getattr(optimizer, "optimizer", optimizer)

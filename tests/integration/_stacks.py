@@ -99,8 +99,8 @@ def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
     assert metrics["lost_steps"] == metrics["last_step_before"] - metrics["resumed_from"]
     # Judged: the restarted job ended bitwise equal to its fault-free twin (the digest the
     # adapter published), and the report was written.
-    final = journal["metrics"]["final_state"]
-    assert final["match"] is True, final
+    final = journal["metrics"]
+    assert final["digest_match"] is True and final["final_digest"] == final["baseline_digest"], final
     assert (run_dir / "summary.md").is_file() and (out / "index.html").is_file()
     assert not find_run_processes(journal["run_id"])
     return journal
