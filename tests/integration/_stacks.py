@@ -24,7 +24,7 @@ from chaos.procs import find_run_processes
 from chaos.workload.script import EXAMPLES_DIR
 from tests.integration._support import REPO, TRAINCHAOS, cli_env
 
-__all__ = ["train_with_and_without_adapter", "load_example", "run_kill_rank", "run_without_baseline",
+__all__ = ["assert_adapter_changes_nothing", "load_example", "run_kill_rank", "run_without_baseline",
            "straight_digest"]
 
 
