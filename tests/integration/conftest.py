@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture, for the docker tests)
+from tests.integration._shared_runs import smoke_device_error  # noqa: F401  (session fixture)
 from tests.integration._support import CAPABILITIES, missing, state_dir_env
 
 

@@ -46,9 +46,10 @@ def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, state_dir)
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(200)
-def test_device_error_is_reported_by_the_failing_rank_at_its_step(tmp_path, state_dir):
-    journal, events = _run("device-error", tmp_path)
+@pytest.mark.timeout(240)
+def test_device_error_is_reported_by_the_failing_rank_at_its_step(smoke_device_error):
+    # The run test_scale_from_runs feeds to the scale model too (one run for both).
+    journal, events = smoke_device_error.journal, smoke_device_error.events
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
     assert fault["precision"] == "exact" and fault["step_at_inject"] == 45

@@ -1,32 +1,27 @@
 """``trainchaos simulate --from-runs`` on the journals of a real run, end to end.
 
 One short smoke scenario runs for real (as ``make demo`` runs it: the installed command,
-its own report folder), then the Llama 3 model takes that run's measured detection and
+its own report folder; the session's ``smoke_device_error`` run, which test_process_faults
+reads too), then the Llama 3 model takes that run's measured detection and
 restart for the classes mapped to its fault type, and the defaults for the rest.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from chaos.cli import main
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
-def test_simulate_from_the_journals_of_a_real_run(tmp_path, monkeypatch, capsys):
-    runs = tmp_path / "reports"
-    done = subprocess.run([*TRAINCHAOS, "run", str(REPO / "scenarios" / "smoke" / "device-error.yaml"),
-                           "--out", str(runs)], cwd=REPO, env=cli_env(tmp_path / "state"), capture_output=True,
-                          text=True, timeout=220)
-    assert done.returncode in (0, 1), done.stderr[-3000:]  # a missed timing target still measures
-    (journal_path,) = runs.glob("**/journal.json")
-    measured = json.loads(journal_path.read_text())["metrics"]["faults"][0]
+def test_simulate_from_the_journals_of_a_real_run(smoke_device_error, tmp_path, monkeypatch, capsys):
+    runs = smoke_device_error.out
+    measured = smoke_device_error.journal["metrics"]["faults"][0]
     assert measured["type"] == "device_error" and measured["detection_s"] is not None
 
     out = tmp_path / "out"
