@@ -247,32 +247,18 @@ def _run_id(box: Sandbox, run_dir: Path) -> str:
 # ----------------------------------------------------------------------------- tests
 
 
-@pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 60)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_mid_fault_reverts_everything_and_exits_130(sandbox: Sandbox, sig: signal.Signals) -> None:
-    scenario = sandbox.scenario(f"interrupt-{sig.name.lower()}")
-    proc = sandbox.start_run(scenario)
-    fault = wait_for_fault(sandbox, proc, scenario)
-    run_dir = sandbox.run_dir(scenario)
-    run_id = _run_id(sandbox, run_dir)
-    stopped = fault["details"]["stopped_pids"]
-    assert all(process_state(p) == "T" for p in stopped), "the hang must be in effect when the signal lands"
-    # Nothing of the run listens beyond the node's own address (loopback on local): not the
-    # rank-0 store, not gloo, not the liveness sockets, not the controller's rendezvous.
-    listening = listening_addresses([p.pid for p in find_run_processes(run_id)] + [proc.pid])
+def assert_only_loopback_listeners(run_id: str, controller: subprocess.Popen[bytes]) -> None:
+    """Nothing of the run listens beyond the node's own address (loopback on local): not
+    the rank-0 store, not gloo, not the liveness sockets, not the controller's rendezvous."""
+    listening = listening_addresses([p.pid for p in find_run_processes(run_id)] + [controller.pid])
     assert len(listening) >= 5, f"expected the stores, gloo and liveness listeners: {listening}"
     exposed = {(a, p) for a, p in listening if a not in ("127.0.0.1", "::ffff:127.0.0.1")}
     assert not exposed, f"listening beyond loopback: {exposed}"
 
-    proc.send_signal(sig)  # the controller only: the nodes run in their own sessions
-    try:
-        rc = proc.wait(timeout=EXIT_AFTER_SIGNAL_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"trainchaos still running {EXIT_AFTER_SIGNAL_S} s after {sig.name}:\n"
-                    f"{sandbox.output(scenario)[-3000:]}")
 
-    assert rc == 130, f"exit code {rc}:\n{sandbox.output(scenario)[-3000:]}"
-    assert_nothing_left(sandbox, run_id, fault)
+def assert_interrupted_run_left_nothing(run_dir: Path, run_id: str, fault: dict[str, Any]) -> None:
+    """What a signal mid-fault must leave: the fault reverted, no process, the run's journal."""
+    assert_nothing_left_of(run_id, fault)
     assert_fault_reverted(run_dir, fault["fault_id"])
     journal = _journal(run_dir)
     assert journal["run_id"] == run_id
@@ -466,12 +452,15 @@ def test_signal_while_reverting_does_not_cut_the_revert_short(sandbox: Sandbox) 
 
 
 @pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 90)
-def test_cleanup_never_touches_live_runs_of_parallel_suites(sandbox: Sandbox) -> None:
+def test_cleanup_spares_parallel_live_runs_and_sigint_or_sigterm_mid_fault_reverts_everything(sandbox: Sandbox) -> None:
     """Two suites run at once on one machine (a CI runner with two jobs); a `cleanup` in the
     middle must leave both alone: their controllers are alive. Each run keeps to its own
-    processes, ports and files."""
+    processes, ports and files. Then one controller gets SIGINT and the other SIGTERM while
+    the hang is in effect: each reverts its fault, stops every process (the frozen rank
+    too), writes its journal and exits 130."""
     # Jobs stuck on their frozen ranks (no watchdog, no collective timeout): a job's own
-    # restart would change its pids while cleanup runs and look like cleanup touched it.
+    # restart would change its pids while cleanup runs and look like cleanup touched it,
+    # and the hang stays in effect until the signal lands.
     stuck = {"watchdog_s": 0, "collective_timeout_s": 0}
     first = sandbox.scenario("parallel-a", failure=stuck)
     second = sandbox.scenario("parallel-b", failure=stuck)
@@ -492,10 +481,20 @@ def test_cleanup_never_touches_live_runs_of_parallel_suites(sandbox: Sandbox) ->
     check = sandbox.cli("cleanup", "--check")
     assert check.returncode == 0, "a live run's processes and resources are not leftovers:\n" + check.stdout
 
-    for proc in (proc_a, proc_b):
-        proc.send_signal(signal.SIGINT)
-    for proc, fault, run, scenario in ((proc_a, fault_a, run_a, first), (proc_b, fault_b, run_b, second)):
-        assert proc.wait(timeout=EXIT_AFTER_SIGNAL_S) == 130, sandbox.output(scenario)[-2000:]
-        assert_nothing_left_of(run, fault)
-        assert _journal(sandbox.run_dir(scenario))["status"] == "interrupted"
-    assert not sandbox.registered()
+    runs = ((proc_a, fault_a, run_a, first, signal.SIGINT), (proc_b, fault_b, run_b, second, signal.SIGTERM))
+    for proc, fault, run, _, _ in runs:
+        assert all(process_state(p) == "T" for p in fault["details"]["stopped_pids"]), \
+            "the hang must be in effect when the signal lands"
+        assert_only_loopback_listeners(run, proc)
+    for proc, _, _, _, sig in runs:
+        proc.send_signal(sig)  # the controller only: the nodes run in their own sessions
+    for proc, fault, run, scenario, sig in runs:
+        try:
+            rc = proc.wait(timeout=EXIT_AFTER_SIGNAL_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"trainchaos still running {EXIT_AFTER_SIGNAL_S} s after {sig.name}:\n"
+                        f"{sandbox.output(scenario)[-3000:]}")
+        assert rc == 130, f"{sig.name}: exit code {rc}:\n{sandbox.output(scenario)[-3000:]}"
+        assert_interrupted_run_left_nothing(sandbox.run_dir(scenario), run, fault)
+    assert not sandbox.processes(), "processes left behind"
+    assert not sandbox.registered(), f"the active-run registry still lists {sandbox.registered()}"
