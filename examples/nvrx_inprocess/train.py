@@ -15,8 +15,9 @@ on. What it takes on CPU (found here, see docs/stacks.md):
 - a short gloo timeout (``--pg-timeout``): ``AbortTorchDistributed`` aborts NCCL only; a rank
   blocked in a gloo collective waits for that timeout before the restart reaches it.
 
-torchrun is the launcher, and it ends every worker of a node when one worker process dies:
-a killed rank is torchrun's restart, not the wrapper's (NVIDIA's usage guide says so).
+torchrun is the launcher: a killed rank's process is torchrun's to restart, not the wrapper's
+(NVIDIA's usage guide says so); the wrapper restarts the survivors in place meanwhile, so a
+lost rank costs two restarts (docs/stacks.md).
 
 Its lines for trainchaos: ``chaos.adapters.nvrx`` (``iteration`` around the function,
 ``abort`` for the wrapper) and the DCP example's ``chaos.adapters.dcp``; ``--no-adapter``

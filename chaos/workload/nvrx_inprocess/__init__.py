@@ -4,8 +4,9 @@ restart (``nvidia_resiliency_ext.inprocess.Wrapper``), run per rank by torchrun.
 The recovery model is a restart *in the process*: when the function raises on one rank, or a
 rank stops making progress, the wrapper aborts the process group on every rank and calls the
 function again; it reloads its latest checkpoint and trains on, without a new process, a new
-rendezvous or a new import of torch. A rank whose process dies is torchrun's to restart (it
-ends every worker of the node): the wrapper cannot recover it under torchrun. The bundled
+rendezvous or a new import of torch. A rank whose process dies is torchrun's to restart:
+the wrapper cannot bring it back, and restarts the survivors in place meanwhile, so a lost
+rank costs two restarts (docs/stacks.md). The bundled
 example (examples/nvrx_inprocess/train.py) is the DCP example's training function wrapped; it
 reports through ``chaos.adapters.nvrx`` (each re-entry is the rank's next incarnation) and
 ``chaos.adapters.dcp``. On CPU the survivors of a fault wait out the gloo timeout
