@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,16 @@ def _alone(where: Path, chaos: bool) -> str:
     lighthouse = subprocess.Popen([str(LIGHTHOUSE), "--bind", f"127.0.0.1:{port}", "--min_replicas", "1"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+        # The lighthouse takes seconds to start on a busy host; the Manager gives it its
+        # connect timeout only.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and lighthouse.poll() is None, "no lighthouse"
+                time.sleep(0.1)
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                 str(EXAMPLE), "--steps", "12", "--digest-out", str(where / "digest"),
                 *(["--chaos"] if chaos else [])]
