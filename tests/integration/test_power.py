@@ -76,6 +76,8 @@ def test_a_domain_dies_in_one_instant_and_spares_restore_full_size(suite) -> Non
     assert {e["node"] for e in after} >= {3, 4}, after
     assert {e["world_size"] for e in after} == {3}
     assert journal["metrics"]["final_world_size"] == 3 and fault["full_size_s"] is not None
+    # the spares took over the lost ranks' shards: every sample of the 80 steps once
+    assert journal["metrics"]["data_samples"] == 80 * 12 and journal["metrics"]["data_lost"] == 0
 
 
 def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite) -> None:
@@ -99,6 +101,9 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
     assert fault["full_size_s"] is not None and fault["recovery_s"] is not None
     assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] >= fault["recovery_s"]
     assert journal["metrics"]["final_world_size"] == 3
+    # through the shrink and the grow-back: every sample of the 120 steps once, none twice
+    m = journal["metrics"]
+    assert (m["data_samples"], m["data_lost"], m["data_duplicated"]) == (120 * 12, 0, 0)
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,9 @@ def test_power_loss_drops_the_unfsynced_fast_tier(workdir):
     crash = m["faults"][0]
     assert crash["attribution"] == "correct" and crash["resumed_from"] == 20
     assert crash["lost_steps"] == crash["last_step_before"] - 20
+    # Resumed from the shared tier's step 20, the newest durable one: no silent rollback (the
+    # fast tier's later checkpoints were never fsynced), and the data went back with the model.
+    assert m["silent_rollback_steps"] == 0 and (m["data_samples"], m["data_lost"]) == (50 * 16, 0)
 
 
 STALL_FOREVER = """\
