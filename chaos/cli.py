@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
@@ -439,6 +440,10 @@ def gameday(plan_path: str, dry_run: bool, yes: bool, out_dir: str | None) -> No
 
 
 def main() -> None:
+    # nvidia-resiliency-ext (the nvrx extra) installs the pynvml shim, whose import hook warns
+    # on every `import torch` that pynvml is deprecated; the controller never uses NVML, so
+    # the line is noise above every run's output.
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
