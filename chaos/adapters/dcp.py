@@ -86,10 +86,20 @@ def after_backward(step: int) -> None:
     probe.fault_point("after_backward", step=step)
 
 
-def step_end(step: int, loss: Any = None) -> None:
+def step_end(step: int, loss: Any = None, model: Any = None) -> None:
     """A completed optimizer step (a tensor loss is read as a float); in-process faults planned
-    at this step fire here."""
+    at this step fire here. With ``model``, the fault-free twin also publishes the state it
+    reached (``probe.state_digest``), which the checkpoint freshness checker compares each
+    checkpoint of the faulty run with; outside the twin nothing is computed (for an FSDP2
+    model the gather is a collective: every rank passes the model or none does)."""
     probe.step_end(step, _float(loss))
+    if model is not None and os.environ.get(contract.RECORD_DIGESTS_ENV) == "1":
+        state = _full_state(model)
+        if state is None:
+            if os.environ.get("RANK", "0") == "0":
+                probe.state_digest(step, model=model)
+        elif state:
+            probe.state_digest(step, digest=probe.state_dict_digest(state))
 
 
 def state_digest(model: Any) -> str | None:

@@ -93,7 +93,7 @@ class _Plain:
         pass
 
     @staticmethod
-    def step_end(step: int, loss: Any = None) -> None:
+    def step_end(step: int, loss: Any = None, model: nn.Module | None = None) -> None:
         pass
 
     @staticmethod
@@ -201,7 +201,7 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
         loss.backward()
         ckpt.after_backward(step)
         optimizer.step()
-        ckpt.step_end(step, loss)
+        ckpt.step_end(step, loss, model=model)  # model: the twin's per-step digest
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
         if step % args.every == 0 or step == args.steps:

@@ -71,3 +71,30 @@ def test_detached_probe_reports_nothing_and_still_saves(tmp_path, monkeypatch):
     chaos_dcp.save({"model": _model(0).state_dict()}, checkpoint_id=tmp_path / "c", step=1)
     assert (tmp_path / "c" / ".metadata").exists()
     assert not probe.attached()
+
+
+def test_the_twin_publishes_the_digest_each_checkpoint_is_read_back_to(events, tmp_path, monkeypatch):
+    """What the freshness checker compares: the twin's per-step digest (step_end with the
+    model) and the dcp kind's reading of a checkpoint saved at that step, equal when the
+    saved weights are those of the step; a torn checkpoint is refused, not misread."""
+    from chaos import contract
+    from chaos.model import Workload as WorkloadSpec
+    from chaos.workload.base import CheckpointImage
+    from chaos.workload.dcp import DcpWorkload
+
+    model = _model(0)
+    chaos_dcp.step_end(1, model=model)  # outside the twin: nothing recorded
+    monkeypatch.setattr(probe, "_record_digests", None)
+    monkeypatch.setenv(contract.RECORD_DIGESTS_ENV, "1")
+    chaos_dcp.step_end(2, model=model)
+    path = tmp_path / "ckpt" / "step-00000002"
+    chaos_dcp.save({"model": model.state_dict(), "optim": {}}, checkpoint_id=path, step=2)
+    published = [e for e in events() if e["kind"] == "state_digest"]
+    assert [e["step"] for e in published] == [2]
+
+    workload = DcpWorkload(WorkloadSpec(kind="dcp", options={}))
+    assert workload.read_checkpoint(str(path)) == CheckpointImage(2, published[0]["digest"])
+    assert workload.read_checkpoint(str(tmp_path / "elsewhere")) is None  # not the example's layout
+    (path / ".metadata").unlink()
+    with pytest.raises((ValueError, FileNotFoundError)):
+        workload.read_checkpoint(str(path))
