@@ -103,6 +103,10 @@ class ChaosCallback(pl.Callback):
             return
         self._reported_step = step
         probe.step_end(step, _loss(outputs))
+        if trainer.global_rank == 0:
+            # The fault-free twin's state at each step (a no-op outside it), which the
+            # freshness checker compares each saved .ckpt's state_dict with.
+            probe.state_digest(step, model=pl_module)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_rank == 0:

@@ -153,3 +153,22 @@ def test_json_schema_describes_the_options_and_one_kind_only() -> None:
     assert list(validator.iter_errors({**base, "workload": {"lightning": {}, "harness": {}}}))
     assert list(validator.iter_errors({**base, "workload": {"accelerate": {}, "steps": 3}}))
     assert os.path.basename(str(LightningWorkload.example())) == "train.py"
+
+
+def test_lightning_kind_reads_a_ckpt_as_the_twin_hashes_the_module_and_refuses_a_torn_one(tmp_path) -> None:
+    """The freshness checker's reading of a Lightning .ckpt: its global_step and the digest
+    of its state_dict, which the adapter's twin publishes from the LightningModule."""
+    import torch
+
+    from chaos import probe
+    from chaos.workload.base import CheckpointImage
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    path = tmp_path / "epoch=0-step=6.ckpt"
+    torch.save({"state_dict": module.state_dict(), "global_step": 6, "loops": {"fit": object.__name__}}, path)
+    kind = LightningWorkload(WorkloadRecord(kind="lightning", options={}))
+    assert kind.read_checkpoint(str(path)) == CheckpointImage(6, probe.state_dict_digest(module.state_dict()))
+    assert kind.read_checkpoint(str(tmp_path / "step-00000006")) is None  # not a .ckpt: not its format
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(ValueError, match="not a complete Lightning checkpoint"):
+        kind.read_checkpoint(str(path))
