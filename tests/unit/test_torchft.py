@@ -17,7 +17,7 @@ from chaos.cluster.base import RunSpec
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import RunResources, pending_resources, release_records
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.metrics.families.survivors import survivor_restarts
+from chaos.metrics.families.survivors import hit_srcs, survivor_restarts
 from chaos.procs import find_run_processes
 from chaos.scenario import load_scenario
 from chaos.workload import workload_for
@@ -274,3 +274,17 @@ def test_survivors_restarted_across_a_fault_are_counted() -> None:
             _step("rank-0", 6.5), _step("rank-2", 3.0, inc=1), _step("rank-0", 7.0)]
     assert survivor_restarts(ends, {"rank-1", "node-1"}, t_inject=1.5) == 1
     assert survivor_restarts(ends, {"rank-0", "rank-1", "rank-2"}, t_inject=1.5) is None
+
+
+def test_a_repeat_that_named_only_its_node_still_counts_the_nodes_rank_as_hit() -> None:
+    """A sustained run's repeat deferred until its target restarted was resolved while the
+    rank was down: its targets name node-1 alone. rank-1 ran on node 1, so its restart is
+    the fault's own, not a survivor's (the torchft sustained run counted it as one)."""
+    events = [{"kind": "rank_start", "src": "rank-0", "node": 0, "t": 0.5},
+              {"kind": "rank_start", "src": "rank-1", "node": 1, "t": 0.5}]
+    assert hit_srcs(["node-1"], events) == {"node-1", "rank-1"}
+    ends = [_step("rank-0", 1.0), _step("rank-1", 1.1, inc=1), _step("rank-0", 2.0),
+            _step("rank-1", 3.0, inc=2)]
+    assert survivor_restarts(ends, hit_srcs(["node-1"], events), t_inject=1.5) == 0
+    assert survivor_restarts(ends, {"node-1"}, t_inject=1.5) == 1  # what it counted before
+

@@ -33,7 +33,7 @@ from chaos.metrics.family import FaultContext, MetricFamily
 from chaos.metrics.spec import MetricSpec
 from chaos.metrics.timeline import incarnation
 
-__all__ = ["FAMILY", "survivor_restarts", "survivor_stall"]
+__all__ = ["FAMILY", "hit_srcs", "survivor_restarts", "survivor_stall"]
 
 
 def survivor_stall(step_ends: list[dict[str, Any]], targets: set[str], t_inject: float,
@@ -77,10 +77,21 @@ def survivor_restarts(step_ends: list[dict[str, Any]], targets: set[str], t_inje
     return sum(1 for src, e in after.items() if incarnation(e) > incarnation(before[src]))
 
 
+def hit_srcs(target_srcs: list[str], events: list[dict[str, Any]]) -> set[str]:
+    """The fault's targets, plus every rank that ran on a targeted node (``rank_start``'s
+    ``node``): a fault resolved while its rank was down (a repeat deferred until its target
+    restarted) names the node alone, and its rank is still no survivor."""
+    targets = set(target_srcs)
+    nodes = {src.removeprefix("node-") for src in targets if src.startswith("node-")}
+    targets |= {str(e["src"]) for e in events
+                if e.get("kind") == "rank_start" and str(e.get("node")) in nodes and e.get("src")}
+    return targets
+
+
 def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     fm = ctx.metrics
     t_recovered = fm.t_inject + fm.recovery_s if fm.recovery_s is not None else None
-    targets = set(ctx.record.target_srcs)
+    targets = hit_srcs(ctx.record.target_srcs, ctx.timeline.events)
     stall, _ = survivor_stall(ctx.timeline.step_ends, targets, fm.t_inject, t_recovered)
     return {"survivor_stall_s": stall,
             "survivor_restarts": survivor_restarts(ctx.timeline.step_ends, targets, fm.t_inject)}
