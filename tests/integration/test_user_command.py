@@ -90,15 +90,17 @@ def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, state_d
     # the killed rank.
     assert metrics["detected_by"] == "node-0"
     assert metrics["attribution"] == "correct", metrics["attribution_detail"]
-    # Each rank resumes from its own resume file, written every 10 steps.
-    assert metrics["resumed_from"] % 10 == 0 and metrics["resumed_from"] <= fault["step_at_inject"]
+    # Each rank resumes from its own resume file, written every 10 steps. Not bounded by the
+    # step seen at the kill: log lines reach trainchaos late (through torchrun's tee), so the
+    # killed rank may have written a later resume file than the last line read before it died.
+    assert metrics["resumed_from"] % 10 == 0 and 10 <= metrics["resumed_from"] < 60
     # The script's ranks never synchronise, so one may be steps ahead of the other (how many
     # is the host's scheduling): lost steps count from the furthest step any rank reported
     # before the fault, the metric's definition, checked here against the run's own events.
     steps_before = [e["step"] for e in read_events(os.path.join(journal["run_dir"], "events"))
                     if e["kind"] == "step_end" and e["t"] < fault["t_inject"]]
     assert metrics["last_step_before"] == max(steps_before) >= fault["step_at_inject"]
-    assert metrics["lost_steps"] == metrics["last_step_before"] - metrics["resumed_from"]
+    assert metrics["lost_steps"] == max(metrics["last_step_before"] - metrics["resumed_from"], 0)
     assert metrics["recovery_s"] is not None
     assert journal["verdict"]["passed"], journal["verdict"]
     assert not find_run_processes(journal["run_id"])
