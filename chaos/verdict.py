@@ -241,9 +241,18 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
     status = status or metrics.status
     checks: list[Check] = []
 
+    judge_unfired = _has_fault_targets(targets)
     for fm in metrics.faults:
-        if not fm.fired and not fm.skipped and fm.planned_step is not None and status == "completed" \
-                and not _has_fault_targets(targets):
+        if fm.fired:
+            continue
+        if judge_unfired and fm.skipped:
+            checks.append(Check("fault_fired", True, False, True,
+                                f"fault {fm.fault_id} skipped ({fm.skipped}); its targets "
+                                "were not exercised", fm.fault_id))
+        elif judge_unfired:
+            checks.append(Check("fault_fired", False, False, True,
+                                f"planned fault {fm.fault_id} never fired", fm.fault_id))
+        elif not fm.skipped and fm.planned_step is not None and status == "completed":
             # The job trained to its end past the planned step and the fault never fired (an
             # in-process fault at a fault point the job never calls): the experiment the
             # scenario names did not happen, so run-level targets alone cannot pass it.
@@ -251,17 +260,6 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
                                 f"planned fault {fm.fault_id} never fired although the job "
                                 f"trained past step {fm.planned_step} (an in-process fault "
                                 "needs the job to call its fault point)", fm.fault_id))
-    if _has_fault_targets(targets):
-        for fm in metrics.faults:
-            if fm.fired:
-                continue
-            if fm.skipped:
-                checks.append(Check("fault_fired", True, False, True,
-                                    f"fault {fm.fault_id} skipped ({fm.skipped}); its targets "
-                                    "were not exercised", fm.fault_id))
-            else:
-                checks.append(Check("fault_fired", False, False, True,
-                                    f"planned fault {fm.fault_id} never fired", fm.fault_id))
     for fm in metrics.faults:
         if fm.fired:
             checks.extend(_fault_checks(targets, fm))
