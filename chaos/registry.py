@@ -4,12 +4,14 @@ Each kind keeps the same three sources, loaded once, on the first lookup:
 
 1. its built-ins, listed *as module names* (imported with ``importlib``): the module that
    declares a registry never imports its members, so a member importing the registry back
-   (to register itself) makes no import cycle;
+   (to register itself) makes no import cycle. An entry ``module:function`` also calls the
+   function after the import: how a registry is fed from another (the fault types and the
+   metric families of the registered fault families, ``chaos.faults.family``);
 2. the modules in ``TRAINCHAOS_PLUGINS`` (comma-separated; one module may register things of
    several kinds), the way a team adds its own without packaging them;
 3. the entry points of the kind's group (``trainchaos.faults``, ``trainchaos.backends``,
-   ``trainchaos.resource_kinds``, ``trainchaos.workloads``), so an installed package adds its
-   own with no edit here. An entry point may name a module (whose import registers what it
+   ``trainchaos.resource_kinds``, ``trainchaos.workloads``, ``trainchaos.families``,
+   ``trainchaos.metric_families``), so an installed package adds its own with no edit here. An entry point may name a module (whose import registers what it
    defines) or one object, registered as it is loaded.
 
 Members register with the registry's ``register`` decorator; a second, different member
@@ -20,6 +22,7 @@ import order).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import types
 from collections.abc import Callable
@@ -51,7 +54,8 @@ class Registry(Generic[T]):
     """Members of one kind by name."""
 
     def __init__(self, kind: str, key: Callable[[T], str], builtins: tuple[str, ...] = (),
-                 group: str | None = None, unknown: Callable[[str], KeyError] = KeyError) -> None:
+                 group: str | None = None, unknown: Callable[[str], KeyError] = KeyError,
+                 isolate_entry_points: bool = False) -> None:
         self.kind = kind
         """What a member is, in messages (``fault type``)."""
         self.key = key
@@ -59,6 +63,10 @@ class Registry(Generic[T]):
         self.group = group
         self.unknown = unknown
         """Raised by ``lookup`` for a name nobody registered (a KeyError subclass)."""
+        self.isolate_entry_points = isolate_entry_points
+        """An entry point that fails to load is logged and skipped instead of raised: for a
+        kind whose consumers must keep working without it (a broken plugin's metrics must
+        not take the built-in metrics of every report down)."""
         self.items: dict[str, T] = {}
         self._entry_points_read = False
 
@@ -77,14 +85,23 @@ class Registry(Generic[T]):
         """Built-ins, ``TRAINCHAOS_PLUGINS`` (read again each time: cheap, and a test may set
         it), then the entry points: read once per process, since scanning the installed
         packages' metadata costs milliseconds per lookup and they do not change under a run."""
-        for module in self.builtins:
-            importlib.import_module(module)
+        for builtin in self.builtins:
+            module, _, function = builtin.partition(":")
+            imported = importlib.import_module(module)
+            if function:
+                getattr(imported, function)()
         load_plugins()
         if self.group is None or self._entry_points_read:
             return
         self._entry_points_read = True
         for ep in entry_points(group=self.group):
-            loaded = ep.load()
+            try:
+                loaded = ep.load()
+            except Exception:
+                if not self.isolate_entry_points:
+                    raise
+                logging.getLogger(__name__).exception("%s %s not loaded", self.kind, ep.name)
+                continue
             if not isinstance(loaded, types.ModuleType):
                 self.register(loaded)
 

@@ -31,7 +31,7 @@ from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec, Target
 from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
-from chaos.faults.storage import plan_mounts
+from chaos.faults.family import planned_mounts
 from chaos.freshness import CheckpointReader
 from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
@@ -291,7 +291,7 @@ class _Runner:
                        worker_argv=launch.worker_argv, probe_faults_file=probe_file,
                        tee_worker_output=launch.launcher.tee_output, options=dict(backend.options),
                        extra_env=extra_env, launcher=launch.launcher,
-                       mounts=plan_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
+                       mounts=planned_mounts(_scenario_dict(self.scenario), self.workload.storage(), self.run_dir))
         self.cluster = lookup_backend(backend.name)(spec, self.resources)
         log_progress = self.workload.progress(events_dir)
         topology = self.scenario.topology

@@ -1,3 +1,3 @@
-"""Fault families, one module each. Their types register with ``chaos.faults.base.FAULT_TYPES``
-when the registry first loads them (it lists them by module name): importing this package
-imports no family."""
+"""Fault families, one package each (``chaos/faults/<family>/``), each registering one
+``chaos.faults.family.FamilySpec``; ``base`` is the fault-type interface and its registry.
+Importing this package imports no family: the registries load them on first lookup."""

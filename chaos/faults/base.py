@@ -197,10 +197,10 @@ class UnknownFaultType(KeyError):
 
 FAULT_TYPES: Registry[type[FaultType]] = Registry(
     "fault type", key=lambda cls: cls.type_name, group="trainchaos.faults", unknown=UnknownFaultType,
-    builtins=tuple(f"chaos.faults.{family}" for family in (
-        "process", "network", "power", "scheduler", "sdc", "storage", "container")))
-"""Every fault type by name: the built-in families', then the modules of ``TRAINCHAOS_PLUGINS``
-and the ``trainchaos.faults`` entry point group (a team's own types register on import)."""
+    builtins=("chaos.faults.family:load_fault_types",))
+"""Every fault type by name: the registered fault families' (``chaos.faults.family``), then
+the modules of ``TRAINCHAOS_PLUGINS`` and the ``trainchaos.faults`` entry point group (a
+team's own types register on import)."""
 
 register = FAULT_TYPES.register
 """Class decorator: make a fault type known by its ``type_name``."""

@@ -194,7 +194,7 @@ def _false_detections(tl: Timeline, faults: list[FaultRecord],
         if suspect is None or consequence:
             continue
         # A fault whose family says it cannot explain this class (a slow network blamed for
-        # a failure: chaos/metrics/families/network.py) leaves it a false alarm.
+        # a failure: chaos/faults/network/metrics.py) leaves it a false alarm.
         if any(t <= e["t"] and suspect in srcs and _explains(rec, e.get("failure_class"))
                for t, srcs, rec in fired):
             continue

@@ -164,14 +164,14 @@ class FaultMetrics(_FamilyValues):
     """Which detector of the job fired (the ``detected`` event's ``detector`` field)."""
     sdc_detection_steps: int | None = None
     contaminated_checkpoints: int = 0
-    # power faults (chaos/metrics/families/power.py)
+    # power faults (chaos/faults/power/metrics.py)
     blast_nodes: int | None = None
     blast_ranks: int | None = None
     kill_spread_ms: float | None = None
     full_size_s: float | None = None
     resumed_tier: str | None = None
     resumed_copy: str | None = None
-    # network faults (chaos/metrics/families/network.py)
+    # network faults (chaos/faults/network/metrics.py)
     baseline_step_s: float | None = None
     fault_step_s: float | None = None
     slowdown: float | None = None
@@ -236,7 +236,7 @@ class RunMetrics(_FamilyValues):
     false_detections: int = 0
     false_detection_events: list[dict[str, Any]] = field(default_factory=list)
     """Each false detection: t, by, suspect, failure_class, reason."""
-    # checkpoints and storage (definitions: chaos/metrics/families/storage.py)
+    # checkpoints and storage (definitions: chaos/faults/storage/metrics.py)
     ckpt_save_p50_s: float | None = None
     ckpt_save_p95_s: float | None = None
     ckpt_save_max_s: float | None = None

@@ -363,7 +363,7 @@ class _Checker:
         included, or the scenario must say the job is expected to stop. Power that returns
         within the rendezvous' join timeout leaves the job waiting, not dead."""
         from chaos.cluster.base import node_group
-        from chaos.faults.power import REJOIN_WAIT_S
+        from chaos.workload.torchrun import JOIN_TIMEOUT_S as REJOIN_WAIT_S
 
         need = topology.min_nodes or topology.nodes
         down: set[int] = set()

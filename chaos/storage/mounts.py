@@ -12,7 +12,7 @@ the run by that variable, and a daemon killed before its mount is released would
 mount dead ("Transport endpoint is not connected") for the last moments of teardown.
 
 Mounting is opt-in per scenario: only a scenario with a storage fault gets mounts, only over
-the tiers its faults name (planned by the storage family, ``chaos.faults.storage.plan_mounts``,
+the tiers its faults name (planned by the storage family, ``chaos.faults.storage.mounts.plan_mounts``,
 and handed to the backend in ``RunSpec.mounts``); every other scenario runs on the bare
 directories.
 """

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from chaos import model as records
 
-__all__ = ["AGENT_MAIN", "TorchrunPerNode"]
+__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "TorchrunPerNode"]
+
+JOIN_TIMEOUT_S = 60
+"""How long the agents wait in the rendezvous for enough nodes (c10d ``join_timeout``):
+nodes a fault takes down that come back within it (power that returns, a container
+unpaused) let a job with too few nodes go on; validation counts on it
+(``chaos.schema.checks``)."""
 
 # ``python -m torch.distributed.run``, except for how the agent process ends: once torchrun's
 # main has returned (or raised: same output, same exit status), the exit handlers run and
@@ -78,7 +84,7 @@ class TorchrunPerNode:
             "--rdzv-id", run_id,
             # is_host=false: the controller hosts the store. last_call_timeout: how long a
             # shrunken group waits for stragglers before going on with fewer nodes.
-            "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
+            "--rdzv-conf", f"is_host=false,join_timeout={JOIN_TIMEOUT_S},last_call_timeout=2,read_timeout=30,"
             # A dead node leaves the rendezvous when its keep-alives stop: 3 x 1 s here
             # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds.
             "keep_alive_interval=1,keep_alive_max_attempt=3",

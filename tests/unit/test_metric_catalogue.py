@@ -183,13 +183,15 @@ def test_a_family_from_an_installed_package_comes_through_its_entry_point(monkey
     and skipped, the built-in families stay."""
     from importlib.metadata import EntryPoint
 
+    import chaos.registry
     from chaos.metrics import registry
 
     points = [EntryPoint("toy", f"{__name__}:TOY", registry.ENTRY_POINT_GROUP),
               EntryPoint("broken", "no_such_module_here:FAMILY", registry.ENTRY_POINT_GROUP)]
-    monkeypatch.setattr(registry, "entry_points", lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
-    monkeypatch.setattr(registry, "_FAMILIES", {})
-    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(chaos.registry, "entry_points",
+                        lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(registry.METRIC_FAMILIES, "items", {})
+    monkeypatch.setattr(registry.METRIC_FAMILIES, "_entry_points_read", False)
     names = [f.name for f in families()]
     assert names[-1] == "toy" and {"network", "power", "sdc", "storage"} <= set(names)
     assert spec("toy_alarms") is TOY.specs[1] and spec("toy_alarms") in gated()

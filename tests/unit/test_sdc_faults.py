@@ -9,7 +9,7 @@ import pytest
 
 from chaos.errors import ScenarioError
 from chaos.faults.base import known_types
-from chaos.faults.sdc import CheckpointBitRot
+from chaos.faults.sdc.faults import CheckpointBitRot
 from chaos.plan import make_plan, probe_instructions
 from chaos.scenario import parse_scenario
 

@@ -10,7 +10,7 @@ import pytest
 from chaos.cluster.base import InjectionContext, ResolvedTarget
 from chaos.cluster.capabilities import Scheduler
 from chaos.errors import ToolError
-from chaos.faults.scheduler import DrainNode, NodeDown
+from chaos.faults.scheduler.faults import DrainNode, NodeDown
 
 
 class _HalfBrokenSlurm:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from chaos.metrics.families.storage import storage_metrics
+from chaos.faults.storage.metrics import storage_metrics
 from harness.checkpoint import CheckpointCorruptError, CheckpointManager
 from harness.ckpt_tiers import TieredCheckpoints, agree_on_start, build_checkpoints
 from harness.config import ConfigError, config_from_mapping

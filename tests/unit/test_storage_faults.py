@@ -12,7 +12,7 @@ import pytest
 from chaos.cli import main
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.faults.base import known_types
-from chaos.faults.storage import storage_plan
+from chaos.faults.storage.mounts import storage_plan
 from chaos.plan import make_plan
 from chaos.scenario import parse_scenario
 from chaos.storage.rules import Caller, Rule, RuleSet, errno_number, flip
@@ -165,7 +165,7 @@ def test_the_runner_hands_the_backend_its_mounts_and_nothing_reads_run_json(tmp_
     from types import SimpleNamespace
 
     from chaos.cluster.base import RunSpec
-    from chaos.faults.storage import plan_mounts
+    from chaos.faults.storage.mounts import plan_mounts
     from chaos.model import Topology
     from chaos.storage.mounts import acquire_storage_mounts
     from chaos.workload import StorageLayout

@@ -97,7 +97,7 @@ def test_a_fault_parameter_under_target_or_the_envelope_says_it_belongs_in_param
     ("EIOO", "unknown errno name 'EIOO'"),
 ])
 def test_errno_by_number_or_name(errno: object, problem: str | None) -> None:
-    from chaos.faults.storage import IoError, IoErrorParams
+    from chaos.faults.storage.faults import IoError, IoErrorParams
     from chaos.schema.build import build_scenario  # noqa: F401  (the path the runner takes)
 
     doc = {"name": "x", "faults": [{"type": "io_error", "target": {"rank": 0},

@@ -40,7 +40,7 @@ from typing import Any
 from chaos.metrics.family import MetricFamily, RunContext
 from chaos.metrics.spec import MetricSpec
 
-__all__ = ["FAMILY", "STORAGE_FIELDS", "storage_metrics"]
+__all__ = ["METRICS", "STORAGE_FIELDS", "storage_metrics"]
 
 STORAGE_FIELDS: tuple[str, ...] = ("ckpt_save_p50_s", "ckpt_save_p95_s", "ckpt_save_max_s",
                                    "ckpt_blocked_s", "failed_saves", "abandoned_saves",
@@ -104,7 +104,7 @@ def _run_metrics(ctx: RunContext) -> dict[str, Any]:
     return storage_metrics(ctx.timeline.events)
 
 
-FAMILY = MetricFamily(
+METRICS = MetricFamily(
     "storage",
     specs=(
         MetricSpec("ckpt_blocked_s", "blocked by checkpoint saves", "seconds", "s", target="bound",

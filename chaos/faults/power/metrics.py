@@ -24,7 +24,7 @@ from typing import Any
 
 from chaos.metrics.family import FaultContext, MetricFamily
 
-__all__ = ["FAMILY", "power_metrics"]
+__all__ = ["METRICS", "power_metrics"]
 
 
 def power_metrics(fm: Any, rank_events: list[dict[str, Any]], details: dict[str, Any],
@@ -54,4 +54,4 @@ def _fault_metrics(ctx: FaultContext) -> None:
 
 # Its fields (blast_nodes ... resumed_copy) are FaultMetrics fields, kept there so that
 # journals keep their key order; they are not targets.
-FAMILY = MetricFamily("power", fault_metrics=_fault_metrics)
+METRICS = MetricFamily("power", fault_metrics=_fault_metrics)

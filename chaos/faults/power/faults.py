@@ -22,11 +22,7 @@ from chaos.schema.types import MAX_SECONDS
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["PowerOutage", "RackLoss", "REJOIN_WAIT_S"]
-
-REJOIN_WAIT_S = 60.0
-"""How long the job's agents wait in the rendezvous for enough nodes (the backends' c10d
-``join_timeout``): power that returns within it lets a job with too few nodes go on."""
+__all__ = ["PowerOutage", "RackLoss"]
 
 
 class PowerParams(FaultParams):

@@ -34,7 +34,7 @@ A slow network is not a failure
     ``false_detections``), even when every node is a target.
 
 Registered as the ``network`` metric family: it measures the faults whose type's family is
-``network`` (``chaos.faults.network``: partition, link_flap, latency, packet_loss, bandwidth,
+``network`` (``chaos.faults.network.faults``: partition, link_flap, latency, packet_loss, bandwidth,
 toxic).
 """
 
@@ -46,7 +46,7 @@ from typing import Any
 from chaos.metrics.family import FaultContext, MetricFamily
 from chaos.metrics.records import FaultRecord
 
-__all__ = ["FAMILY", "MIN_STEPS", "explains_detection", "network_metrics", "step_durations"]
+__all__ = ["METRICS", "MIN_STEPS", "explains_detection", "network_metrics", "step_durations"]
 
 MIN_STEPS = 3
 
@@ -108,4 +108,4 @@ def _fault_metrics(ctx: FaultContext) -> None:
 
 # Its fields (baseline_step_s, fault_step_s, slowdown, heal_s) are FaultMetrics fields, kept
 # there so that journals keep their key order; they are not targets.
-FAMILY = MetricFamily("network", fault_metrics=_fault_metrics, explains_detection=explains_detection)
+METRICS = MetricFamily("network", fault_metrics=_fault_metrics, explains_detection=explains_detection)

@@ -17,7 +17,7 @@ from chaos.metrics.family import FaultContext, MetricFamily, RunContext
 from chaos.metrics.spec import MetricSpec
 from chaos.metrics.timeline import int_or_none
 
-__all__ = ["FAMILY"]
+__all__ = ["METRICS"]
 
 
 def _corruption(fault: Any) -> bool:
@@ -68,7 +68,7 @@ def _counted_to_end(fm: Any, _value: Any) -> str:
     return " (undetected: counted to the end of the run)" if fm.sdc_detection_steps is None else ""
 
 
-FAMILY = MetricFamily(
+METRICS = MetricFamily(
     "sdc",
     specs=(
         MetricSpec("sdc_detection_steps", "corruption detected after", "count", "steps", "fault",
