@@ -165,7 +165,7 @@ def test_the_runner_hands_the_backend_its_mounts_and_nothing_reads_run_json(tmp_
     from types import SimpleNamespace
 
     from chaos.cluster.base import RunSpec
-    from chaos.faults.storage.mounts import plan_mounts
+    from chaos.faults.family import planned_mounts as plan_mounts  # what chaos.run calls
     from chaos.model import Topology
     from chaos.storage.mounts import acquire_storage_mounts
     from chaos.workload import StorageLayout
