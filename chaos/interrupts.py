@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["Interrupted", "hold", "installed", "release", "take_pending"]
+__all__ = ["Interrupted", "hold", "held", "installed", "release", "take_pending"]
 
 
 class Interrupted(Exception):  # noqa: N818 (reads as a state: the run was interrupted)
@@ -32,6 +32,12 @@ def hold() -> None:
 def release() -> None:
     with _lock:
         _state["held"] = max(0, _state["held"] - 1)
+
+
+def held() -> bool:
+    """Whether signals are being recorded rather than raised now."""
+    with _lock:
+        return bool(_state["held"])
 
 
 def take_pending() -> str | None:

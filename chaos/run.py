@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,7 @@ from chaos.events import Event, read_events
 from chaos.faults.family import planned_mounts
 from chaos.freshness import CheckpointReader
 from chaos.interrupts import Interrupted
+from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
@@ -79,17 +80,40 @@ class RunProgress:
 class _FaultState:
     planned: PlannedFault
     fired: bool = False
-    t_inject: float | None = None
-    t_revert: float | None = None
     step_seen_at_inject: int | None = None
-    record: dict[str, Any] = field(default_factory=dict)
-    resolved: ResolvedTarget | None = None
-    """The target as resolved against live processes when the fault was injected."""
-    active: bool = False
-    error: str | None = None
+    injection: Injection | None = None
+    """The fault as it went through the lifecycle (None: never handed to the engine)."""
+    unresolved: str | None = None
+    """Why its target could not be resolved when it was due."""
     deferred_since: float | None = None
     """A repeated fault due while its target had no live process (the job restarting from
     the previous one): when it first waited."""
+
+    @property
+    def t_inject(self) -> float | None:
+        return self.injection.t_inject if self.injection else None
+
+    @property
+    def t_revert(self) -> float | None:
+        return self.injection.t_revert if self.injection else None
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.injection.record if self.injection else {}
+
+    @property
+    def resolved(self) -> ResolvedTarget | None:
+        """The target as resolved against live processes when the fault was injected."""
+        return self.injection.target if self.injection else None
+
+    @property
+    def error(self) -> str | None:
+        inj = self.injection
+        if inj is not None and inj.revert_error:
+            return f"revert failed: {inj.revert_error}"
+        if inj is not None and inj.inject_error:
+            return f"inject failed: {inj.inject_error}"
+        return self.unresolved and f"target unavailable: {self.unresolved}"
 
 
 def _versions() -> dict[str, str]:
@@ -144,6 +168,7 @@ class _Runner:
         """Rank -> the node of its latest ``rank_start``."""
         self.group_size = 0
         """World size of the latest ``rank_start``: the group now (or last) training."""
+        self._lifecycle: FaultLifecycle | None = None
         self.reader: CheckpointReader | None = None
         """Reads each saved checkpoint for the freshness checker (runs with a twin only)."""
 
@@ -205,12 +230,17 @@ class _Runner:
             return False
         return time.monotonic() - self.t_first_step >= st.planned.offset_s
 
+    @property
+    def lifecycle(self) -> FaultLifecycle:
+        """The faults' lifecycle over this run's context and fault journal."""
+        if self._lifecycle is None:
+            self._lifecycle = FaultLifecycle(self.ctx, self.fault_journal)
+        return self._lifecycle
+
     def _inject(self, st: _FaultState) -> None:
         fault = st.planned.fault
         try:
-            # Which processes the target means now: ranks move when spares join or the
-            # group shrinks.
-            resolved: ResolvedTarget | None = self.cluster.resolve(fault.target_spec)
+            resolved: ResolvedTarget | None = self.lifecycle.resolve(fault, self.cluster)
             problem: ChaosError | None = None
         except TargetUnavailable as exc:
             if st.planned.spec.trigger.kind == "poisson":
@@ -227,48 +257,21 @@ class _Runner:
         st.fired = True
         st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
         if resolved is None:
-            st.error = f"target unavailable: {problem}"
+            st.unresolved = str(problem)
             self._tool_error(f"{fault.fault_id}: {problem}")
-            self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, "unresolved": str(problem)})
-            self.fault_journal.reverted(fault.fault_id, "never applied: no live target")
+            self.lifecycle.never_applied(fault, str(problem))
             return
-        st.resolved = resolved
-        fault.target = st.resolved
-        self.fault_journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **st.resolved.to_dict()})
-        st.active = True
-        # A signal is in effect the moment it is sent, and peers can notice within a
-        # millisecond, before inject() has even returned: the clock is read first. A fault
-        # that takes effect later (rules being applied) reports ``t_effective`` itself.
-        t_called = time.time()
-        try:
-            st.record = fault.inject(self.ctx)
-        except Exception as exc:  # trainchaos failed, not the training stack: no verdict
-            st.error = f"inject failed: {type(exc).__name__}: {exc}"
-            st.record = {}
+        # On record before the inject: a signal that waits for it interrupts at its end.
+        st.injection = Injection(fault, resolved, deferred_since=st.deferred_since)
+        self.lifecycle.inject(st.injection, step=st.step_seen_at_inject, mechanism="injector")
+        if st.injection.inject_error:
             self._tool_error(f"{fault.fault_id}: {st.error}")
-        st.t_inject = float(st.record.get("t_effective", t_called))
-        if st.deferred_since is not None:
-            st.record["deferred_s"] = round(t_called - st.deferred_since, 3)
-        self.fault_journal.applied(fault.fault_id, st.record)
-        self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=fault.target.describe(),
-                      step=st.step_seen_at_inject, mechanism="injector", details=st.record)
         self.progress.note(f"{fault.fault_id} injected on {fault.target.describe()} at step {st.step_seen_at_inject}")
 
-    def _revert(self, st: _FaultState) -> None:
-        if not st.active:
-            return
-        fault = st.planned.fault
-        err = None
-        try:
-            fault.revert(self.ctx, st.record)
-        except Exception as exc:
-            err = f"revert failed: {type(exc).__name__}: {exc}"
-            st.error = err
-            self._tool_error(f"{fault.fault_id}: {err}")
-        st.active = False
-        st.t_revert = time.time()
-        self.fault_journal.reverted(fault.fault_id, err)
-        self.ctx.emit("fault_reverted", fault=fault.fault_id, target=fault.target.describe())
+    def _reverted(self, injections: list[Injection]) -> None:
+        for injection in injections:
+            if injection.revert_error:
+                self._tool_error(f"{injection.fault.fault_id}: revert failed: {injection.revert_error}")
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> tuple[list[Event], float]:
@@ -332,10 +335,7 @@ class _Runner:
                 for st in self.states:
                     if not st.fired and self.status == "running" and self._due(st):
                         self._inject(st)
-                for fault in self.ctx.due_reverts():
-                    for st in self.states:
-                        if st.planned.fault is fault:
-                            self._revert(st)
+                self._reverted(self.lifecycle.due_reverts())
                 if self.status != "running":
                     break  # a tool error: stop here, nothing more can be learned
                 if self._job_ended():
@@ -397,8 +397,7 @@ class _Runner:
     def _teardown(self) -> None:
         """Revert every fault, stop every process, release every resource (newest first).
         Each step runs even when one before it failed; every failure is a tool error."""
-        for st in self.states:
-            self._revert(st)
+        self._reverted(self.lifecycle.revert_all())
         try:
             self.cluster.stop()
         except Exception as exc:

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +40,13 @@ from chaos.errors import (
     ChaosError,
     ValidationIssue,
 )
-from chaos.faults.base import FaultType, lookup
+from chaos.faults.base import lookup
 from chaos.gameday.attach import AttachedRun, Resolution, find_run
 from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Condition, Plan, Step, parse_condition
 from chaos.gameday.report import write_report
 from chaos.gameday.view import LiveStatus, LiveView, PlainView
+from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.rollback import FaultJournal, register_run, unregister_run
 
 __all__ = ["EXIT_INTERRUPTED", "GameDay"]
@@ -58,16 +59,6 @@ class _Stop(Exception):  # noqa: N818 (a control-flow signal: the exercise stops
     def __init__(self, status: str, reason: str, exit_code: int) -> None:
         super().__init__(reason)
         self.status, self.reason, self.exit_code = status, reason, exit_code
-
-
-@dataclass
-class _Active:
-    name: str
-    fault: FaultType
-    record: dict[str, Any]
-    t_inject: float
-    t_revert: float | None = None
-    revert_error: str | None = None
 
 
 @dataclass
@@ -90,8 +81,6 @@ class GameDay:
         self.id = f"trainchaos-gd-{uuid.uuid4().hex[:8]}"
         self.observer = Observer(self.plan.window_s)
         self.stop_conditions = [parse_condition(c) for c in self.plan.stop_when]
-        self.active: dict[str, _Active] = {}
-        self.done: list[_Active] = []
         self.tripped: str | None = None
         self.view = (LiveView if self.live else PlainView)(self.echo, self.ask)
         self.t_injects: dict[str, float] = {}
@@ -101,8 +90,20 @@ class GameDay:
         self._current = ("", time.monotonic())
         self._lock = threading.RLock()
         self._stop_monitor = threading.Event()
-        self._tearing_down = False
         self.t0 = time.time()
+
+    @property
+    def active(self) -> dict[str, Injection]:
+        """Step name -> its fault, while in effect (oldest first)."""
+        lifecycle = getattr(self, "lifecycle", None)
+        return {i.name: i for i in lifecycle.active} if lifecycle else {}
+
+    @property
+    def done(self) -> list[Injection]:
+        """The faults reverted, in the order they were."""
+        lifecycle = getattr(self, "lifecycle", None)
+        reverted = [i for i in lifecycle.history if not i.active] if lifecycle else []
+        return sorted(reverted, key=lambda i: i.t_revert or 0.0)
 
     # -- preparation ------------------------------------------------------------------------
     def attach(self) -> None:
@@ -179,6 +180,7 @@ class GameDay:
         self.journal = FaultJournal(os.path.join(self.out_dir, "fault_journal.jsonl"))
         self.injector = probe.Probe(os.path.join(self.out_dir, "events"), "gameday", 0)
         self.ctx = InjectionContext(self.out_dir, self.run.backend, self.injector, None)
+        self.lifecycle = FaultLifecycle(self.ctx, self.journal, self._lock)
         register_run(self.id, self.out_dir)
         monitor = threading.Thread(target=self._monitor, daemon=True, name="trainchaos-gameday-monitor")
         self._event("start", f"game day {self.plan.name} on run {self.run.spec.run_id}")
@@ -214,7 +216,6 @@ class GameDay:
         finally:
             # From here on a signal is recorded, not raised: the reverts run to their end.
             interrupts.hold()
-            self._tearing_down = True
             self._stop_monitor.set()
             self._current = ("reverting what is in effect", time.monotonic())
             failures = self._revert_all(reason if status != "completed" else "end of the exercise")
@@ -374,49 +375,26 @@ class GameDay:
         params = cls.params_model.model_validate(step.inject.params).model_dump()
         fault = cls(fault_id=f"gd{i}-{step.inject.type}", target=res.target, params=params,
                     target_spec=dict(step.inject.target), seed=i)
-        with self._critical():
-            self.journal.apply(fault.fault_id, fault.type_name, {**fault.target_spec, **res.target.to_dict()})
-            # Before the engine is called: the job may notice within milliseconds, while the
-            # fault is still being applied, and that detection is this step's.
-            t = time.time()
-            active = _Active(name, fault, {}, t)
-            self.active[name] = active
-            self.t_injects[name] = t
-            active.record = fault.inject(self.ctx)
-            self.journal.applied(fault.fault_id, active.record)
-        self.ctx.emit("fault_injected", fault=fault.fault_id, type=fault.type_name, target=res.describe())
+        injection = Injection(fault, res.target, name=name, describe=res.describe())
+        # In effect (and reverted at the end) from the journal's ``apply`` on, even when the
+        # engine raises; ``since:`` counts from the inject's start: the job may notice
+        # within milliseconds, while the fault is still being applied.
+        self.lifecycle.inject(injection)
+        self.t_injects[name] = injection.t_inject or time.time()
+        if injection.exception is not None:
+            raise injection.exception
         self._event("inject", self._describe(step, res), step=i, outcome="injected", fault=fault.fault_id)
         self._say(f"  injected {fault.type_name} on {res.describe()}")
 
-    @contextlib.contextmanager
-    def _critical(self) -> Iterator[None]:
-        """An inject or revert is never cut in half: Ctrl-C, SIGTERM and a tripped stop
-        condition (the monitor raises SIGINT in this thread) wait for its end."""
-        with self._lock:
-            interrupts.hold()
-            try:
-                yield
-            finally:
-                interrupts.release()
-        if not self._tearing_down and interrupts.take_pending() is not None:
-            raise interrupts.Interrupted("deferred")
-
     def _revert(self, name: str, why: str = "plan step") -> str | None:
-        with self._critical():
-            active = self.active.pop(name, None)
-            if active is None:
-                return None
-            try:
-                active.fault.revert(self.ctx, active.record)
-            except Exception as exc:
-                active.revert_error = f"{type(exc).__name__}: {exc}"
-            active.t_revert = time.time()
-            self.journal.reverted(active.fault.fault_id, active.revert_error)
-            self.done.append(active)
-        self.ctx.emit("fault_reverted", fault=active.fault.fault_id)
-        self._event("reverted", f"{active.fault.type_name} ({name}): {why}", outcome="error" if active.revert_error else "done")
-        self._say(f"  reverted {name} ({active.fault.type_name})" + (f": FAILED {active.revert_error}" if active.revert_error else ""))
-        return active.revert_error
+        injection = self.active.get(name)
+        if injection is None:
+            return None
+        self.lifecycle.revert(injection)
+        fault = injection.fault
+        self._event("reverted", f"{fault.type_name} ({name}): {why}", outcome="error" if injection.revert_error else "done")
+        self._say(f"  reverted {name} ({fault.type_name})" + (f": FAILED {injection.revert_error}" if injection.revert_error else ""))
+        return injection.revert_error
 
     def _revert_all(self, why: str) -> list[str]:
         failures = []
@@ -502,7 +480,7 @@ class GameDay:
                 self.tripped = f"{held} ({held.metric}={snap[held.metric]:g})"
                 self._say(f"\nSTOP: {self.tripped}; reverting everything")
                 # As a SIGINT in the main thread: it interrupts a wait or a prompt, and waits
-                # for an inject or a revert under way (``_critical``).
+                # for an inject or a revert under way (``chaos.lifecycle``).
                 _thread.interrupt_main()
                 return
 
