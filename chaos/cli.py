@@ -196,6 +196,7 @@ def bench_stacks(root: str, stacks_spec: str | None, faults_spec: str | None, su
 
 def _print_plans(scenarios: list, seed: int | None, repeat: int | None) -> None:
     from chaos.plan import make_plan
+    from chaos.triggers import form_of
 
     for sc in scenarios:
         run_seed = sc.seed if seed is None else seed
@@ -206,11 +207,7 @@ def _print_plans(scenarios: list, seed: int | None, repeat: int | None) -> None:
                    f"{', with a fault-free baseline' if sc.baseline else ''}")
         for planned in make_plan(sc, run_seed):
             trig = planned.spec.trigger
-            when = {
-                "at_step": f"at step {trig.at_step}",
-                "after_event": f"after {trig.event} #{trig.count} + {trig.delay_s:g} s",
-            }.get(trig.kind, f"{planned.offset_s:.1f} s after the first step ({trig.kind})"
-                  if planned.offset_s is not None else trig.kind)
+            when = form_of(trig).describe(trig, planned.offset_s)
             fires = "" if planned.fires else "  [skipped: probability draw]"
             pick = " (seeded pick)" if "random" in planned.spec.target else ""
             click.echo(f"  {planned.fault_id}: {planned.spec.type} on {planned.fault.target.describe()}"

@@ -16,9 +16,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from chaos.cluster.base import ResolvedTarget, node_group, target_ranks
 from chaos.faults.base import FaultType, lookup
 from chaos.model import FaultSpec, Scenario, Topology
+from chaos.targets import ResolvedTarget, parse_target
+from chaos.triggers import form_of
 
 __all__ = ["PlannedFault", "draw_target", "make_plan", "plan_seed", "probe_instructions", "resolve_target"]
 
@@ -65,28 +66,13 @@ class PlannedFault:
 
 def draw_target(target: dict[str, Any], topo: Topology, rng: random.Random) -> dict[str, Any]:
     """The target with a ``random`` pick drawn (seeded): ``{random: rack}`` -> ``{rack: r2}``."""
-    if "random" not in target:
-        return dict(target)
-    kind = target["random"]
-    if kind == "node":
-        return {"node": rng.randrange(topo.nodes)}
-    if kind == "rack":
-        return {"rack": rng.choice(sorted(topo.racks))}
-    if kind == "power_domain":
-        return {"power_domain": rng.choice(sorted(topo.power_domains))}
-    return {"rank": rng.randrange(topo.world_size)}
+    return parse_target(target).draw(topo, rng).spec()
 
 
 def resolve_target(target: dict[str, Any], topo: Topology) -> ResolvedTarget:
     """The topology's view of a drawn target: a node target also names the ranks that start
     on its nodes (both are right to blame)."""
-    ranks = target_ranks(target)
-    if ranks is not None:
-        return ResolvedTarget(ranks=ranks)
-    nodes = node_group(target, topo) or ()
-    starting = tuple(r for n in nodes if n < topo.nodes
-                     for r in range(n * topo.ranks_per_node, (n + 1) * topo.ranks_per_node))
-    return ResolvedTarget(ranks=starting, nodes=nodes)
+    return parse_target(target).planned(topo)
 
 
 def make_plan(scenario: Scenario, seed: int) -> list[PlannedFault]:
@@ -95,21 +81,7 @@ def make_plan(scenario: Scenario, seed: int) -> list[PlannedFault]:
         # One stream per fault: adding a fault to a scenario does not move the others.
         rng = random.Random(f"{seed}/{spec.index}")
         cls = lookup(spec.type)
-        trig = spec.trigger
-        occurrences: list[float | None]
-        if trig.kind == "poisson":
-            assert trig.mtbf_s is not None
-            t, occurrences = 0.0, []
-            for _ in range(trig.max_faults):
-                t += rng.expovariate(1.0 / trig.mtbf_s)
-                occurrences.append(t)
-        elif trig.kind == "random":
-            assert trig.window_s is not None
-            occurrences = [rng.uniform(*trig.window_s)]
-        elif trig.kind == "at_time":
-            occurrences = [trig.at_time_s]
-        else:
-            occurrences = [None]
+        occurrences = form_of(spec.trigger).occurrences(spec.trigger, rng)
         for n, offset in enumerate(occurrences):
             drawn = draw_target(spec.target, scenario.topology, rng)
             fault_id = spec.fault_id if len(occurrences) == 1 else f"{spec.fault_id}#{n + 1}"

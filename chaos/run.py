@@ -50,6 +50,7 @@ from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
 from chaos.telemetry import EventTailer
+from chaos.triggers import form_of
 from chaos.verdict import judge
 from chaos.workload import workload_for
 
@@ -157,7 +158,7 @@ class _Runner:
         self.t_last_progress = time.monotonic()
         # kind -> times seen: after_event triggers and the end-of-run check read it; the
         # events themselves are read back from disk once the run is over.
-        self.event_times: dict[str, list[float]] = {}
+        self.event_times_seen: dict[str, list[float]] = {}
         self.status = "running"
         self.error: str | None = None
         self.tool_errors: list[str] = []
@@ -180,7 +181,7 @@ class _Runner:
     def _take(self, events: list[Event]) -> None:
         for ev in events:
             kind = ev.get("kind")
-            self.event_times.setdefault(kind, []).append(ev["t"])
+            self.event_times_seen.setdefault(kind, []).append(ev["t"])
             if kind == "rank_start":
                 self.cluster.note_event(ev)
                 if isinstance(ev.get("node"), int):
@@ -215,20 +216,21 @@ class _Runner:
 
     # -- triggers -------------------------------------------------------------------------
     def _due(self, st: _FaultState) -> bool:
-        trig = st.planned.spec.trigger
         previous = self.previous.get(id(st))
         if previous is not None and not previous.fired:
             return False
-        if trig.kind == "at_step":
-            ranks = st.planned.fault.target.ranks
-            seen = max((self.step_by_rank.get(r, 0) for r in ranks), default=self.max_step) if ranks else self.max_step
-            return seen >= (trig.at_step or 0)
-        if trig.kind == "after_event":
-            times = self.event_times.get(trig.event or "", [])
-            return len(times) >= trig.count and time.time() >= times[trig.count - 1] + trig.delay_s
-        if self.t_first_step is None or st.planned.offset_s is None:
-            return False
-        return time.monotonic() - self.t_first_step >= st.planned.offset_s
+        trigger = st.planned.spec.trigger
+        return form_of(trigger).due(trigger, st.planned.offset_s, st.planned.fault.target.ranks, self)
+
+    # The run as the triggers read it (chaos.triggers.RunClock).
+    def step_seen(self, ranks: tuple[int, ...]) -> int:
+        return max((self.step_by_rank.get(r, 0) for r in ranks), default=self.max_step)
+
+    def event_times(self, kind: str) -> list[float]:
+        return self.event_times_seen.get(kind, [])
+
+    def since_first_step(self) -> float | None:
+        return None if self.t_first_step is None else time.monotonic() - self.t_first_step
 
     @property
     def lifecycle(self) -> FaultLifecycle:
@@ -243,10 +245,8 @@ class _Runner:
             resolved: ResolvedTarget | None = self.lifecycle.resolve(fault, self.cluster)
             problem: ChaosError | None = None
         except TargetUnavailable as exc:
-            if st.planned.spec.trigger.kind == "poisson":
-                # A failure cannot strike a process that does not exist: a repeated fault
-                # due while the job restarts from the previous one lands on the target
-                # once it lives again (the sustained-failure experiment, docs/stacks.md).
+            if form_of(st.planned.spec.trigger).waits_for_target:
+                # A failure cannot strike a process that does not exist (chaos.triggers).
                 if st.deferred_since is None:
                     st.deferred_since = time.time()
                     self.progress.note(f"{fault.fault_id} waits for its target: {exc}")
@@ -255,7 +255,7 @@ class _Runner:
         except ChaosError as exc:
             resolved, problem = None, exc
         st.fired = True
-        st.step_seen_at_inject = max((self.step_by_rank.get(r, 0) for r in fault.target.ranks), default=self.max_step)
+        st.step_seen_at_inject = self.step_seen(fault.target.ranks)
         if resolved is None:
             st.unresolved = str(problem)
             self._tool_error(f"{fault.fault_id}: {problem}")
@@ -377,7 +377,7 @@ class _Runner:
         node cut off that came back too late to rejoin) waits in, or is refused by, a
         rendezvous the job has closed, which says nothing about the job."""
         status = self.cluster.poll()
-        finished = bool(self.event_times.get("run_end"))
+        finished = bool(self.event_times_seen.get("run_end"))
         members = ({n for r, n in self.rank_node.items() if r < self.group_size} if finished
                    else self.ever_hosted)
         running = [n for n, s in status.items() if not s.lost and s.returncode is None

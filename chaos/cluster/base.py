@@ -27,6 +27,7 @@ from chaos.cluster.capabilities import PowerCut, describe, has, missing
 from chaos.errors import ToolError
 from chaos.model import Topology
 from chaos.schema.types import StrictModel
+from chaos.targets import ResolvedTarget, TargetUnavailable, parse_target
 
 if TYPE_CHECKING:
     from chaos.cluster.resources import RunResources
@@ -57,11 +58,6 @@ FAILURE_DOMAIN_ENV = contract.FAILURE_DOMAIN_ENV
 
 class NoOptions(StrictModel):
     """A backend that takes no options: ``backend: local`` or ``backend: {local: {}}``."""
-
-
-class TargetUnavailable(ToolError):
-    """A fault's target has no live process at injection time: trainchaos cannot inject it,
-    which says nothing about the training stack."""
 
 
 @dataclass(frozen=True)
@@ -115,68 +111,15 @@ class LiveRank:
     pid: int
 
 
-@dataclass(frozen=True)
-class ResolvedTarget:
-    """The ranks, nodes and processes a fault hits, resolved from live state.
-
-    A node target names the ranks living on it at that moment as well: blaming either is a
-    correct attribution.
-    """
-
-    ranks: tuple[int, ...] = ()
-    nodes: tuple[int, ...] = ()
-    pids: dict[int, int] = field(default_factory=dict)
-    """rank -> pid of its live worker (empty for a target resolved from the topology only)."""
-    links: tuple[tuple[int, int], ...] = ()
-    """Directed links [from, to] of a ``{links: ...}`` target (``nodes`` holds their ends)."""
-
-    def srcs(self) -> list[str]:
-        """Event sources blamed by a correct attribution (``rank-3``, ``node-1``)."""
-        return [f"rank-{r}" for r in self.ranks] + [f"node-{n}" for n in self.nodes]
-
-    def describe(self) -> str:
-        parts = []
-        if self.ranks:
-            parts.append("rank " + ",".join(map(str, self.ranks)))
-        if self.nodes:
-            parts.append("node " + ",".join(map(str, self.nodes)))
-        return " ".join(parts) or "job"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ranks": list(self.ranks), "nodes": list(self.nodes),
-                               "pids": {str(r): p for r, p in self.pids.items()}}
-        if self.links:
-            out["links"] = [list(link) for link in self.links]
-        return out
-
-
 def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | None:
-    """The node indices a node-level target names (node, nodes, replica_group, rack,
-    power_domain); None
-    for a rank target."""
-    if "node" in target:
-        return (int(target["node"]),)
-    if "nodes" in target:
-        return tuple(int(n) for n in target["nodes"])
-    if "replica_group" in target:  # a torchft replica group runs on the node of its number
-        return (int(target["replica_group"]),)
-    if "rack" in target:
-        return tuple(topology.racks[target["rack"]])
-    if "power_domain" in target:
-        return tuple(topology.power_domains[target["power_domain"]])
-    if "job" in target:
-        return tuple(range(topology.nodes))
-    if "links" in target:
-        return tuple(sorted({int(n) for link in target["links"] for n in link}))
-    return None
+    """The node indices a node-level target names; None for a rank target
+    (``chaos.targets``: each form's own ``nodes``)."""
+    return parse_target(target).nodes(topology)
 
 
 def target_ranks(target: dict[str, Any]) -> tuple[int, ...] | None:
-    if "rank" in target:
-        return (int(target["rank"]),)
-    if "ranks" in target:
-        return tuple(int(r) for r in target["ranks"])
-    return None
+    """The ranks a rank-level target names; None for the others."""
+    return parse_target(target).ranks()
 
 
 class ClusterBackend(ABC):
@@ -293,36 +236,9 @@ class ClusterBackend(ABC):
     # -- targets --------------------------------------------------------------------------
     def resolve(self, target: dict[str, Any]) -> ResolvedTarget:
         """A planned target (``{rank: 3}``, ``{nodes: [0, 1]}``, ``{rack: r1}``...) resolved
-        against the live rank -> node map; raises TargetUnavailable when nothing of it lives."""
-        ranks = target_ranks(target)
-        if ranks is not None:
-            pids = {}
-            for rank in ranks:
-                live = self.rank_process(rank)
-                if live is None:
-                    raise TargetUnavailable(
-                        f"rank {rank} has no live process at injection time (the job now has "
-                        f"ranks {sorted(self.live_ranks()) or 'none'}); nothing was injected")
-                pids[rank] = live.pid
-            return ResolvedTarget(ranks=ranks, pids=pids)
-        if "job" in target:
-            # The job as it runs now: whichever nodes and ranks are alive.
-            live = self.live_ranks()
-            running = tuple(sorted(n for n, s in self.poll().items() if s.returncode is None and not s.lost))
-            return ResolvedTarget(ranks=tuple(sorted(live)), nodes=running,
-                                  pids={r: lr.pid for r, lr in sorted(live.items())})
-        nodes = node_group(target, self.topology)
-        if nodes is None:
-            raise ToolError(f"cannot resolve target {target!r}")
-        dead = [n for n in nodes if not self.node_alive(n)]
-        if dead:
-            raise TargetUnavailable(
-                f"node {', '.join(map(str, dead))} has no live process at injection time "
-                "(already down); nothing was injected")
-        on_nodes = {r: lr for r, lr in self.live_ranks().items() if lr.node in nodes}
-        return ResolvedTarget(ranks=tuple(sorted(on_nodes)), nodes=nodes,
-                              pids={r: lr.pid for r, lr in sorted(on_nodes.items())},
-                              links=tuple((int(a), int(b)) for a, b in target.get("links", ())))
+        against the live rank -> node map (its form's ``resolve``, ``chaos.targets``);
+        raises TargetUnavailable when nothing of it lives."""
+        return parse_target(target).resolve(self)
 
 
 FATAL_SIGNALS = frozenset({_signal.SIGKILL, _signal.SIGTERM, _signal.SIGINT, _signal.SIGABRT,

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import ResolvedTarget, RunSpec, node_group, target_ranks
-from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ValidationIssue
+from chaos.cluster.base import ResolvedTarget, RunSpec
+from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
 from chaos.model import Topology
 from chaos.record import RunRecordError, load_run_start
 from chaos.rollback import active_runs, run_is_live
 from chaos.rundir import RunDir
+from chaos.targets import parse_target
 from chaos.telemetry import EventTailer
 
 __all__ = ["AttachedRun", "Resolution", "TargetRefused", "find_run"]
@@ -145,14 +146,18 @@ class AttachedRun:
         ranks live (an exec per node); else only the recorded states are used."""
         if "container" in target:
             target = {"node": self._node_of_container(str(target["container"]))}
-        if target_ranks(target) is not None:
-            return self._resolve_ranks(target_ranks(target) or (), live)
         try:
-            nodes = node_group(target, self.topology)
+            form = parse_target(target)
+        except ToolError:
+            raise TargetRefused(f"cannot resolve target {target!r}") from None
+        ranks = form.ranks()
+        if ranks is not None:
+            return self._resolve_ranks(ranks, live)
+        try:
+            nodes = form.nodes(self.topology)
         except KeyError as exc:
-            key = next(iter(target))
-            known = sorted(getattr(self.topology, "racks" if key == "rack" else "power_domains"))
-            raise TargetRefused(f"{key} {exc.args[0]!r} is not one of the run's (known: "
+            known = sorted(getattr(self.topology, form.groups))  # type: ignore[attr-defined]
+            raise TargetRefused(f"{form.key} {exc.args[0]!r} is not one of the run's (known: "
                                 f"{', '.join(known) or 'none'})") from None
         if nodes is None:
             raise TargetRefused(f"cannot resolve target {target!r}")

@@ -19,6 +19,7 @@ from chaos.schema.models import (
     TriggerDoc,
     WorkloadDoc,
 )
+from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import kind_of, lookup_workload
 
 __all__ = ["build_scenario", "topology_record"]
@@ -59,19 +60,7 @@ def trigger_kind(doc: TriggerDoc) -> str:
 
 def _trigger(doc: TriggerDoc) -> records.Trigger:
     kind = trigger_kind(doc)
-    if kind == "at_step":
-        return records.Trigger(kind="at_step", at_step=doc.at_step)
-    if kind == "at_time":
-        return records.Trigger(kind="at_time", at_time_s=float(doc.at_time))
-    if kind == "after_event":
-        event = doc.after_event
-        return records.Trigger(kind="after_event", event=event.event, count=event.count,
-                               delay_s=float(event.delay_s))
-    if kind == "random":
-        lo, hi = doc.random.window_s
-        return records.Trigger(kind="random", window_s=(float(lo), float(hi)))
-    return records.Trigger(kind="poisson", mtbf_s=float(doc.poisson.mtbf_s),
-                           max_faults=doc.poisson.max_faults)
+    return TRIGGER_FORMS[kind].build(getattr(doc, kind))
 
 
 def _fault(index: int, doc: FaultDoc) -> records.FaultSpec:

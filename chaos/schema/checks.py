@@ -38,15 +38,16 @@ from chaos.schema.models import (
 )
 from chaos.schema.suggest import suggest_param, suggest_type
 from chaos.schema.types import close_match
+from chaos.targets import TARGET_FORMS, parse_target
+from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import Workload, kind_of, lookup_workload
 
 __all__ = ["cross_check"]
 
-_LEVEL = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "replica_group": "node", "rack": "node",
-          "power_domain": "node", "job": "job", "links": "link"}
-_WORD = {"rank": "rank", "ranks": "rank", "node": "node", "nodes": "node", "replica_group": "replica group",
-         "rack": "rack",
-         "power_domain": "power domain", "job": "job", "links": "link"}
+# Each target form's level (what it hits, as fault types declare ``target_kinds``) and its
+# words come from the form itself (chaos.targets).
+_LEVEL = {key: form.level for key, form in TARGET_FORMS.items() if key != "random"}
+_WORD = {key: form.word for key, form in TARGET_FORMS.items() if key != "random"}
 _FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
           "node": "{node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME} or "
                   "{random: node|rack|power_domain}",
@@ -275,7 +276,7 @@ class _Checker:
         value = getattr(target, key)
         level, word = _LEVEL.get(key), _WORD.get(key)
         if key == "random":
-            level, word = ("rank" if value == "rank" else "node"), _WORD[value]
+            level, word = TARGET_FORMS[value].level, _WORD[value]
         if key == "replica_group":
             self.replica_group((*loc, key), value, fault_type, topology, workload)
             return
@@ -350,19 +351,17 @@ class _Checker:
     def trigger(self, loc: Path, trigger: TriggerDoc, fault_type: type[FaultType] | None,
                 workload: Workload | None) -> None:
         kind = trigger_kind(trigger)
-        if fault_type is not None and fault_type.in_process and kind != "at_step":
+        form = TRIGGER_FORMS[kind]
+        if fault_type is not None and fault_type.in_process and not form.exact_step:
             self.add((*loc, kind), f"{fault_type.type_name} is delivered in-process by the probe "
                      f"and fires only at an exact step: use trigger {{at_step: N}}, not {kind}")
-        elif (kind == "at_step" and workload is not None and workload.steps is not None
-              and trigger.at_step >= workload.steps):
-            self.add((*loc, kind), f"step {trigger.at_step} is never reached: "
-                     f"{workload.steps_text()}, so at_step must be between 1 and {workload.steps - 1}")
+        elif (problem := form.check(getattr(trigger, kind), workload)) is not None:
+            self.add((*loc, kind), problem)
 
     def nodes_left(self, faults: list[tuple[int, dict[str, Any]]], topology: records.Topology) -> None:
         """Faults that take nodes out for good must leave the job the nodes it needs, spares
         included, or the scenario must say the job is expected to stop. Power that returns
         within the rendezvous' join timeout leaves the job waiting, not dead."""
-        from chaos.cluster.base import node_group
         from chaos.workload.torchrun import JOIN_TIMEOUT_S as REJOIN_WAIT_S
 
         need = topology.min_nodes or topology.nodes
@@ -382,7 +381,7 @@ class _Checker:
                     groups = getattr(topology, _GROUPS[value][0]).values()
                     nodes = max((tuple(g) for g in groups), key=len, default=None)
                 else:
-                    nodes = node_group({key: value}, topology)
+                    nodes = parse_target({key: value}).nodes(topology)
             except KeyError:
                 continue  # an unknown rack or domain: reported at the target already
             duration = (fault.get("params") or {}).get("duration_s")
