@@ -8,6 +8,10 @@
    (+ process start and init), checkpoint load, first step (goal: <= 10 s in total).
 4. Probe overhead on step time: the same training loop with the probe attached vs detached,
    alternating A/B in one process (goal: <= 1 %).
+5. Slow-rank detector overhead (harness/slowrank.py): its own work per step, timed alone
+   (the comm-hook mark, the host time riding on the evidence all-reduce, the verdict over
+   four ranks' windows), in % of the step time; and the same loop with it on vs off,
+   alternating A/B in one process (goal: <= 1 %).
 
 Timings on a shared 2-core machine are noisy: every figure is a median over repeats, and
 the ratios compare measurements taken in the same run.
@@ -162,16 +166,78 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
     }
 
 
+def bench_slow_rank_overhead(repeats: int, steps: int = 60) -> dict:
+    """Same process, same model: the slow-rank detector on / off step by step, and its own
+    per-step work timed alone (its verdict over four ranks' windows, as at 2 x 2)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+    import torch.distributed as dist
+
+    from harness.config import SlowRankConfig, config_from_mapping
+    from harness.dist import DistEnv
+    from harness.slowrank import SlowRankDetector
+    from harness.train import Trainer
+
+    tmp = tempfile.mkdtemp(prefix="trainchaos-bench-")
+    cfg = config_from_mapping({"steps": 10_000, "run_dir": tmp, "checkpoint": {"every_steps": 0},
+                               "failure": {"watchdog_s": 0}, "slow_rank": {"enabled": True}})
+    trainer = Trainer(cfg, DistEnv.from_env())
+    trainer.setup()
+
+    def one_step(enabled: bool) -> float:
+        trainer.slow.cfg.enabled = enabled
+        t0 = time.perf_counter()
+        trainer.train_step()
+        trainer.step += 1
+        trainer.slow.observe(trainer.step, trainer.sdc.host_times)
+        return time.perf_counter() - t0
+
+    for _ in range(20):
+        one_step(True)  # warm-up
+    samples: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(repeats * 2 * steps):
+        name = "on" if i % 2 == 0 else "off"
+        samples[name].append(one_step(name == "on"))
+    dist.destroy_process_group()
+    shutil.rmtree(tmp, ignore_errors=True)
+    on, off = statistics.median(samples["on"]), statistics.median(samples["off"])
+    blocks = [statistics.median(samples["off"][k:k + steps]) for k in range(0, len(samples["off"]), steps)]
+    # Its own work at world size 4, timed alone: a hook mark, host_s, observe with 4 ranks.
+    detector = SlowRankDetector(SlowRankConfig(enabled=True), 0, 4, lambda *a, **k: None)
+    hook = detector.timed(lambda state, bucket: None)
+    n = 20_000
+    t0 = time.perf_counter()
+    for s in range(n):
+        hook(None, None)
+        detector.host_s()
+        detector.observe(s, [0.10, 0.11, 0.10, 0.105])
+    per_step = (time.perf_counter() - t0) / n
+    return {
+        "slow_rank_step_ms_on_median": round(on * 1000, 3),
+        "slow_rank_step_ms_off_median": round(off * 1000, 3),
+        "slow_rank_ab_overhead_pct": round((on - off) / off * 100, 2),
+        "slow_rank_ab_noise_pct": round((max(blocks) - min(blocks)) / off * 100, 2),
+        "slow_rank_us_per_step": round(per_step * 1e6, 2),
+        "slow_rank_pct_of_step": round(per_step / off * 100, 3),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="reports/bench")
-    parser.add_argument("--only", choices=["steps", "kill", "probe"], default=None)
+    parser.add_argument("--only", choices=["steps", "kill", "probe", "slowrank"], default=None)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results: dict = {"repeats": args.repeats}
     if args.only in (None, "probe"):
         results.update(bench_probe_overhead(args.repeats))
+    if args.only in (None, "slowrank"):
+        results.update(bench_slow_rank_overhead(args.repeats))
     if args.only in (None, "steps"):
         results.update(bench_steps_and_checkpoints(args.out, args.repeats))
     if args.only in (None, "kill"):

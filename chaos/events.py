@@ -35,7 +35,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fault_injected": ("fault", "type", "target", "step", "mechanism"),
     "fault_reverted": ("fault", "target"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
-    # or None; failure_class: crash | hang | device | network | storage | corruption | unknown;
+    # or None; failure_class: crash | hang | device | network | storage | corruption | slow |
+    # stalled (a live rank whose training loop makes no progress) | unknown;
     # corruption detections also name the detector (nonfinite, spike, digest, golden,
     # ckpt_checksum) and the step
     "detected": ("by", "reason", "suspect", "failure_class", "detector", "step"),

@@ -30,6 +30,7 @@ slow start-up or pull in the framework.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import sys
@@ -49,6 +50,8 @@ __all__ = [
     "DeviceError",
     "Episode",
     "Probe",
+    "RampProfile",
+    "STALL_MODES",
     "attached",
     "emit",
     "fault_point",
@@ -337,14 +340,18 @@ class Probe:
 
     def _apply_slowdowns(self, step: int | None) -> None:
         active = []
+        now = time.monotonic()
         for slow in self._slowdowns:
-            if slow["until_step"] is not None and step is not None and step > slow["until_step"]:
+            over = slow["until_step"] is not None and step is not None and step > slow["until_step"]
+            factor = slow["profile"].factor(now) if slow.get("profile") else slow["factor"]
+            if over or factor is None:
                 self.emit("fault_reverted", fault=slow["fault"]["id"], target=self.src, step=step)
                 continue
+            slow["now"] = factor
             active.append(slow)
         self._slowdowns = active
         if active:
-            time.sleep(max(max(s["base_s"] * (s["factor"] - 1.0) for s in active), 0.0))
+            time.sleep(max(max(s["base_s"] * (s["now"] - 1.0) for s in active), 0.0))
             self._last_step_t = time.perf_counter()
 
 
@@ -370,12 +377,114 @@ def _slowdown(probe: Probe, fault: dict[str, Any], step: int | None, context: di
     # taken from the slowed steps themselves would compound through the collectives (two
     # slowed ranks wait for each other, each stretching the other's next step) until a
     # collective times out.
+    # A ramp (thermal_throttle: ramp_s...) makes the factor a function of the time since
+    # the fault fired; without one it holds for ``steps`` (straggler).
     params = fault.get("params", {})
     durations = sorted(probe._step_durations)
     base = durations[len(durations) // 2] if durations else 0.0
+    profile = (RampProfile(time.monotonic(), float(params["factor"]), float(params["ramp_s"]),
+                           params.get("hold_s"), float(params.get("recover_s") or 0.0))
+               if params.get("ramp_s") is not None else None)
     probe._slowdowns.append({"fault": fault, "factor": float(params["factor"]), "base_s": base,
+                             "profile": profile,
                              "until_step": None if params.get("steps") is None
                              else (step or 0) + int(params["steps"])})
+
+
+@dataclass(frozen=True)
+class RampProfile:
+    """A slowdown factor over time: 1 -> ``peak`` linearly over ``ramp_s``, held ``hold_s``
+    (None: until the end), back to 1 over ``recover_s``; ``factor`` is None once it is over."""
+
+    t0: float
+    peak: float
+    ramp_s: float
+    hold_s: float | None
+    recover_s: float
+
+    def factor(self, now: float) -> float | None:
+        t = now - self.t0
+        if t < self.ramp_s:
+            return 1.0 + (self.peak - 1.0) * t / self.ramp_s
+        t -= self.ramp_s
+        if self.hold_s is None or t < float(self.hold_s):
+            return self.peak
+        t -= float(self.hold_s)
+        if t < self.recover_s:
+            return self.peak - (self.peak - 1.0) * t / self.recover_s
+        return None
+
+    def passes(self, factor: float) -> float | None:
+        """Seconds after the start at which the ramp reaches ``factor`` (None: never)."""
+        if factor > self.peak:
+            return None
+        return self.ramp_s * (factor - 1.0) / (self.peak - 1.0) if self.peak > 1.0 else 0.0
+
+
+@register_action("stall")
+def _stall(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    # The calling (training) thread blocks; every other thread of the process runs on, so a
+    # heartbeat still answers. Only the progress of the loop stops.
+    params = fault.get("params", {})
+    duration = params.get("duration_s")
+    STALL_MODES[params.get("mode", "sleep")](None if duration is None else float(duration))
+    probe.emit("fault_reverted", fault=fault["id"], target=probe.src, step=step)
+
+
+_FOREVER_S = 86_400.0
+
+
+def _stall_sleep(duration: float | None) -> None:
+    time.sleep(duration if duration is not None else _FOREVER_S * 365)
+
+
+def _stall_lock(duration: float | None) -> None:
+    # A lock another thread holds and does not give back (a deadlock with a helper thread):
+    # the holder releases it after ``duration``, or never.
+    lock, taken = threading.Lock(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            threading.Event().wait(duration)  # None: forever
+
+    threading.Thread(target=hold, name="trainchaos-stall-holder", daemon=True).start()
+    taken.wait()
+    lock.acquire()
+    lock.release()
+
+
+def _stall_queue(duration: float | None) -> None:
+    import queue
+
+    # A consumer waiting on a queue whose producer never comes (a dead input pipeline).
+    with contextlib.suppress(queue.Empty):
+        queue.Queue().get(timeout=duration)
+
+
+def _stall_gil(duration: float | None) -> None:
+    import ctypes
+    import ctypes.util
+
+    # ctypes.PyDLL does not release the GIL around the call (a C extension that forgot
+    # Py_BEGIN_ALLOW_THREADS): libc's nanosleep then blocks every Python thread of the
+    # process, the heartbeat's too. What peers see is a frozen process, not a stalled loop.
+    libc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+    left = _FOREVER_S * 365 if duration is None else duration
+    end = time.monotonic() + left
+    while left > 0:  # a signal ends nanosleep early (EINTR): sleep what is left
+        req = Timespec(int(left), int((left - int(left)) * 1e9))
+        libc.nanosleep(ctypes.byref(req), None)
+        left = end - time.monotonic()
+
+
+STALL_MODES: dict[str, Callable[[float | None], None]] = {
+    "sleep": _stall_sleep, "lock": _stall_lock, "queue": _stall_queue, "gil": _stall_gil}
+"""How ``stall`` blocks the training thread, by ``mode`` (None: until the process is killed)."""
 
 
 @register_action("bitflip", reports_itself=True)

@@ -20,6 +20,8 @@ __all__ = [
     "FailureConfig",
     "HarnessConfig",
     "ModelConfig",
+    "ProgressConfig",
+    "SlowRankConfig",
     "build_parser",
     "config_from_args",
     "config_from_mapping",
@@ -187,6 +189,45 @@ class DetectConfig:
 
 
 @dataclass
+class ProgressConfig:
+    """The step-progress watchdog (harness/progress.py): a live rank whose training loop
+    stops is found by its progress, not its heartbeat, and named ``stalled``."""
+
+    timeout_s: float = 0.0
+    """No completed step on this rank for this long: every rank's progress is gathered and the stuck one is named (stalled: alive, loop not progressing; hang: frozen). 0 = off (default): set it above the longest legitimate pause between two steps (a sync checkpoint save, a slow first step)."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s < 0:
+            raise ConfigError(f"progress.timeout_s must be >= 0 (0 = off), got {self.timeout_s}")
+
+
+@dataclass
+class SlowRankConfig:
+    """The slow-rank detector (harness/slowrank.py): each rank's host time per step (from
+    the step's last collective to its next first one) against its peers', carried on the
+    collective every step makes anyway."""
+
+    enabled: bool = False
+    """Look for a rank slower than its peers and report it (failure class slow; training goes on). Off by default: a scenario that wants slowness judged turns it on."""
+    ratio: float = 1.3
+    """A rank is slow when the median of its recent host times is above this multiple of its peers' median."""
+    window: int = 5
+    """Steps each rank's median is taken over (robust to one slow step: a checkpoint snapshot, a page fault)."""
+    min_excess_s: float = 0.005
+    """And at least this many seconds above the peers' median: on very short steps a ratio alone is noise."""
+
+    def __post_init__(self) -> None:
+        if self.ratio <= 1.0:
+            raise ConfigError(f"slow_rank.ratio must be > 1, got {self.ratio}: a rank as fast as its "
+                              "peers is not slow")
+        if self.window < 3:
+            raise ConfigError(f"slow_rank.window is {self.window}; at least 3: a median of fewer steps "
+                              "is one slow step")
+        if self.min_excess_s < 0:
+            raise ConfigError(f"slow_rank.min_excess_s must be >= 0, got {self.min_excess_s}")
+
+
+@dataclass
 class HarnessConfig:
     steps: int = 200
     """Optimizer steps to train."""
@@ -219,6 +260,8 @@ class HarnessConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
     detect: DetectConfig = field(default_factory=DetectConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
+    slow_rank: SlowRankConfig = field(default_factory=SlowRankConfig)
 
     def __post_init__(self) -> None:
         _positive(self, "steps", "global_batch")
@@ -234,6 +277,12 @@ class HarnessConfig:
             raise ConfigError("data_deadline_s needs data_stream: true (without it the data file "
                               "is read once, at start)")
         deadline, collective = self.checkpoint.save_deadline_s, self.failure.collective_timeout_s
+        progress = self.progress.timeout_s
+        if progress and collective and progress >= collective:
+            raise ConfigError(
+                f"progress.timeout_s ({progress:g}) must be below failure.collective_timeout_s "
+                f"({collective:g}): a stalled rank must be named by the progress watchdog before a "
+                "peer's collective times out and blames nobody")
         if deadline and collective and deadline >= collective:
             raise ConfigError(
                 f"checkpoint.save_deadline_s ({deadline:g}) must be below failure.collective_timeout_s "
@@ -276,7 +325,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 _SECTIONS = {"model": ModelConfig, "checkpoint": CheckpointConfig, "failure": FailureConfig,
-             "detect": DetectConfig}
+             "detect": DetectConfig, "progress": ProgressConfig, "slow_rank": SlowRankConfig}
 
 
 def _allowed(cls: type, name: str) -> tuple[Any, ...] | None:
@@ -341,7 +390,7 @@ def _build(cls: type, kwargs: dict[str, Any], where: str) -> Any:
 
 
 def _flag(section: str | None, name: str) -> str:
-    return "--" + (f"{section}-" if section else "") + name.replace("_", "-")
+    return "--" + ((f"{section}-" if section else "") + name).replace("_", "-")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -397,7 +446,7 @@ def _in_flag_terms(message: str) -> str:
     import re
 
     message = re.sub(r"^options(\.\w+)*: ", "", message)
-    message = re.sub(r"\b(model|checkpoint|failure|detect)\.(\w+)", lambda m: _flag(m[1], m[2]), message)
+    message = re.sub(r"\b(model|checkpoint|failure|detect|progress|slow_rank)\.(\w+)", lambda m: _flag(m[1], m[2]), message)
     top = {f.name for f in dataclasses.fields(HarnessConfig)} - set(_SECTIONS)
     first, _, rest = message.partition(" ")
     return f"{_flag(None, first)} {rest}" if first in top else message

@@ -16,6 +16,7 @@ hosted by rank 0: a frozen rank 0 would freeze every heartbeat with it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import socket
@@ -26,7 +27,11 @@ from dataclasses import dataclass
 
 from chaos import contract
 
-__all__ = ["Diagnosis", "LivenessServer", "PeerAddress", "Watchdog", "diagnose", "diagnose_peers"]
+__all__ = ["PROGRESS_REQUEST", "Diagnosis", "LivenessServer", "PeerAddress", "Watchdog", "ask", "diagnose",
+           "diagnose_peers"]
+
+PROGRESS_REQUEST = b"progress\n"
+"""Asks a rank's liveness endpoint for its training loop's state (harness.progress)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class LivenessServer:
         """``bind_host``: the node's own address, never 0.0.0.0: the socket answers anyone
         who connects, and nothing beyond the job's own fabric has a reason to."""
         self.rank = rank
+        self.status: Callable[[], dict[str, object]] | None = None
+        """Answers ``progress`` with this (harness.progress): the loop's state, read by the
+        same thread that answers pings, so a stuck training thread does not hold it up."""
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((bind_host, 0))
@@ -75,6 +83,9 @@ class LivenessServer:
                     data = conn.recv(64)
                     if not data:
                         return
+                    if data.startswith(PROGRESS_REQUEST) and self.status is not None:
+                        conn.sendall(json.dumps(self.status()).encode() + b"\n")
+                        continue
                     conn.sendall(reply * data.count(b"\n"))
                 except OSError:
                     return
@@ -82,6 +93,13 @@ class LivenessServer:
 
 def diagnose(peer: PeerAddress, timeout_s: float = 1.0) -> Diagnosis:
     """Classify one peer with a fresh connection: crash, hang, network or alive."""
+    answer = ask(peer, b"ping\n", timeout_s)
+    return answer if isinstance(answer, Diagnosis) else Diagnosis(peer.rank, "alive", f"rank {peer.rank} answers")
+
+
+def ask(peer: PeerAddress, request: bytes, timeout_s: float = 1.0) -> bytes | Diagnosis:
+    """Send ``request`` on a fresh connection and return the first line of the answer, or
+    what the failure to get one says about the peer (crash, hang, network)."""
     try:
         sock = socket.create_connection((peer.host, peer.port), timeout=timeout_s)
     except ConnectionRefusedError:
@@ -90,18 +108,23 @@ def diagnose(peer: PeerAddress, timeout_s: float = 1.0) -> Diagnosis:
         return Diagnosis(peer.rank, "network", f"rank {peer.rank} unreachable: connect timed out after {timeout_s:g} s")
     except OSError as exc:
         return Diagnosis(peer.rank, "network", f"rank {peer.rank} unreachable: {exc}")
+    data = b""
     with sock:
         try:
-            sock.sendall(b"ping\n")
+            sock.sendall(request)
             sock.settimeout(timeout_s)
-            data = sock.recv(64)
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
         except TimeoutError:
             return Diagnosis(peer.rank, "hang", f"rank {peer.rank} accepts connections but does not answer: its process is not running")
         except OSError:
             return Diagnosis(peer.rank, "crash", f"rank {peer.rank} reset the connection")
     if not data:
         return Diagnosis(peer.rank, "crash", f"rank {peer.rank} closed the connection")
-    return Diagnosis(peer.rank, "alive", f"rank {peer.rank} answers")
+    return data
 
 
 def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0) -> list[Diagnosis]:

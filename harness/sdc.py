@@ -75,12 +75,15 @@ from harness.config import DetectConfig
 __all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "bits_checksum", "grad_norm",
            "param_digest", "update_fingerprint", "words_of"]
 
-ROW = 16
+ROW = 17
 """[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest present,
-digest words x4, stop vote, fingerprint present, fingerprint words x6] per rank, float64."""
+digest words x4, stop vote, fingerprint present, fingerprint words x6, host seconds] per
+rank, float64."""
 STOP_COLUMN = 8
 """A rank's vote to stop after this step (harness.preempt): it rides on the evidence
 collective, so agreeing on a stop step costs no collective of its own."""
+HOST_COLUMN = 16
+"""A rank's host time of the step (harness.slowrank), riding the same way; 0: not measured."""
 _FINGERPRINT_COLUMN = 9
 _FINGERPRINT_PARTS = ("parameters", "gradients", "optimizer state")
 _PARAMS_ONLY, _FULL = 1.0, 2.0
@@ -302,6 +305,8 @@ class SdcMonitor:
         self.reproduced: list[Detection] = []
         self.stop_votes: list[int] = []
         """Ranks that voted to stop after the last step (``end_step(stop=...)``)."""
+        self.host_times: list[float] | None = None
+        """Every rank's host time of the last step, by rank (``end_step(host_s=...)``)."""
         self._table = torch.zeros(world_size, ROW, dtype=torch.float64)
         self._fingerprint: list[float] | None = None
         self._param_words: _ParamWords | None = None
@@ -345,31 +350,40 @@ class SdcMonitor:
         return value
 
     def end_step(self, step: int, local_loss: torch.Tensor, norm: float | None, verify: bool,
-                 stop: bool | None = None) -> float:
+                 stop: bool | None = None, host_s: float | None = None) -> float:
         """The global loss of the step, after the detectors had their say (``detection``).
         ``stop``: this rank's stop vote (None: no vote travels); the ranks that voted are
-        in ``stop_votes`` afterwards, the same list on every rank."""
+        in ``stop_votes`` afterwards, the same list on every rank. ``host_s``: this rank's
+        host time (harness.slowrank); every rank's is in ``host_times`` afterwards (None
+        when this rank sent none)."""
         self.detection = None
         self.stop_votes = []
+        self.host_times = None
         if not self.active:
-            if stop is None:
+            if stop is None and host_s is None:
                 total = local_loss.detach().clone()
                 dist.all_reduce(total)
                 return float(total) / self.world_size
-            # The loss and one vote slot per rank in one all-reduce.
-            total = torch.zeros(1 + self.world_size, dtype=local_loss.dtype)
+            # The loss, one vote slot and one host-time slot per rank in one all-reduce.
+            world = self.world_size
+            total = torch.zeros(1 + world + (world if host_s is not None else 0), dtype=local_loss.dtype)
             total[0] = local_loss.detach()
             total[1 + self.rank] = 1.0 if stop else 0.0
+            if host_s is not None:
+                total[1 + world + self.rank] = host_s
             dist.all_reduce(total)
-            self.stop_votes = [r for r, v in enumerate(total[1:].tolist()) if v > 0]
-            return float(total[0]) / self.world_size
+            values = total.tolist()
+            self.stop_votes = [r for r, v in enumerate(values[1:1 + world]) if v > 0]
+            self.host_times = values[1 + world:] if host_s is not None else None
+            return float(total[0]) / world
         row = [float(local_loss), norm if norm is not None else 0.0, 0.0, 0.0] + [0.0] * _DIGEST_WORDS
         row.append(1.0 if stop else 0.0)
         if self._fingerprint is not None:
             row += self._fingerprint
             self._fingerprint = None  # one step's evidence, never carried into the next
         else:
-            row += [0.0] * (ROW - len(row))
+            row += [0.0] * (HOST_COLUMN - len(row))
+        row.append(host_s or 0.0)
         golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
         if golden_ran:
             t0 = time.perf_counter()
@@ -391,6 +405,7 @@ class SdcMonitor:
         dist.all_reduce(self._table)
         table = self._table.tolist()
         self.stop_votes = [r for r, values in enumerate(table) if values[STOP_COLUMN] > 0]
+        self.host_times = [values[HOST_COLUMN] for values in table] if host_s is not None else None
         global_loss = math.fsum(r[0] for r in table) / self.world_size
         t0 = time.perf_counter()
         found = self._judge(step, table, global_loss, norm is not None)

@@ -51,7 +51,9 @@ from harness.health import (
 )
 from harness.model import build_model, build_optimizer, state_digest
 from harness.preempt import EmergencyStop
+from harness.progress import ProgressWatchdog, StallVerdict
 from harness.sdc import Detection, GoldenSelfTest, SdcMonitor
+from harness.slowrank import SlowRankDetector
 
 __all__ = ["EXIT_CORRUPTION", "EXIT_FAILURE", "EXIT_WATCHDOG", "Trainer", "run"]
 
@@ -92,6 +94,8 @@ class Trainer:
         self.env = env
         self.peers: list[PeerAddress] = []
         self.watchdog: Watchdog | None = None
+        self.progress: ProgressWatchdog | None = None
+        self.slow = SlowRankDetector(cfg.slow_rank, env.rank, env.world_size, probe.emit, probe.src())
         self._failing = threading.Lock()
         # SIGTERM with every peer alive: checkpoint at a step the group agrees on (harness.preempt).
         self.stop = (EmergencyStop(env.rank, cfg.failure.emergency_checkpoint_s)
@@ -142,6 +146,14 @@ class Trainer:
             reason = f"watchdog: no heartbeat from rank {diag.rank} for {self.cfg.failure.watchdog_s:g} s; {diag.detail}"
         then = self._kill_hung_node_mate(diag.rank) if diag.failure_class == "hang" else None
         self.fail(reason, f"rank-{diag.rank}", diag.failure_class, EXIT_WATCHDOG, then=then)
+
+    def _on_stall(self, verdict: StallVerdict) -> None:
+        """The progress watchdog (harness.progress) found the loop stuck and named why."""
+        then = (self._kill_hung_node_mate(verdict.suspect)
+                if verdict.failure_class == "hang" and verdict.suspect not in (None, self.env.rank) else None)
+        self.fail(f"progress watchdog: no step completed for {self.cfg.progress.timeout_s:g} s; {verdict.reason}",
+                  None if verdict.suspect is None else f"rank-{verdict.suspect}", verdict.failure_class,
+                  EXIT_WATCHDOG, then=then, detector="progress", cause=verdict.cause)
 
     def _on_sigterm(self, signum: int) -> None:
         """torchrun is stopping this group (a failure elsewhere, or the job is ending).
@@ -232,6 +244,8 @@ class Trainer:
             # Always watching for dead peers; hang detection only when watchdog_s > 0.
             self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog)
             self.watchdog.start()
+        self.progress = ProgressWatchdog.for_config(cfg.progress, env.rank, self.peers, liveness,
+                                                    cfg.failure.heartbeat_s, cfg.steps, self._on_stall)
 
         text = load_text(cfg.data)
         self.vocab = CharVocab(text)
@@ -244,7 +258,7 @@ class Trainer:
         model = build_model(cfg.model, self.vocab.size, cfg.seed)
         self.raw_model = model
         self.model = DistributedDataParallel(model)
-        self.model.register_comm_hook(None, deterministic_allreduce_hook)
+        self.model.register_comm_hook(None, self.slow.timed(deterministic_allreduce_hook))
         self.optimizer = build_optimizer(model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         # One tier, or a node-local fast tier beside the shared one (harness.ckpt_tiers).
@@ -337,7 +351,7 @@ class Trainer:
         # The logged loss is the global mean, identical on every rank; it travels with the
         # corruption detectors' evidence in one collective (harness.sdc).
         return self.sdc.end_step(step, loss.detach(), norm, verify,
-                                 stop=self.stop.vote() if self.stop is not None else None)
+                                 stop=self.stop.vote() if self.stop is not None else None, host_s=self.slow.host_s())
 
     def _report_samples(self) -> None:
         """The sample slots this rank trains on this step, for the exactly-once data checker.
@@ -382,12 +396,15 @@ class Trainer:
             probe.fault_point("step_begin", step=next_step, model=self.raw_model)
             saving = self.checkpoints.should_save(next_step) or next_step == cfg.steps
             self.last_loss = self.train_step(verify=saving)
+            self.slow.observe(next_step, self.sdc.host_times)
             if self.sdc.detection is not None:
                 self._on_corruption(self.sdc.detection)
             for again in self.sdc.reproduced:
                 probe.emit("sdc_reproduced", detector=again.detector, step=again.step, reason=again.reason)
             self.sdc.reproduced.clear()
             self.step = next_step
+            if self.progress is not None:
+                self.progress.beat(self.step)
             probe.step_end(self.step, self.last_loss)
             if self.env.rank == 0:
                 probe.state_digest(self.step, model=self.raw_model)  # the twin's reference only

@@ -38,6 +38,7 @@ def _row(loss: float = 2.0, norm: float = 1.0, golden: float = 0.0, digest: tupl
         row += [2.0 if any(fingerprint[2:]) else 1.0, *fingerprint]
     else:
         row += [0.0] * 7
+    row.append(0.0)  # host time (harness.slowrank)
     assert len(row) == ROW
     return row
 

@@ -1,0 +1,122 @@
+"""The slow-rank detector: a rank slower than its peers, named while training goes on.
+
+In synchronous data-parallel training every rank's step takes as long as the slowest one's,
+so step time says *that* the job is slow, not *who*. What differs is where each rank spends
+the step: a slow rank is busy, its peers wait for it inside the gradient all-reduce. Each
+rank measures its **host time**: from the moment the previous step's last collective
+returned (the evidence all-reduce, which every rank leaves together) to the moment it
+enters this step's first collective (DDP calls the comm hook with the first gradient
+bucket). Waiting for peers is outside that span; a rank's own slowness (its compute, its
+data, a throttled device, anything it does before it can contribute) is inside it.
+
+Every rank's host time rides on the all-reduce each step makes anyway (``harness.sdc``,
+column ``HOST_COLUMN``), so all ranks judge the same numbers with no collective of their
+own. A rank is slow when the median of its last ``window`` host times is at least
+``ratio`` x the median of its peers' medians and ``min_excess_s`` above it. The lowest
+other rank reports it once (``detected``, failure class ``slow``, detector ``slow_rank``);
+it is reported again only after it was back to normal for a window. Training goes on: a
+slow rank is a finding, not a failure to restart from.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.config import SlowRankConfig
+
+__all__ = ["SlowRank", "SlowRankDetector", "find_slow_rank"]
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    rank: int
+    median_s: float
+    peers_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.median_s / self.peers_s if self.peers_s > 0 else float("inf")
+
+    def reason(self, window: int) -> str:
+        return (f"rank {self.rank} is slow: median host time {self.median_s * 1000:.1f} ms over its last "
+                f"{window} steps, {self.ratio:.2f}x its peers' {self.peers_s * 1000:.1f} ms")
+
+
+def find_slow_rank(medians: dict[int, float], ratio: float, min_excess_s: float) -> SlowRank | None:
+    """The rank furthest above its peers, if it is slow by both measures; pure."""
+    found = None
+    for rank, own in medians.items():
+        peers = [v for r, v in medians.items() if r != rank]
+        if not peers:
+            continue
+        ref = statistics.median(peers)
+        if own >= ratio * ref and own - ref >= min_excess_s and (found is None or own - ref > found.median_s - found.peers_s):
+            found = SlowRank(rank, own, ref)
+    return found
+
+
+class SlowRankDetector:
+    """One per rank; ``timed`` wraps the DDP comm hook, ``host_s`` goes into the step's
+    evidence, ``observe`` judges what came back."""
+
+    def __init__(self, cfg: SlowRankConfig, rank: int, world_size: int, emit: Callable[..., None],
+                 src: str | None = None) -> None:
+        self.cfg = cfg
+        self.rank = rank
+        self._emit = emit
+        self._src = src or f"rank-{rank}"
+        self._synced: float | None = None
+        self._entered: float | None = None
+        self._windows = [collections.deque(maxlen=cfg.window) for _ in range(world_size)]
+        self._reported: set[int] = set()
+        self.seconds = 0.0
+        """What the detector itself cost this process (its share of every step)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.enabled
+
+    def timed(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """``hook`` (a DDP comm hook), noting when this step's first bucket is handed over."""
+        def hook_noting_entry(state, bucket):  # noqa: ANN001, ANN202 (DDP checks annotations)
+            if self._entered is None:
+                self._entered = time.perf_counter()
+            return hook(state, bucket)
+
+        hook_noting_entry.__doc__ = hook.__doc__
+        return hook_noting_entry
+
+    def host_s(self) -> float | None:
+        """This step's host time, for the evidence row; None when off or not measurable
+        (the first step of a process, a step without a gradient bucket)."""
+        if not self.cfg.enabled or self._synced is None or self._entered is None:
+            return None
+        return max(self._entered - self._synced, 1e-9)
+
+    def observe(self, step: int, host_times: list[float] | None) -> SlowRank | None:
+        """Right after the step's last collective: restart the host clock, take every
+        rank's host time of the step, report a slow rank (once). Returns it."""
+        now = time.perf_counter()
+        self._synced, self._entered = now, None
+        if host_times is None:
+            return None
+        for rank, value in enumerate(host_times):
+            if value > 0:
+                self._windows[rank].append(value)
+        medians = {r: statistics.median(w) for r, w in enumerate(self._windows) if len(w) == self.cfg.window}
+        slow = find_slow_rank(medians, self.cfg.ratio, self.cfg.min_excess_s) if len(medians) > 1 else None
+        if slow is None:
+            self._reported.clear()
+        elif slow.rank not in self._reported:
+            self._reported = {slow.rank}
+            if self.rank == min(r for r in medians if r != slow.rank):
+                self._emit("detected", by=self._src, reason=slow.reason(self.cfg.window),
+                           suspect=f"rank-{slow.rank}", failure_class="slow", detector="slow_rank", step=step,
+                           ratio=round(slow.ratio, 3))
+        self.seconds += time.perf_counter() - now
+        return slow
