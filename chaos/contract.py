@@ -22,6 +22,7 @@ __all__ = [
     "NODE_LOCAL_DIR_ENV",
     "PLUGINS_ENV",
     "PROBE_FAULTS_ENV",
+    "RDZV_ENDPOINT_ENV",
     "RANK_OFFSET_ENV",
     "RECORD_DIGESTS_ENV",
     "RESOURCE_ENV",
@@ -46,6 +47,9 @@ NODE_ENV = "TRAINCHAOS_NODE"
 """The simulated node the process runs on (an int)."""
 NODE_ADDR_ENV = "TRAINCHAOS_NODE_ADDR"
 """The address the node's ranks bind and advertise (a netns node's own; else 127.0.0.1)."""
+RDZV_ENDPOINT_ENV = "TRAINCHAOS_RDZV_ENDPOINT"
+"""``host:port`` of the rendezvous store the node's agent uses (hosted by the controller, off
+the nodes): a rank that still reaches it knows its own link is up."""
 NODE_LOCAL_DIR_ENV = "TRAINCHAOS_NODE_LOCAL_DIR"
 """The node's local disk: lost with the node (a power cut), unlike the run's shared dir."""
 FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"

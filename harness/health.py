@@ -269,7 +269,8 @@ class Watchdog:
             return False
         if diagnoses[0].failure_class == "network":
             # Every remote peer unreachable at once: the likelier fault is this rank's own
-            # link (one cut, not several); blaming each peer in turn would name healthy ones.
+            # link (one cut, not several), unless the store still answers (own_link_cut);
+            # blaming each peer in turn would name healthy ones.
             remote = [p for p in self._peers.values() if p.node != _own_node()]
             cut = own_link_cut(diagnose_peers(remote, timeout_s=1.0), remote)
             if cut is not None:
@@ -282,17 +283,45 @@ def _own_node() -> int:
     return int(os.environ.get(contract.NODE_ENV, os.environ.get("GROUP_RANK", "-1")))
 
 
-def own_link_cut(diagnoses: list[Diagnosis], remote: list[PeerAddress]) -> Diagnosis | None:
+def own_link_cut(diagnoses: list[Diagnosis], remote: list[PeerAddress],
+                 store_reachable: Callable[[], bool | None] | None = None) -> Diagnosis | None:
     """This rank's own link, blamed as a ``network`` failure, when no peer on any other node
-    is reachable and those peers live on at least two nodes (with one other node, either
-    side's link may be the cut one: each blames the other)."""
+    is reachable, those peers live on at least two nodes (with one other node, either side's
+    link may be the cut one: each blames the other), and this rank no longer reaches the
+    rendezvous store either.
+
+    A node whose link is cut reaches nothing beyond itself; the lone survivor of a majority
+    outage (two of three nodes without power) reaches no peer either, but still reaches the
+    store, which lives off the nodes (the controller's, behind the fabric's gateway): then
+    the silent nodes are the fault, not this one, and None lets the caller blame them.
+    ``store_reachable``: None (the default) asks ``rendezvous_reachable``; a callable that
+    returns None (the store's address is unknown) keeps the old reading."""
     unreachable = {d.rank for d in diagnoses if d.failure_class == "network"}
     nodes = {p.node for p in remote}
     if len(nodes) < 2 or any(p.rank not in unreachable for p in remote):
         return None
+    if (store_reachable or rendezvous_reachable)():
+        return None
     rank = int(os.environ.get("RANK", "-1"))
     return Diagnosis(rank, "network", f"rank {rank} reaches none of its peers on {len(nodes)} "
-                     "other nodes: its own node is cut off")
+                     "other nodes nor the rendezvous store: its own node is cut off")
+
+
+def rendezvous_reachable(timeout_s: float = 1.0) -> bool | None:
+    """Whether this node still reaches the rendezvous store (``RDZV_ENDPOINT_ENV``); None when
+    the address is unknown (a launcher that does not export it). A refused connection counts
+    as reached: the refusal came back over the link."""
+    endpoint = os.environ.get(contract.RDZV_ENDPOINT_ENV, "")
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 class TerminationGuard:

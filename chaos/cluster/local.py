@@ -153,6 +153,8 @@ class LocalCluster(ClusterBackend):
             contract.EVENTS_DIR_ENV: RunDir(self.spec.run_dir).events,
             contract.NODE_ENV: str(node),
             contract.NODE_ADDR_ENV: self.node_address(node),
+            # A rank that reaches no peer asks whether it still reaches the store (harness.health).
+            contract.RDZV_ENDPOINT_ENV: self.rdzv_endpoint(),
             NODE_LOCAL_ENV: local_dir,
             # Where a checkpoint replica must go to survive this node's outage (harness.ckpt_tiers).
             FAILURE_DOMAIN_ENV: self.failure_domain(node),

@@ -148,9 +148,38 @@ def test_a_rank_that_reaches_no_remote_peer_blames_its_own_link(monkeypatch: pyt
     monkeypatch.setenv("RANK", "2")
     peers = [PeerAddress(0, "198.18.5.10", 1, 10, 0), PeerAddress(1, "198.18.5.11", 1, 11, 1)]
     unreachable = [Diagnosis(0, "network", "x"), Diagnosis(1, "network", "x")]
-    cut = own_link_cut(unreachable, peers)
+    cut = own_link_cut(unreachable, peers, store_reachable=lambda: False)
     assert cut is not None and cut.rank == 2 and cut.failure_class == "network"
+    # The store's address unknown (a launcher that does not export it): the old reading.
+    assert own_link_cut(unreachable, peers, store_reachable=lambda: None) is not None
     # One remote peer still answers: that one peer is the suspect, not this rank.
-    assert own_link_cut(unreachable[:1], peers) is None
+    assert own_link_cut(unreachable[:1], peers, store_reachable=lambda: False) is None
     # A single other node: either side's link may be the cut one; no self-blame.
-    assert own_link_cut(unreachable[:1], peers[:1]) is None
+    assert own_link_cut(unreachable[:1], peers[:1], store_reachable=lambda: False) is None
+    # The lone survivor of a majority outage still reaches the store: its link is up, the
+    # silent nodes are the fault (issue 23: a 2-of-3 power outage on netns blamed rank 0).
+    assert own_link_cut(unreachable, peers, store_reachable=lambda: True) is None
+
+
+def test_the_store_counts_as_reached_when_it_answers_or_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from chaos import contract
+    from harness.health import rendezvous_reachable
+
+    monkeypatch.delenv(contract.RDZV_ENDPOINT_ENV, raising=False)
+    assert rendezvous_reachable() is None
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        port = listening.getsockname()[1]
+        monkeypatch.setenv(contract.RDZV_ENDPOINT_ENV, f"127.0.0.1:{port}")
+        assert rendezvous_reachable() is True
+    # Nothing listens there any more: refused, so the link works.
+    assert rendezvous_reachable() is True
+    # Packets dropped on the way (a cut link): the connect times out.
+    def dropped(address: tuple[str, int], timeout: float) -> socket.socket:
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", dropped)
+    assert rendezvous_reachable(timeout_s=0.2) is False
