@@ -12,6 +12,10 @@
    (the comm-hook mark, the host time riding on the evidence all-reduce, the verdict over
    four ranks' windows), in % of the step time; and the same loop with it on vs off,
    alternating A/B in one process (goal: <= 1 %).
+6. Warm vs cold starts (``harness.warm_start``): launch -> first step and SIGKILL of one rank
+   -> next step, trainchaos cold, trainchaos warm, and plain torchrun (cold, no trainchaos
+   controller, one agent with four workers, the rank killed by this script) as the reference
+   of what a cold-starting job pays, in the same run.
 
 Timings on a shared 2-core machine are noisy: every figure is a median over repeats, and
 the ratios compare measurements taken in the same run.
@@ -20,17 +24,23 @@ the ratios compare measurements taken in the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
+from chaos import contract
 from chaos.events import read_events
+from chaos.procs import find_run_processes, kill_pids
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
+from chaos.telemetry import EventTailer
 
 
 def _scenario(name: str, harness: dict, faults: list | None = None, timeout_s: float = 240) -> object:
@@ -226,11 +236,94 @@ def bench_slow_rank_overhead(repeats: int, steps: int = 60) -> dict:
     }
 
 
+_WARM_STEPS, _WARM_KILL_AT = 50, 30
+
+
+def bench_warm_start(out: str, repeats: int) -> dict:
+    """Launch -> first step and kill -> next step: trainchaos cold, trainchaos warm, plain
+    torchrun; interleaved per repeat, so that drifts in machine load hit all three alike."""
+    figures: dict[str, dict[str, list[float]]] = {
+        mode: {"launch_to_first_step_s": [], "kill_to_next_step_s": []}
+        for mode in ("torchrun", "cold", "warm")}
+    for i in range(repeats):
+        launch, recovery = _plain_torchrun(os.path.join(out, f"torchrun-{i}"))
+        figures["torchrun"]["launch_to_first_step_s"].append(launch)
+        figures["torchrun"]["kill_to_next_step_s"].append(recovery)
+        for mode in ("cold", "warm"):
+            sc = _scenario(f"start-{mode}", {"steps": _WARM_STEPS, "warm_start": mode == "warm",
+                                             "checkpoint": {"every_steps": 10}},
+                           [{"type": "kill_rank", "target": {"rank": 3}, "trigger": {"at_step": _WARM_KILL_AT}}])
+            run_dir = os.path.join(out, f"start-{mode}-{i}")
+            journal = run_scenario_once(sc, run_dir, 1)
+            assert journal["status"] == "completed", journal["error"]
+            assert journal["rank_launch"] == mode
+            events = read_events(os.path.join(run_dir, "events"))
+            job_start = next(e["t"] for e in events if e["kind"] == "job_start")
+            first = min(e["t"] for e in events if e["kind"] == "step_end")
+            figures[mode]["launch_to_first_step_s"].append(first - job_start)
+            # recovery_s: kill -> first step of the restarted group (docs/metrics.md)
+            figures[mode]["kill_to_next_step_s"].append(journal["metrics"]["faults"][0]["recovery_s"])
+    result: dict = {}
+    for mode, values in figures.items():
+        for key, samples in values.items():
+            result[f"start_{mode}_{key}_median"] = round(statistics.median(samples), 3)
+    for key in ("launch_to_first_step_s", "kill_to_next_step_s"):
+        ref = result[f"start_torchrun_{key}_median"]
+        for mode in ("cold", "warm"):
+            result[f"start_{mode}_{key}_over_torchrun"] = round(result[f"start_{mode}_{key}_median"] / ref, 3)
+    return result
+
+
+def _plain_torchrun(run_dir: str, timeout_s: float = 240) -> tuple[float, float]:
+    """``torchrun --standalone`` with four workers of the harness, no trainchaos controller:
+    the probe only writes events (to time the steps), this script SIGKILLs rank 3 after its
+    step _WARM_KILL_AT as the controller would. (launch -> first step, kill -> next step)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    events_dir = os.path.join(run_dir, "events")
+    os.makedirs(events_dir)
+    bench_id = f"bench-torchrun-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, contract.EVENTS_DIR_ENV: events_dir, contract.RUN_ID_ENV: bench_id,
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", "4", "--max-restarts", "3", "--monitor-interval", "0.1",
+            "-m", "harness", "--steps", str(_WARM_STEPS), "--checkpoint-every-steps", "10",
+            "--run-dir", run_dir, "--seed", "1"]
+    tailer = EventTailer(events_dir)
+    t_launch = time.time()
+    with open(os.path.join(run_dir, "torchrun.log"), "wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=run_dir,
+                                start_new_session=True)
+    first = t_kill = recovered = None
+    pid3 = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            for e in tailer.poll():
+                if e["kind"] == "rank_start" and e.get("rank") == 3:
+                    pid3 = e["pid"]
+                if e["kind"] != "step_end":
+                    continue
+                first = first or e["t"]
+                if t_kill is None and e["src"] == "rank-3" and e["step"] == _WARM_KILL_AT and pid3:
+                    os.kill(pid3, signal.SIGKILL)
+                    t_kill = time.time()
+                elif t_kill is not None and recovered is None and e["t"] > t_kill:
+                    recovered = e["t"]
+            time.sleep(0.01)
+        assert proc.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, f"torchrun failed: {run_dir}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_pids([p.pid for p in find_run_processes(bench_id)])
+    assert first is not None and t_kill is not None and recovered is not None, run_dir
+    return first - t_launch, recovered - t_kill
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="reports/bench")
-    parser.add_argument("--only", choices=["steps", "kill", "probe", "slowrank"], default=None)
+    parser.add_argument("--only", choices=["steps", "kill", "probe", "slowrank", "warm"], default=None)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results: dict = {"repeats": args.repeats}
@@ -242,6 +335,8 @@ def main() -> int:
         results.update(bench_steps_and_checkpoints(args.out, args.repeats))
     if args.only in (None, "kill"):
         results.update(bench_kill_recovery(args.out, args.repeats))
+    if args.only in (None, "warm"):
+        results.update(bench_warm_start(args.out, args.repeats))
     path = os.path.join(args.out, "bench.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=2)

@@ -32,6 +32,8 @@ __all__ = [
     "SRC_ENV",
     "STATE_DIR_ENV",
     "STORAGE_RUN_ID_ENV",
+    "ZYGOTE_ENV_ROOM_ENV",
+    "ZYGOTE_SOCKET_ENV",
 ]
 
 # -- environment of every process of a run (exported by the backend, read by the job) --------
@@ -66,6 +68,13 @@ SRC_ENV = "TRAINCHAOS_SRC"
 RECORD_DIGESTS_ENV = "TRAINCHAOS_RECORD_DIGESTS"
 """Set (``1``) in the fault-free twin: ``probe.state_digest`` then reports the model's digest
 at every step it is called, the reference the checkpoint freshness checker judges by."""
+
+ZYGOTE_SOCKET_ENV = "TRAINCHAOS_ZYGOTE_SOCKET"
+"""Warm start: the abstract unix socket of the node's zygote (``harness.zygote``), set by the
+torchrun agent that started it; the agent's workers hand their launch to it."""
+ZYGOTE_ENV_ROOM_ENV = "TRAINCHAOS_ZYGOTE_ENV_ROOM"
+"""Spare room in the zygote's own environment, overwritten by each rank it forks with the
+rank's environment (what ``/proc/<pid>/environ`` shows: ``harness.procenv``)."""
 
 LOCAL_TIER_SUBDIR = "checkpoints"
 """The node-local checkpoint tier: ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``."""

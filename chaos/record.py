@@ -72,6 +72,10 @@ RunStatus = Literal["completed", "failed", "hung", "timeout", "interrupted", "to
 """hung: no step progress before the timeout; timeout: still progressing at it. tool_error:
 trainchaos itself failed (see ``tool_errors``): no verdict. aborted: the controller was killed;
 the record was written by ``trainchaos cleanup``."""
+RankLaunch = Literal["cold", "warm"]
+"""How the job's ranks were started: ``cold`` (each a new interpreter importing torch, as
+most stacks start them) or ``warm`` (forked by a per-node zygote that had imported it,
+``harness.warm_start``): launch and restart times measured warm leave the imports out."""
 Precision = Literal["exact", "next_step", "late", "early"]
 """Where a step-triggered fault landed: on the planned step, one later (a signal arriving
 during the next step), later still, or before it (a rank ahead of the one whose step counts)."""
@@ -204,6 +208,7 @@ class RunStart(_Part):
     backend: BackendInfo
     repeat_index: int = 0
     baseline: BaselineRef | None = None
+    rank_launch: RankLaunch = "cold"
 
 
 class RunRecord(_Part):
@@ -239,6 +244,9 @@ class RunRecord(_Part):
     """None: no verdict (a baseline, a tool error, an aborted or interrupted run)."""
     baseline: BaselineRef | None = None
     repeat_index: int = 0
+    rank_launch: RankLaunch = "cold"
+    """How the ranks were started (``RankLaunch``): restart figures measured ``warm`` are not
+    what a cold-starting stack pays."""
     interrupted_after: bool = False
     """A signal arrived during teardown: this run's outcome stands, the suite stopped after it."""
     journal_written_by: str | None = None
@@ -333,7 +341,7 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
         versions=Versions.model_validate(dict(versions)), seed=start.seed, plan_seed=start.plan_seed,
         plan=start.plan, faults=faults, metrics=dict(metrics) if metrics is not None else None,
         verdict=VerdictRecord.model_validate(dict(verdict)) if verdict is not None else None,
-        baseline=start.baseline, repeat_index=start.repeat_index,
+        baseline=start.baseline, repeat_index=start.repeat_index, rank_launch=start.rank_launch,
         interrupted_after=interrupted_after, journal_written_by=written_by,
     )
     # Validated again from its full dump, every default becomes a key that is set.

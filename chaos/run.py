@@ -317,6 +317,7 @@ class _Runner:
             "timeout_s": self.scenario.timeout_s,
             "backend": {"name": backend.name, "options": dict(backend.options)},
             "repeat_index": self.repeat_index, "baseline": self.baseline_run,
+            "rank_launch": "warm" if launch.launcher.warm_start else "cold",
         })
         write_run_start(self.rundir, self.start)
         deadline = time.monotonic() + self.scenario.timeout_s

@@ -254,6 +254,10 @@ class HarnessConfig:
     """Read each step's slice of the data file from storage (as an input pipeline reading shards does), not only once at start (harness/data_path.py)."""
     data_deadline_s: float = 0.0
     """With data_stream: a read of the data file still running after this many seconds is a storage failure of this rank on the data path (0 = off)."""
+    warm_start: bool = False
+    """Start ranks from a per-node zygote that has imported torch already (harness/zygote.py):
+    a restart pays rendezvous and checkpoint load, not Python's imports. Restart and launch
+    times measured so are not what a cold-starting stack pays: the run record says which."""
     data_restore_position: bool = True
     """Test aid: false makes the sampler ignore the data position saved in the checkpoint (every restart starts over at the first batch), the dataloader bug the exactly-once data checker must catch (docs/checkers.md)."""
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -75,7 +75,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 INTEGRATION_ORDER = (
     # under a minute each
     "test_storage_mount", "test_net_faults", "test_engine", "test_pytest_plugin", "test_user_command",
-    "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency",
+    "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency", "test_warm_start",
     # one to two and a half minutes
     "test_net_heal", "test_netns", "test_docker", "test_gameday",
     None,  # modules not listed here

@@ -84,6 +84,13 @@ def render_summary(journal: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+_RANK_LAUNCH = {
+    "cold": "cold: each rank a new interpreter that imports torch, as most stacks start them",
+    "warm": ("warm: forked by a per-node zygote that had imported torch (harness.warm_start); "
+             "launch and restart times leave out the imports a cold-starting stack pays"),
+}
+
+
 def _header(journal: dict[str, Any]) -> list[str]:
     scenario = journal.get("scenario") or {}
     lines = [f"# {scenario_name(journal)} — repeat {repeat_of(journal)}: {outcome_label(journal)}", ""]
@@ -99,6 +106,7 @@ def _header(journal: dict[str, Any]) -> list[str]:
         ["Started", journal.get("started_at") or DASH],
         ["Ended", journal.get("ended_at") or DASH],
         ["Wall time", fmt_seconds(wall_s_of(journal))],
+        ["Rank start", _RANK_LAUNCH.get(journal.get("rank_launch") or "cold", DASH)],
         ["Run directory", journal.get("run_dir") or DASH],
     ]
     lines += md_table(["", ""], rows)

@@ -160,7 +160,12 @@ class HarnessWorkload(Workload):
         options["seed"] = seed
         options["run_dir"] = run_dir
         cfg = config_from_mapping(options, where=_WHERE)
-        return Launch(TorchrunPerNode(("-m", "harness", *config_to_args(cfg))), steps_target=cfg.steps)
+        if cfg.warm_start:  # harness/zygote.py: the node's zygote forks each rank
+            launcher = TorchrunPerNode(("-m", "harness.zygote", "rank", *config_to_args(cfg)),
+                                       zygote_argv=("-m", "harness.zygote", "serve"))
+        else:
+            launcher = TorchrunPerNode(("-m", "harness", *config_to_args(cfg)))
+        return Launch(launcher, steps_target=cfg.steps)
 
 
 def _located(message: str) -> tuple[Location, str]:

@@ -11,10 +11,12 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from chaos import contract
+
 if TYPE_CHECKING:
     from chaos import model as records
 
-__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "TorchrunPerNode"]
+__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "TorchrunPerNode", "agent_main"]
 
 JOIN_TIMEOUT_S = 60
 """How long the agents wait in the rendezvous for enough nodes (c10d ``join_timeout``):
@@ -49,6 +51,25 @@ sys.stderr.flush()
 os._exit(code)
 """
 
+# Warm start (harness/zygote.py): the node's zygote, started before torchrun so that its
+# imports overlap the agent's own and its rendezvous. It learns its socket from the
+# environment the agent's workers inherit too, and dies with this agent (PR_SET_PDEATHSIG).
+ZYGOTE_PRELUDE = """\
+# trainchaos: warm start: the node's zygote forks the ranks torchrun asks for
+import os, subprocess, sys
+os.environ[{socket_env!r}] = "trainchaos-zygote-%s-%s-%d" % (
+    os.environ.get({run_env!r}, ""), os.environ.get({node_env!r}, ""), os.getpid())
+subprocess.Popen([sys.executable, "-u", *{argv!r}, str(os.getpid())], stdin=subprocess.DEVNULL)
+"""
+
+
+def agent_main(zygote_argv: tuple[str, ...] = ()) -> str:
+    """The agent's program: AGENT_MAIN, after starting the node's zygote when there is one."""
+    if not zygote_argv:
+        return AGENT_MAIN
+    return ZYGOTE_PRELUDE.format(socket_env=contract.ZYGOTE_SOCKET_ENV, run_env=contract.RUN_ID_ENV,
+                                 node_env=contract.NODE_ENV, argv=tuple(zygote_argv)) + AGENT_MAIN
+
 
 @dataclass(frozen=True)
 class TorchrunPerNode:
@@ -67,6 +88,14 @@ class TorchrunPerNode:
     tee_output: bool = False
     """``--tee 3``: every worker line reaches the node log as ``[default<local_rank>]:...``
     (progress read from log lines needs it)."""
+    zygote_argv: tuple[str, ...] = ()
+    """Warm start: what the agent starts once per node before torchrun (``-m harness.zygote
+    serve``, given the agent's pid), the fork server its workers hand their launch to;
+    empty: cold, every worker starts its own interpreter."""
+
+    @property
+    def warm_start(self) -> bool:
+        return bool(self.zygote_argv)
 
     def agent_command(self, topology: records.Topology, *, run_id: str, rdzv_endpoint: str,
                       local_addr: str, python: str = sys.executable, node: int = 0) -> list[str]:
@@ -76,7 +105,7 @@ class TorchrunPerNode:
         nnodes = (f"{topology.min_nodes}:{topology.nodes}"
                   if topology.min_nodes and topology.min_nodes < topology.nodes else str(topology.nodes))
         return [
-            python, "-c", AGENT_MAIN,
+            python, "-c", agent_main(self.zygote_argv),
             "--nnodes", nnodes,
             "--nproc-per-node", str(topology.ranks_per_node),
             "--rdzv-backend", "c10d",

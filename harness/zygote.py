@@ -1,0 +1,364 @@
+"""Warm starts: a per-node zygote that has imported torch forks the ranks, torchrun still
+supervises them.
+
+Most of a rank's start here is Python importing torch (~1.7 s) and torch._dynamo (~2.4 s,
+imported by DDP's constructor), four ranks at once on two cores. With
+``harness.warm_start`` the torchrun agent of each node first starts one zygote
+(``python -m harness.zygote serve``), which imports torch, torch.distributed,
+torch._dynamo and the harness once, while the agent joins the rendezvous, and then only
+forks. A restart then pays rendezvous, process-group set-up and the checkpoint load, not
+the imports; a cold-starting stack pays them, so the run record says which was measured.
+
+The design, and why (fault semantics stay honest):
+
+- torchrun's worker is a thin client (``python -m harness.zygote rank <harness args>``,
+  standard library only, ~30 ms) that hands its argv, environment, working directory and
+  stdin/stdout/stderr (``SCM_RIGHTS``) to its node's zygote over an abstract unix socket.
+  The zygote forks a child that becomes the rank: its own session (as torchrun's
+  ``start_new_session``), those fds as 0/1/2 and nothing else open, that environment,
+  ``harness.__main__`` as ``__main__``. The client then proxies: it forwards every
+  signal torchrun sends (torchrun signals the worker's process group, so the client
+  signals the child's) and leaves exactly as the child did: the same exit code, or killed
+  by the same signal. torchrun sees a worker that fails, is stopped and restarted as a
+  cold one is.
+- The rank is the child: the process that trains is the one the probe announces
+  (``rank_start``'s pid, the liveness peers' pid) and so the one every fault hits. A
+  ``kill_rank`` SIGKILLs the training process itself, the zygote reaps it and the client
+  dies of SIGKILL too, so torchrun logs the same ``failed (exitcode: -9)``. A hang
+  (SIGSTOP) freezes the training process, not a proxy. Exec'ing the rank in the client
+  would keep one pid but pay the imports again; a child that only reported its pid while
+  the client trained would not be the process the fault hits.
+- Processes found by their environment (``chaos.procs``: a rank that has not announced
+  itself yet, a node's processes, cleanup; the storage fault layer's caller) see the truth:
+  the child writes the rank's environment into its ``/proc/<pid>/environ``
+  (``harness.procenv``) and the client removes ``RANK`` from its own, so the rank is the
+  one process that carries it and whose parent does not.
+- If the client dies (torchrun's SIGKILL after its stop grace period), the zygote kills
+  the child's process group; if the zygote dies, each client kills its child. The zygote
+  dies with its agent (``PR_SET_PDEATHSIG``), carries the run's id like every process of
+  the run (found and killed by a node kill, ``stop``, ``trainchaos cleanup``), and its
+  abstract socket leaves nothing on disk.
+- Fork safety: the zygote forks from a single thread (it checks that importing started no
+  thread, so torch's intra-op pool does not exist yet) and runs no tensor op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+from chaos import contract
+
+__all__ = ["PREIMPORTS", "Zygote", "live_threads", "main", "run_rank", "serve"]
+
+PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel",
+              "harness.procenv", "harness.train", "harness.config", "runpy")
+"""What a rank imports on its way to its first step (``torch._dynamo``: DDP's constructor)."""
+
+# Signals torchrun (or anyone signalling the worker) may send that the rank must get.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2)
+_MAX_MESSAGE = 1 << 20
+_CONNECT_WAIT_S = 60.0
+_LOG = "[trainchaos-zygote]"
+
+
+def _address(name: str) -> str:
+    return "\0" + name  # the abstract namespace: nothing on disk to leave behind
+
+
+def _send(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(conn, [data], fds)
+    else:
+        conn.send(data)
+
+
+# -- the zygote -------------------------------------------------------------------------------
+@dataclass
+class _Rank:
+    pid: int
+    pidfd: int
+    conn: socket.socket | None
+
+
+class Zygote:
+    """The fork server: one selector loop, one thread. Each request forks one rank."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, self._accept)
+        self.ranks: dict[int, _Rank] = {}
+
+    def serve_forever(self) -> None:
+        while True:
+            self.serve_once(None)
+
+    def serve_once(self, timeout: float | None) -> None:
+        for key, _ in self.selector.select(timeout):
+            key.data(key.fileobj)
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        try:
+            _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
+            if uid != os.getuid():  # the abstract namespace has no file permissions
+                conn.close()
+                return
+            data, fds, _flags, _addr = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+        except OSError:
+            conn.close()
+            return
+        try:
+            request = json.loads(data)
+            if len(fds) != 3 or not isinstance(request.get("argv"), list) \
+                    or not isinstance(request.get("env"), dict) or not isinstance(request.get("cwd"), str) \
+                    or not isinstance(request.get("module"), str):
+                raise ValueError("expected module, argv, env, cwd and the three stdio descriptors")
+            pid = self._fork(request, fds)
+        except (ValueError, OSError) as exc:
+            with contextlib.suppress(OSError):
+                _send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+            conn.close()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        rank = _Rank(pid, os.pidfd_open(pid), conn)
+        self.ranks[pid] = rank
+        self.selector.register(rank.pidfd, selectors.EVENT_READ, lambda _fd, r=rank: self._reap(r))
+        self.selector.register(conn, selectors.EVENT_READ, lambda _c, r=rank: self._client_gone(r))
+        with contextlib.suppress(OSError):
+            _send(conn, {"pid": pid})
+
+    def _fork(self, request: dict, fds: list[int]) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the rank: never returns into the zygote's loop
+            code = 1
+            try:
+                code = _become_rank(request, fds)
+            except SystemExit as exc:
+                code = _exit_code(exc)
+            except BaseException:  # noqa: BLE001 (whatever it was, the rank exits with 1)
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code)
+        return pid
+
+    def _reap(self, rank: _Rank) -> None:
+        _, status = os.waitpid(rank.pid, 0)
+        self.selector.unregister(rank.pidfd)
+        os.close(rank.pidfd)
+        del self.ranks[rank.pid]
+        if rank.conn is not None:
+            with contextlib.suppress(OSError):
+                _send(rank.conn, {"status": status})
+            self._drop_conn(rank)
+
+    def _client_gone(self, rank: _Rank) -> None:
+        """The client said nothing more is expected of it: it is gone (torchrun SIGKILLed
+        it after its grace period, or its node went). A worker torchrun gave up on must
+        not train on: the rank's process group goes the same way."""
+        assert rank.conn is not None
+        with contextlib.suppress(OSError):
+            if rank.conn.recv(1, socket.MSG_DONTWAIT):
+                return  # clients send nothing after the request; ignore stray bytes
+        self._drop_conn(rank)
+        _kill_group(rank.pid, signal.SIGKILL)
+
+    def _drop_conn(self, rank: _Rank) -> None:
+        assert rank.conn is not None
+        self.selector.unregister(rank.conn)
+        rank.conn.close()
+        rank.conn = None
+
+
+def _become_rank(request: dict, fds: list[int]) -> int:
+    """In the forked child: look like the process torchrun would have started
+    (``python -m <module> <argv>``), then run that module as ``__main__``."""
+    os.setsid()  # torchrun starts each worker in its own session and signals that group
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # a cold rank has 0-2 only
+    from harness import procenv
+
+    complete = procenv.set_environ({str(k): str(v) for k, v in request["env"].items()})
+    os.chdir(request["cwd"])
+    if not complete:
+        print(f"{_LOG} rank environment larger than the zygote's room: /proc/{os.getpid()}/environ "
+              "shows RANK and the trainchaos names first, not every variable", file=sys.stderr)
+    import runpy
+
+    # As ``python -m``: the module runs as __main__ with its spec (a DataLoader worker the
+    # rank spawns looks up the same __main__ a cold rank has), argv[0] its file.
+    sys.argv = [request["module"], *map(str, request["argv"])]
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # not its own group leader yet (or gone)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL when the agent that started us exits (set, then checked: it may be gone)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def live_threads() -> int:
+    """Threads of this process, as the kernel counts them (native ones too: an OpenMP pool)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def serve(parent: int) -> int:
+    """``python -m harness.zygote serve <agent pid>``: bind, import, then fork ranks forever."""
+    if contract.ZYGOTE_ENV_ROOM_ENV not in os.environ:
+        # Room in the environment block for the ranks' own (harness.procenv); before any import.
+        from harness.procenv import ENV_ROOM_BYTES
+
+        env = dict(os.environ, **{contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    _die_with(parent)
+    name = os.environ[contract.ZYGOTE_SOCKET_ENV]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(_address(name))
+    listener.listen(256)  # bound before the imports: clients queue instead of failing
+    started = time.perf_counter()
+    for module in PREIMPORTS:
+        __import__(module)
+    threads = live_threads()
+    if threads != 1:
+        print(f"{_LOG} importing {', '.join(PREIMPORTS)} started {threads - 1} thread(s): forking "
+              "now is unsafe; no warm start (set harness.warm_start: false)", file=sys.stderr, flush=True)
+        return 1
+    gc.freeze()  # the imports' objects stay shared with the ranks instead of copied by their GC
+    print(f"{_LOG} {name}: imported {', '.join(PREIMPORTS)} in {time.perf_counter() - started:.1f} s; "
+          "forking ranks", file=sys.stderr, flush=True)
+    Zygote(listener).serve_forever()
+    return 0
+
+
+# -- the client: torchrun's worker ----------------------------------------------------------
+def run_rank(module: str, argv: list[str]) -> int:
+    """``python -m harness.zygote rank <harness options>`` (``run <module> <args>`` for
+    another module): have the node's zygote fork ``python -m <module> <args>``, then be its
+    proxy towards torchrun until it exits."""
+    name = os.environ.get(contract.ZYGOTE_SOCKET_ENV)
+    if not name:
+        print(f"{_LOG} no zygote on this node ({contract.ZYGOTE_SOCKET_ENV} is not set)", file=sys.stderr)
+        return 1
+    # Held until the rank's pid is known, then forwarded: a stop must reach the rank.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    conn = _connect(name)
+    env = dict(os.environ)
+    _send(conn, {"module": module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
+    reply = _receive(conn)
+    if reply is None or "pid" not in reply:
+        why = reply.get("error") if reply else "the zygote closed the connection"
+        print(f"{_LOG} the zygote did not start the rank: {why}", file=sys.stderr)
+        return 1
+    pid = int(reply["pid"])
+    # The rank carries RANK; its proxy must not look like it (chaos.procs finds ranks by it).
+    from harness import procenv
+
+    procenv.set_environ({k: v for k, v in env.items() if k != "RANK"})
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, _frame: _kill_group(pid, signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    done = _receive(conn)
+    if done is None or "status" not in done:
+        print(f"{_LOG} the zygote went away; ending rank pid {pid}", file=sys.stderr)
+        _kill_group(pid, signal.SIGKILL)
+        return 1
+    return _leave_as(int(done["status"]))
+
+
+def _connect(name: str) -> socket.socket:
+    deadline = time.monotonic() + _CONNECT_WAIT_S
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(_address(name))
+            return conn
+        except (ConnectionRefusedError, FileNotFoundError):
+            conn.close()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{_LOG} no zygote answers at {name} after {_CONNECT_WAIT_S:g} s") from None
+            time.sleep(0.02)  # the agent started it a moment ago: it binds before importing
+
+
+def _receive(conn: socket.socket) -> dict | None:
+    data = conn.recv(_MAX_MESSAGE)
+    return json.loads(data) if data else None
+
+
+def _leave_as(status: int) -> int:
+    """Exit as the rank did: the same code, or the same signal (torchrun reads -9 as -9)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the rank's core, if any, is its own
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # a signal whose default is not to end the process
+    return os.waitstatus_to_exitcode(status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"] and len(args) == 2 and args[1].isdigit():
+        return serve(int(args[1]))
+    if args[:1] == ["rank"]:
+        return run_rank("harness", args[1:])
+    if args[:1] == ["run"] and len(args) >= 2:
+        return run_rank(args[1], args[2:])
+    print("usage: python -m harness.zygote serve <agent pid> | rank <harness options> | "
+          "run <module> <args>", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # a proxy has nothing to tear down

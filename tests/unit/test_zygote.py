@@ -1,0 +1,244 @@
+"""harness.zygote: the warm-start fork server and its client, without torch.
+
+A zygote here serves from a bare interpreter (the fork protocol is the same; what it has
+imported is not its business), and the "rank" is a small module that reports what it sees.
+The client is run as torchrun runs a worker: its own session, signalled by process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos import contract
+from harness import procenv
+from harness.procenv import ENV_ROOM_BYTES, environ_block
+from harness.zygote import FORWARDED
+
+REPO = Path(__file__).resolve().parents[2]
+
+_SERVE = textwrap.dedent("""
+    import os, socket
+    from chaos import contract
+    from harness.zygote import Zygote
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind("\\0" + os.environ[contract.ZYGOTE_SOCKET_ENV])
+    listener.listen(8)
+    print("ready", flush=True)
+    Zygote(listener).serve_forever()
+""")
+
+_TARGET = textwrap.dedent("""
+    import json, os, sys, time
+    print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
+                      "argv": sys.argv[1:], "cwd": os.getcwd(), "fds": sorted(os.listdir("/proc/self/fd")),
+                      "rank": os.environ.get("RANK"), "main": sys.modules["__main__"].__spec__.name}),
+          flush=True)
+    if sys.argv[1] == "exit":
+        sys.exit(int(sys.argv[2]))
+    open("started", "w").close()
+    time.sleep(60)
+""")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    name = f"trainchaos-zygote-test-{uuid.uuid4().hex[:8]}"
+    env = _env(**{contract.ZYGOTE_SOCKET_ENV: name})
+    proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdout=subprocess.PIPE, text=True,
+                            env={**env, contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    (tmp_path / "zt_target.py").write_text(_TARGET)
+    yield proc, env
+    proc.kill()
+    proc.wait()
+
+
+def _client(env: dict[str, str], cwd: Path, *args: str, rank: str = "3") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness.zygote", "run", "zt_target", *args],
+                            cwd=cwd, env={**env, "RANK": rank}, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # as torchrun starts a worker
+
+
+def _started(client: subprocess.Popen, cwd: Path) -> dict:
+    assert client.stdout is not None
+    info = json.loads(client.stdout.readline())
+    deadline = time.monotonic() + 10
+    while not (cwd / "started").exists():
+        assert time.monotonic() < deadline, "the rank never started"
+        time.sleep(0.01)
+    return info
+
+
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_rank_is_forked_as_torchrun_would_have_started_it(zygote, tmp_path):
+    proc, env = zygote
+    client = _client(env, tmp_path, "exit", "7")
+    out, _ = client.communicate(timeout=20)
+    info = json.loads(out)  # the rank wrote to the client's stdout: its fds were handed over
+    assert client.returncode == 7  # the rank's exit code, through the proxy
+    assert info["ppid"] == proc.pid and info["pid"] != client.pid
+    assert info["sid"] == info["pid"]  # a session of its own, as torchrun's workers
+    assert info["argv"] == ["exit", "7"] and info["cwd"] == str(tmp_path)
+    assert info["fds"] == ["0", "1", "2", "3"]  # 3: its own listdir; nothing of the zygote's
+    assert info["rank"] == "3" and info["main"] == "zt_target"
+
+
+def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(zygote, tmp_path):
+    """chaos.procs and the storage layer read /proc/<pid>/environ: the forked rank must show
+    its own environment there, and the proxy must not look like the rank."""
+    from chaos.procs import find_run_processes
+
+    _, env = zygote
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    client = _client({**env, contract.RUN_ID_ENV: run_id}, tmp_path, "wait", rank="5")
+    try:
+        info = _started(client, tmp_path)
+        rank_env = procenv.proc_environ(info["pid"])
+        assert rank_env["RANK"] == "5" and rank_env["PYTHONPATH"] == env["PYTHONPATH"]
+        assert contract.ZYGOTE_ENV_ROOM_ENV not in rank_env
+        found = {p.pid: p.rank for p in find_run_processes(run_id)}
+        assert found == {info["pid"]: 5, client.pid: None}  # the run's two processes; one rank
+    finally:
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait()
+
+
+def test_a_kill_of_the_rank_is_a_kill_of_the_worker_torchrun_sees(zygote, tmp_path):
+    _, env = zygote
+    client = _client(env, tmp_path, "wait")
+    info = _started(client, tmp_path)
+    os.kill(info["pid"], signal.SIGKILL)  # kill_rank hits the announced pid: the rank
+    assert client.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_torchrun_stopping_the_worker_stops_the_rank(zygote, tmp_path):
+    _, env = zygote
+    client = _client(env, tmp_path, "wait")
+    info = _started(client, tmp_path)
+    os.killpg(client.pid, signal.SIGTERM)  # SubprocessHandler.close: killpg(worker, SIGTERM)
+    assert client.wait(timeout=10) == -signal.SIGTERM
+    assert _gone(info["pid"])
+
+
+def test_a_worker_torchrun_sigkills_takes_its_rank_along(zygote, tmp_path):
+    _, env = zygote
+    client = _client(env, tmp_path, "wait")
+    info = _started(client, tmp_path)
+    os.killpg(client.pid, signal.SIGKILL)  # after torchrun's stop grace period
+    client.wait()
+    assert _gone(info["pid"]), "the rank trained on after its worker was killed"
+
+
+def test_when_the_zygote_dies_each_client_ends_its_rank(zygote, tmp_path):
+    proc, env = zygote
+    client = _client(env, tmp_path, "wait")
+    info = _started(client, tmp_path)
+    proc.kill()
+    assert client.wait(timeout=10) == 1
+    assert _gone(info["pid"])
+
+
+def test_a_bad_request_gets_a_reason_not_a_fork(zygote):
+    import socket
+
+    _, env = zygote
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect("\0" + env[contract.ZYGOTE_SOCKET_ENV])
+    socket.send_fds(conn, [json.dumps({"argv": []}).encode()], [0, 1, 2])
+    reply = json.loads(conn.recv(1 << 16))
+    conn.close()
+    assert "expected module, argv, env, cwd" in reply["error"]
+
+
+def test_without_a_zygote_the_client_says_so(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "harness.zygote", "rank", "--steps", "1"], cwd=tmp_path,
+                         env={k: v for k, v in _env().items() if k != contract.ZYGOTE_SOCKET_ENV},
+                         capture_output=True, text=True, timeout=20)
+    assert res.returncode == 1 and contract.ZYGOTE_SOCKET_ENV in res.stderr
+
+
+def test_forwarded_signals_include_what_torchrun_sends() -> None:
+    assert signal.SIGTERM in FORWARDED and signal.SIGINT in FORWARDED
+
+
+# -- harness.procenv ---------------------------------------------------------------------------
+def test_environ_block_puts_what_trainchaos_reads_first_and_keeps_entries_whole() -> None:
+    env = {"AAA": "x" * 40, "RANK": "2", contract.RUN_ID_ENV: "r1", "PATH": "/bin"}
+    block, complete = environ_block(env, 64)
+    entries = [e for e in block.split(b"\0") if e]
+    assert not complete and len(block) == 64
+    assert entries[:2] == [b"RANK=2", f"{contract.RUN_ID_ENV}=r1".encode()]
+    assert b"PATH=/bin" in entries and all(b"=" in e for e in entries)  # AAA left out, whole
+    block, complete = environ_block(env, 4096)
+    assert complete and {e.split(b"=", 1)[0] for e in block.split(b"\0") if e} == {k.encode() for k in env}
+
+
+def test_set_environ_is_what_others_read_and_what_libc_reads(tmp_path):
+    code = textwrap.dedent("""
+        import ctypes, os, sys, json
+        from harness import procenv
+        ok = procenv.set_environ({"RANK": "9", "ONLY": "this"})
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        print(json.dumps([ok, libc.getenv(b"RANK").decode(), dict(os.environ)]), flush=True)
+        sys.stdin.readline()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=_env(PAD="x" * 4096), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    ok, from_libc, own = json.loads(proc.stdout.readline())
+    seen = procenv.proc_environ(proc.pid)
+    proc.stdin.write("\n")
+    proc.stdin.close()
+    proc.wait()
+    assert ok and from_libc == "9" and own == {"RANK": "9", "ONLY": "this"}
+    assert seen == {"RANK": "9", "ONLY": "this"}
+
+
+# -- the launch ------------------------------------------------------------------------------
+@pytest.mark.parametrize("warm", [False, True])
+def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool) -> None:
+    from chaos import model as records
+    from chaos.workload.harness import HarnessWorkload
+    from chaos.workload.torchrun import AGENT_MAIN
+
+    launch = HarnessWorkload(records.Workload(harness={"steps": 5, "warm_start": warm})).launch(str(tmp_path), 1)
+    argv = launch.worker_argv
+    agent = launch.launcher.agent_command(records.Topology(nodes=2, ranks_per_node=2), run_id="r",
+                                          rdzv_endpoint="127.0.0.1:1", local_addr="127.0.0.1")
+    program = agent[2]
+    compile(program, "<agent>", "exec")
+    assert launch.launcher.warm_start is warm and program.endswith(AGENT_MAIN)
+    if warm:
+        assert argv[:3] == ["-m", "harness.zygote", "rank"] and "--warm-start" in argv
+        assert contract.ZYGOTE_SOCKET_ENV in program and "'harness.zygote', 'serve'" in program
+    else:
+        assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN
