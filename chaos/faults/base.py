@@ -135,6 +135,12 @@ class FaultType(ABC):
         Run by ``trainchaos validate`` after ``params_model`` accepted them."""
         return []
 
+    @classmethod
+    def param_hint(cls, word: str) -> str | None:
+        """What to tell a user who wrote the unknown parameter ``word`` when a plain
+        did-you-mean would mislead (a word the type uses in another sense); None: nothing."""
+        return None
+
     def probe_actions(self) -> list[dict[str, Any]]:
         """In-process faults: the probe's instructions ({action, point, params}); else none."""
         return []

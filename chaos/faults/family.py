@@ -16,7 +16,9 @@ engine naming it:
   layer's mounts) and the resource kinds it defines (modules registering them with
   ``chaos.cluster.resources.RESOURCE_KINDS``, loaded whenever that registry is, so that
   ``trainchaos cleanup`` knows them in a fresh process);
-- the probe actions its in-process types fire (``chaos.probe`` actions, by name).
+- the probe actions its in-process types fire (``chaos.probe`` actions, by name);
+- what users call the failures its types express (``meanings``: ``trainchaos validate``'s
+  did-you-mean for an unknown type, ``chaos.schema.suggest``).
 
 The backend capabilities it acts through are its types' ``requires`` (``requires()`` here
 gathers them), declared once, on the type that uses them.
@@ -45,11 +47,16 @@ if TYPE_CHECKING:
     from chaos.metrics.family import MetricFamily
     from chaos.workload.base import StorageLayout
 
-__all__ = ["FAMILIES", "FamilySpec", "MountPlanner", "families", "load_fault_types",
+__all__ = ["FAMILIES", "FamilySpec", "Meaning", "MountPlanner", "families", "load_fault_types",
            "load_metric_families", "load_resource_kinds", "planned_mounts", "register_family"]
 
 MountPlanner = Callable[[dict[str, Any], "StorageLayout | None", str], "tuple[StorageMount, ...]"]
 """``(scenario as plain dicts, the workload's storage layout, run dir) -> mounts``."""
+
+Meaning = tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]
+"""``(phrases, ((type, why), ...))``: a phrase is a set of canonical words (``("storage",
+"slow")``, the tokens of ``chaos.schema.suggest``) that must all appear in the unknown type
+a user wrote for the family's types to be suggested, each with one line of why."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,8 @@ class FamilySpec:
     """Modules whose import registers the run-scoped resource kinds the family creates."""
     probe_actions: tuple[str, ...] = ()
     """The ``chaos.probe`` actions its in-process fault types fire."""
+    meanings: tuple[Meaning, ...] = ()
+    """What users call the failures its types express, for did-you-mean."""
     docs: str = ""
     """Its page under docs/ (``network.md``)."""
 

@@ -2,8 +2,10 @@
 
 Spelling alone sends users to the wrong fault: ``corrupt_checkpoint`` is closest in letters
 to ``crash_during_checkpoint``, ``storage_latency`` to ``latency`` (a network fault),
-``power_loss`` to ``packet_loss``. :data:`MEANINGS` is a table of what users call a failure
--> the fault types that express it today, each with one line of why; :data:`PARAM_MEANINGS`
+``power_loss`` to ``packet_loss``. Each fault family carries a table of what users call a
+failure -> its fault types that express it, each with one line of why (``meanings()``
+gathers them, ``FamilySpec.meanings``); the words are normalised to canonical tokens here
+(``_SYNONYMS``), the vocabulary every family's phrases are written in; :data:`PARAM_MEANINGS`
 does the same for parameter names (``delay`` -> ``delay_ms``, ``bits`` on a bitflip). A name
 that the table knows gets the table's answer; any other gets the closest spelling.
 
@@ -18,7 +20,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-__all__ = ["MEANINGS", "PARAM_MEANINGS", "meant_types", "misplaced_param", "suggest_param", "suggest_type", "spelling"]
+__all__ = ["PARAM_MEANINGS", "meanings", "meant_types", "misplaced_param", "suggest_param", "suggest_type", "spelling"]
 
 # Words users write for the same thing: each maps to one canonical token.
 _SYNONYMS = {
@@ -59,58 +61,13 @@ _SYNONYMS = {
     "toxiproxy": "toxic", "toxic": "toxic", "proxy": "toxic", "service": "toxic",
 }
 
-MEANINGS: tuple[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = (
-    # (phrases, each a set of canonical tokens that must all appear) -> ((type, why), ...)
-    ((("corrupt", "checkpoint"), ("corrupt", "storage"), ("silent", "storage")), (
-        ("io_corrupt", "flips bits in the data a rank reads or writes (checkpoints included) as it passes the storage layer"),
-        ("checkpoint_bitrot", "flips one bit of a saved checkpoint file at rest"))),
-    ((("storage", "slow"), ("checkpoint", "slow"), ("storage", "bandwidth")), (
-        ("io_slow", "adds latency to each file operation and/or caps its bandwidth"),)),
-    ((("storage", "stall"), ("storage", "hang")), (
-        ("io_stall", "file operations block until the stall ends"),)),
-    ((("storage", "error"), ("storage", "fail")), (
-        ("io_error", "file operations fail with an errno (EIO, EROFS...)"),)),
-    ((("storage", "full"), ("full",)), (
-        ("disk_full", "writes fail with ENOSPC once bytes_free more bytes were written"),)),
-    ((("torn",),), (("torn_write", "of each file's unfsynced writes only a first part persists"),)),
-    ((("unfsynced",), ("storage", "loss")), (
-        ("lose_unfsynced", "the node crashes and every write not fsynced is dropped"),)),
-    ((("power",), ("outage",), ("power", "fail")), (
-        ("power_outage", "every node of a power domain loses power at once; local disks lose unfsynced data"),
-        ("rack_loss", "every node of a rack goes down at once (PDU or top-of-rack power)"))),
-    ((("rack",),), (("rack_loss", "every node of a rack goes down at once"),)),
-    ((("cpu",), ("stress",), ("noisy",), ("neighbour",)), (
-        ("container_limits", "lowers a node container's CPU (and memory) limits live: a noisy neighbour"),
-        ("straggler", "slows one rank's steps by a factor, as a contended CPU or GPU would"))),
-    ((("oom",), ("memory",)), (
-        ("container_limits", "lowers a node container's memory limit live (memory_mb): an OOM kill"),)),
-    ((("partition",), ("brain",), ("network", "fail")), (
-        ("partition", "cuts the fabric: isolates nodes, splits them into groups, or drops one direction"),
-        ("container_disconnect", "cuts node containers off the run's network (docker backend)"))),
-    ((("network", "slow"), ("link", "slow")), (
-        ("latency", "delays every packet on the target links"),
-        ("bandwidth", "limits the rate of the target nodes' links"))),
-    ((("packet", "loss"), ("network", "loss")), (
-        ("packet_loss", "loses a share of the packets on the target nodes' links"),)),
-    ((("bandwidth",),), (("bandwidth", "limits the rate of the target nodes' links"),
-                         ("io_slow", "caps storage bandwidth (bandwidth_mbps)"))),
-    ((("flap",), ("link", "fail")), (("link_flap", "takes links down for down_s every period_s"),)),
-    ((("bit", "flip"), ("sdc",), ("silent",), ("flip",)), (
-        ("bitflip", "flips (or forces) a bit of a live tensor: parameter, gradient, optimizer state, activation"),
-        ("checkpoint_bitrot", "flips one bit of a checkpoint file at rest"))),
-    ((("drain",),), (("drain_node", "the node is drained: SIGTERM, then SIGKILL after grace_s (Slurm)"),)),
-    ((("preempt",),), (("preempt_job", "the job is preempted and requeued (Slurm)"),)),
-    ((("gpu",),), (("device_error", "the rank fails the way a CUDA/Xid error surfaces in PyTorch"),)),
-    ((("hang",),), (("hang_rank", "freezes a rank (SIGSTOP)"),
-                    ("container_pause", "freezes whole node containers (docker pause)"))),
-    ((("straggler",), ("rank", "slow")), (("straggler", "slows a rank's steps by a factor"),)),
-    ((("node", "fail"), ("node", "kill")), (
-        ("kill_node", "kills a node's torchrun agent and all of its ranks"),
-        ("node_down", "Slurm marks the node DOWN"))),
-    ((("rank", "fail"), ("rank", "kill"), ("kill",)), (
-        ("kill_rank", "kills the worker process of a rank with a signal"),)),
-    ((("toxic",),), (("toxic", "a Toxiproxy toxic on a proxied TCP service"),)),
-)
+def meanings() -> list[tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]]:
+    """Every family's table of what users call a failure -> its fault types that express it,
+    each with one line of why (``FamilySpec.meanings``), the families in name order."""
+    from chaos.faults.family import families
+
+    return [row for spec in families().values() for row in spec.meanings]
+
 
 PARAM_MEANINGS: dict[str, tuple[tuple[str, str], ...]] = {
     # a parameter name users write -> ((parameter, why), ...); only those the type has count
@@ -157,7 +114,7 @@ def meant_types(word: str, known: Iterable[str]) -> list[tuple[str, str]]:
     tokens = _tokens(word)
     known = set(known)
     best, out = 0, []
-    for phrases, types in MEANINGS:
+    for phrases, types in meanings():
         score = max((len(p) for p in phrases if set(p) <= tokens), default=0)
         if score == 0 or score < best:
             continue
@@ -185,10 +142,12 @@ def suggest_type(word: object, known: Iterable[str]) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _suggest_param(word: str, allowed: tuple[str, ...], owner: str) -> str:
-    if owner == "bitflip" and word in ("bits", "nbits", "num_bits"):
-        return ("; a bitflip flips one bit per element: 'bit' is that bit's index (0 = least "
-                "significant) or sign, exponent, mantissa, not a count; 'bits' is a count on "
-                "io_corrupt;")
+    from chaos.faults.base import known_types
+
+    owner_type = known_types().get(owner)
+    trap = owner_type.param_hint(word) if owner_type is not None else None
+    if trap is not None:
+        return f"; {trap};"
     key = word.lower()
     meant = [(name, why) for name, why in PARAM_MEANINGS.get(key, ())
              if name in allowed and name != word]
@@ -200,8 +159,6 @@ def _suggest_param(word: str, allowed: tuple[str, ...], owner: str) -> str:
     close = spelling(word, allowed)
     if close:
         return f"; did you mean {close!r}?"
-    from chaos.faults.base import known_types
-
     elsewhere = [name for name, t in known_types().items()
                  if name != owner and word in t.params_model.model_fields]
     if elsewhere:
@@ -211,7 +168,8 @@ def _suggest_param(word: str, allowed: tuple[str, ...], owner: str) -> str:
 
 def suggest_param(word: object, allowed: Iterable[str], owner: str) -> str:
     """"; did you mean 'delay_ms' (milliseconds)?" for an unknown parameter of fault type
-    ``owner``; the bitflip ``bits`` trap told; a parameter of another type named."""
+    ``owner``; the type's own hint where it has one (``FaultType.param_hint``: the bitflip
+    ``bits`` trap); a parameter of another type named."""
     if not isinstance(word, str):
         return ";"
     return _suggest_param(word, tuple(allowed), owner)

@@ -12,7 +12,7 @@ import pytest
 from chaos.errors import ScenarioError
 from chaos.faults.base import known_types
 from chaos.scenario import parse_scenario
-from chaos.schema.suggest import MEANINGS, meant_types, suggest_param, suggest_type
+from chaos.schema.suggest import meanings, meant_types, suggest_param, suggest_type
 
 
 def _type_message(fault_type: str, **extra: object) -> str:
@@ -55,7 +55,7 @@ def test_spelling_still_answers_what_the_table_does_not_know() -> None:
 
 def test_every_type_the_table_names_is_registered() -> None:
     known = set(known_types())
-    named = {name for _, types in MEANINGS for name, _ in types}
+    named = {name for _, types in meanings() for name, _ in types}
     assert named <= known, named - known
 
 

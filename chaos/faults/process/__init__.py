@@ -7,13 +7,36 @@ The family's ``FamilySpec`` (``chaos.faults.family``); the types are in ``faults
 
 from __future__ import annotations
 
-from chaos.faults.family import FamilySpec, register_family
+from chaos.faults.family import FamilySpec, Meaning, register_family
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "MEANINGS"]
+
+MEANINGS: tuple[Meaning, ...] = (
+    # what users call a failure -> this family's types that express it (chaos.schema.suggest)
+    ((("cpu",), ("stress",), ("noisy",), ("neighbour",)), (
+        ("straggler", "slows one rank's steps by a factor, as a contended CPU or GPU would"),
+    )),
+    ((("gpu",),), (
+        ("device_error", "the rank fails the way a CUDA/Xid error surfaces in PyTorch"),
+    )),
+    ((("hang",),), (
+        ("hang_rank", "freezes a rank (SIGSTOP)"),
+    )),
+    ((("straggler",), ("rank", "slow")), (
+        ("straggler", "slows a rank's steps by a factor"),
+    )),
+    ((("node", "fail"), ("node", "kill")), (
+        ("kill_node", "kills a node's torchrun agent and all of its ranks"),
+    )),
+    ((("rank", "fail"), ("rank", "kill"), ("kill",)), (
+        ("kill_rank", "kills the worker process of a rank with a signal"),
+    )),
+)
 
 FAMILY = register_family(FamilySpec(
     "process",
     "rank and node kills, hangs, stalled loops, device errors, stragglers and throttling, death mid-save",
     fault_modules=("chaos.faults.process.faults", "chaos.faults.process.stall", "chaos.faults.process.throttle"),
+    meanings=MEANINGS,
     probe_actions=("device_error", "slowdown", "exit", "stall"),
     docs="process.md"))

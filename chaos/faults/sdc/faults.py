@@ -24,7 +24,7 @@ from chaos.bitflip import (
     check_name,
     parse_spec,
 )
-from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.faults.base import FaultParams, FaultType, ParamsContext, known_types, register
 from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
 
 if TYPE_CHECKING:
@@ -111,6 +111,16 @@ class BitFlip(FaultType):
         "in-process, by the probe: torch bit operations on a tensor the training script "
         "handed to probe.watch(), at step_begin, after_backward or in a hook"
     )
+
+    @classmethod
+    def param_hint(cls, word: str) -> str | None:
+        # "bits" reads like a count of bits to flip; here it would be a typo of the index
+        if word not in ("bits", "nbits", "num_bits"):
+            return None
+        counted = ", ".join(name for name, t in known_types().items() if "bits" in t.params_model.model_fields)
+        return ("a bitflip flips one bit per element: 'bit' is that bit's index (0 = least "
+                "significant) or sign, exponent, mantissa, not a count"
+                + (f"; 'bits' is a count on {counted}" if counted else ""))
 
     def probe_actions(self) -> list[dict[str, Any]]:
         grad_after = (str(self.params.get("tensor", "")).startswith("grad:")

@@ -9,14 +9,42 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from chaos.faults.family import FamilySpec, register_family
+from chaos.faults.family import FamilySpec, Meaning, register_family
 from chaos.faults.storage.metrics import METRICS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import StorageMount
     from chaos.workload import StorageLayout
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "MEANINGS"]
+
+MEANINGS: tuple[Meaning, ...] = (
+    # what users call a failure -> this family's types that express it (chaos.schema.suggest)
+    ((("corrupt", "checkpoint"), ("corrupt", "storage"), ("silent", "storage")), (
+        ("io_corrupt", "flips bits in the data a rank reads or writes (checkpoints included) as it passes the storage layer"),
+    )),
+    ((("storage", "slow"), ("checkpoint", "slow"), ("storage", "bandwidth")), (
+        ("io_slow", "adds latency to each file operation and/or caps its bandwidth"),
+    )),
+    ((("storage", "stall"), ("storage", "hang")), (
+        ("io_stall", "file operations block until the stall ends"),
+    )),
+    ((("storage", "error"), ("storage", "fail")), (
+        ("io_error", "file operations fail with an errno (EIO, EROFS...)"),
+    )),
+    ((("storage", "full"), ("full",)), (
+        ("disk_full", "writes fail with ENOSPC once bytes_free more bytes were written"),
+    )),
+    ((("torn",),), (
+        ("torn_write", "of each file's unfsynced writes only a first part persists"),
+    )),
+    ((("unfsynced",), ("storage", "loss")), (
+        ("lose_unfsynced", "the node crashes and every write not fsynced is dropped"),
+    )),
+    ((("bandwidth",),), (
+        ("io_slow", "caps storage bandwidth (bandwidth_mbps)"),
+    )),
+)
 
 
 def _plan_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir: str
@@ -32,6 +60,7 @@ FAMILY = register_family(FamilySpec(
     "storage",
     "stalls, slow IO, errors, a full disk, corruption and lost writes under the checkpoint path",
     fault_modules=("chaos.faults.storage.faults",),
+    meanings=MEANINGS,
     metrics=METRICS,
     mounts=_plan_mounts,
     docs="storage.md"))
