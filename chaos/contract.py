@@ -16,6 +16,7 @@ __all__ = [
     "EVENTS_DIR_ENV",
     "EVENTS_SUBDIR",
     "FAILURE_DOMAIN_ENV",
+    "HOLDS_SUBDIR",
     "LOCAL_TIER_SUBDIR",
     "NODE_ADDR_ENV",
     "NODE_ENV",
@@ -86,6 +87,9 @@ EVENTS_SUBDIR = "events"
 SHARED_CHECKPOINTS_SUBDIR = "checkpoints"
 """``<run_dir>/checkpoints``: the shared checkpoint tier when ``checkpoint.dir`` is not set;
 the job writes it, the controller's storage faults and mounts find it there."""
+HOLDS_SUBDIR = "holds"
+"""``<run_dir>/holds/<fault id>``: the controller's word that an external fault is in effect,
+which a rank holding at the fault's step waits for (``chaos.hold``)."""
 
 # -- controller side only (named here so that every TRAINCHAOS_* name has one home) ----------
 

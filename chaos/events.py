@@ -34,6 +34,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "reload": ("step", "weights_finite"),
     "fault_injected": ("fault", "type", "target", "step", "mechanism"),
     "fault_reverted": ("fault", "target"),
+    # a targeted rank holding at an external fault's step until the controller confirms it
+    # in effect (chaos.hold): phase start, then released or timeout (a killed rank: start only)
+    "fault_hold": ("fault", "step", "phase", "timeout_s", "waited_s"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
     # or None; failure_class: crash | hang | device | network | storage | corruption | slow |
     # stalled (a live rank whose training loop makes no progress) | unknown;

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from chaos import hold
 from chaos.faults.base import FaultType, lookup
 from chaos.model import FaultSpec, Scenario, Topology
 from chaos.targets import ResolvedTarget, parse_target
@@ -95,10 +96,21 @@ def make_plan(scenario: Scenario, seed: int) -> list[PlannedFault]:
 
 
 def probe_instructions(plan: list[PlannedFault]) -> list[dict[str, Any]]:
-    """What the in-process probe of each rank must fire, and where (TRAINCHAOS_PROBE_FAULTS)."""
+    """What the in-process probe of each rank must fire, and where (TRAINCHAOS_PROBE_FAULTS):
+    the in-process faults' actions, and a ``hold`` at the step of each external fault
+    planned at a step (``chaos.hold``), for its target's ranks (a target that names none,
+    a job-wide one, holds every rank)."""
     out = []
     for planned in plan:
-        if not planned.fault.in_process or not planned.fires:
+        if not planned.fires:
+            continue
+        if not planned.fault.in_process:
+            if form_of(planned.spec.trigger).exact_step:
+                out.append({"id": planned.fault_id, "type": planned.spec.type,
+                            "ranks": list(planned.fault.target.ranks) or None,
+                            "at_step": planned.spec.trigger.at_step, "at_or_after": False,
+                            "action": hold.ACTION, "point": "step_end",
+                            "timeout_s": hold.DEFAULT_TIMEOUT_S})
             continue
         for action in planned.fault.probe_actions():
             out.append({

@@ -23,8 +23,14 @@ drive (a straggler's slowdown, a stuck bit) until it ends.
 Without ``TRAINCHAOS_EVENTS_DIR`` in the environment the probe is detached: every call is a
 cheap no-op, so a script instrumented with it runs unchanged outside trainchaos.
 
-This module imports only the standard library (and ``chaos.contract``, which imports nothing): it is loaded into every rank and must not
-slow start-up or pull in the framework.
+External faults planned at a step (a kill, a partition, a storage stall) are not fired
+here, but the probe of each targeted rank holds at the end of that step until the
+controller confirms the fault is in effect (action ``hold``, ``chaos.hold``), so that they
+land at their step and not somewhere in the next.
+
+This module imports only the standard library (and ``chaos.contract`` and ``chaos.hold``,
+which import nothing else): it is loaded into every rank and must not slow start-up or pull
+in the framework.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from chaos import contract
+from chaos import contract, hold
 
 __all__ = [
     "ENV_EVENTS_DIR",
@@ -187,6 +193,10 @@ class Probe:
         self._lock = threading.Lock()
         self._file = None
         self._fired_dir: str | None = None
+        self._holds_dir: str | None = None
+        self._held_for: dict[str, Any] | None = None
+        """A hold claimed at step_end, to be waited at the next step_begin (``_hold``)."""
+        self._calls_step_begin = False
         self._faults: list[dict[str, Any]] = []
         self._slowdowns: list[dict[str, Any]] = []
         self._last_step_t: float | None = None
@@ -200,6 +210,7 @@ class Probe:
             path = os.path.join(events_dir, f"{src}.i{incarnation}.{os.getpid()}.jsonl")
             self._file = open(path, "a", buffering=1 << 16, encoding="utf-8")  # noqa: SIM115
             self._fired_dir = os.path.join(events_dir, os.pardir, "probe_fired")
+            self._holds_dir = os.path.join(events_dir, os.pardir, contract.HOLDS_SUBDIR)
         if faults_file and os.path.exists(faults_file):
             with open(faults_file, encoding="utf-8") as fh:
                 planned = json.load(fh)
@@ -304,6 +315,11 @@ class Probe:
         effect; ``context`` carries what the point offers (tensors etc.)."""
         if not self._faults and not self._slowdowns and not self._ongoing:
             return
+        if point == "step_begin":
+            self._calls_step_begin = True
+            if self._held_for is not None:
+                fault, self._held_for = self._held_for, None
+                self.wait_hold(fault, step - 1 if step is not None else None)
         if point == "step_end" and self._slowdowns:
             self._apply_slowdowns(step)
         for fault in self._faults:
@@ -337,6 +353,20 @@ class Probe:
                 step=step, point=fault.get("point", "step_end"), mechanism="probe",
             )
         entry.run(self, fault, step, context)
+
+    def wait_hold(self, fault: dict[str, Any], step: int | None) -> None:
+        """Hold here until the controller confirms ``fault`` is in effect (``chaos.hold``);
+        a rank it kills never returns. Reported as ``fault_hold`` events: ``start``, then
+        ``released`` or ``timeout`` with the seconds waited."""
+        if self._holds_dir is None:
+            return
+        timeout_s = float(fault.get("timeout_s", hold.DEFAULT_TIMEOUT_S))
+        if os.path.exists(hold.confirmation(self._holds_dir, fault["id"])):
+            return  # in effect already (a restarted rank passing the step again)
+        self.emit("fault_hold", fault=fault["id"], step=step, phase="start", timeout_s=timeout_s)
+        hold.request(self._holds_dir, fault["id"], self.src)
+        phase, waited = hold.wait(self._holds_dir, fault["id"], timeout_s)
+        self.emit("fault_hold", fault=fault["id"], step=step, phase=phase, waited_s=round(waited, 6))
 
     def _apply_slowdowns(self, step: int | None) -> None:
         active = []
@@ -485,6 +515,17 @@ def _stall_gil(duration: float | None) -> None:
 STALL_MODES: dict[str, Callable[[float | None], None]] = {
     "sleep": _stall_sleep, "lock": _stall_lock, "queue": _stall_queue, "gil": _stall_gil}
 """How ``stall`` blocks the training thread, by ``mode`` (None: until the process is killed)."""
+
+
+@register_action(hold.ACTION, reports_itself=True)
+def _hold(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    # The end of step N, for a script that marks its steps' beginnings, is its next
+    # step_begin: the step's checkpoint save and bookkeeping belong to step N, and the next
+    # collective comes after. A script that only reports step_end holds right there.
+    if probe._calls_step_begin:
+        probe._held_for = fault
+    else:
+        probe.wait_hold(fault, step)
 
 
 @register_action("bitflip", reports_itself=True)

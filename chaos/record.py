@@ -43,7 +43,9 @@ __all__ = [
     "BaselineRef",
     "CheckRecord",
     "FaultOutcome",
+    "HoldPhase",
     "PlannedFaultInfo",
+    "Precision",
     "RunRecord",
     "RunRecordError",
     "RunStart",
@@ -78,7 +80,13 @@ most stacks start them) or ``warm`` (forked by a per-node zygote that had import
 ``harness.warm_start``): launch and restart times measured warm leave the imports out."""
 Precision = Literal["exact", "next_step", "late", "early"]
 """Where a step-triggered fault landed: on the planned step, one later (a signal arriving
-during the next step), later still, or before it (a rank ahead of the one whose step counts)."""
+during the next step), later still, or before it (a rank ahead of the one whose step counts).
+An external fault whose targeted ranks run the probe holds them at the step until it is in
+effect (``chaos.hold``), so it lands ``exact`` unless the hold timed out."""
+HoldPhase = Literal["held", "released", "timeout"]
+"""How the targeted ranks' hold at the fault's step ended: still held when the fault took
+effect (a kill: the rank never came back), released by the controller once the fault was in
+effect, or given up after its timeout (the controller too slow or gone: it may land late)."""
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -155,6 +163,15 @@ class FaultOutcome(_Part):
     skipped: str | None = None
     step_at_inject: int | None = None
     precision: Precision | None = None
+    lag_ms: float | None = None
+    """Milliseconds from the moment the trigger named to the fault in effect: the target's
+    ``step_end`` of the planned step (at_step; from a workload's log lines, when its ranks
+    have no probe to hold), the planned time (at_time, random, poisson), the event plus its
+    delay (after_event). None for an in-process fault (it fires in the step itself)."""
+    hold: HoldPhase | None = None
+    """The targeted ranks' hold at the step (``chaos.hold``), the worst any of them reported
+    (timeout, then released, then held); None when no rank held (no probe, not a step
+    trigger, an in-process fault)."""
     mechanism: str | None = None
     """injector (from the controller) or probe (in-process, in the rank)."""
     fidelity: str | None = None

@@ -1,9 +1,12 @@
 """One run of one scenario: start the cluster, fire the plan, revert everything, measure.
 
-The loop polls every 50 ms: new events, due triggers, due reverts, agent exits, the
-timeout. Whatever happens (a target missed, an exception, SIGINT/SIGTERM), the ``finally``
-reverts every applied fault, stops every process of the run and releases its resources in
-reverse order, then the journal is written.
+The loop looks at new events, due triggers, due reverts, agent exits and the timeout,
+woken by a rank holding at a step, by a write to the events or logs while a trigger waits
+for one (``chaos.wakeup``), by what is due next, and at least every 50 ms. An external
+fault planned at a step finds its targeted ranks holding there until the loop confirms it
+is in effect (``chaos.hold``). Whatever happens (a target missed, an exception,
+SIGINT/SIGTERM), the ``finally`` reverts every applied fault, stops every process of the run
+and releases its resources in reverse order, then the journal is written.
 
 A failure of trainchaos itself (a fault whose ``inject`` raised, a target with no live
 process at injection time, a failed revert or teardown, a crash of this runner) ends the run
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos import __version__, contract, interrupts, probe
+from chaos import __version__, contract, hold, interrupts, probe
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec, TargetUnavailable
 from chaos.cluster.resources import RunResources
@@ -39,6 +42,7 @@ from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
 from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
+from chaos.precision import landing
 from chaos.record import (
     FaultOutcome,
     RunStart,
@@ -52,11 +56,16 @@ from chaos.rundir import RunDir
 from chaos.telemetry import EventTailer
 from chaos.triggers import form_of
 from chaos.verdict import judge
+from chaos.wakeup import Wakeup
 from chaos.workload import workload_for
 
 __all__ = ["Interrupted", "RunProgress", "run_scenario_once", "run_baseline"]
 
 POLL_S = 0.05
+# The loop's fastest pace when woken by writes: a burst of events is read in one look.
+_MIN_GAP_S = 0.002
+# How long a step trigger whose first targeted rank reached the step waits for the others.
+_PEERS_AT_STEP_S = 1.0
 # A run that made no step progress for this long before its timeout is "hung", not slow.
 _HUNG_QUIET_S = 20.0
 
@@ -89,6 +98,10 @@ class _FaultState:
     deferred_since: float | None = None
     """A repeated fault due while its target had no live process (the job restarting from
     the previous one): when it first waited."""
+    t_planned: float | None = None
+    """The time a timed or event trigger named (unix seconds): its lag is measured from it."""
+    step_reached: float | None = None
+    """When the first targeted rank reached a step trigger's step (monotonic)."""
 
     @property
     def t_inject(self) -> float | None:
@@ -155,6 +168,7 @@ class _Runner:
         self.max_step = 0
         self.step_by_rank: dict[int, int] = {}
         self.t_first_step: float | None = None
+        self.t_first_step_wall: float | None = None
         self.t_last_progress = time.monotonic()
         # kind -> times seen: after_event triggers and the end-of-run check read it; the
         # events themselves are read back from disk once the run is over.
@@ -192,7 +206,7 @@ class _Runner:
             elif kind == "step_end":
                 step = int(ev["step"])
                 if self.t_first_step is None:
-                    self.t_first_step = time.monotonic()
+                    self.t_first_step, self.t_first_step_wall = time.monotonic(), time.time()
                 src = str(ev.get("src", ""))
                 if src.startswith("rank-"):
                     self.step_by_rank[int(src[5:])] = step
@@ -220,7 +234,45 @@ class _Runner:
         if previous is not None and not previous.fired:
             return False
         trigger = st.planned.spec.trigger
-        return form_of(trigger).due(trigger, st.planned.offset_s, st.planned.fault.target.ranks, self)
+        ranks = st.planned.fault.target.ranks
+        if not form_of(trigger).due(trigger, st.planned.offset_s, ranks, self):
+            return False
+        if not form_of(trigger).exact_step or len(ranks) < 2 \
+                or min(self.step_by_rank.get(r, 0) for r in ranks) >= (trigger.at_step or 0):
+            return True
+        # Every targeted rank ends the step (and holds there, chaos.hold) before the fault
+        # lands; they end it together, so one that has not reported it yet is waited for
+        # briefly, never forever (a rank gone, stalled or far behind).
+        if st.step_reached is None:
+            st.step_reached = time.monotonic()
+        return time.monotonic() - st.step_reached >= _PEERS_AT_STEP_S
+
+    def _wait_s(self, deadline: float) -> tuple[float, set[str]]:
+        """How long the loop may wait, and which writes wake it (``chaos.wakeup`` groups):
+        a rank holding at a step always; the node logs while a step trigger waits (a
+        workload without the probe reports its steps there, and cannot hold); the events
+        while another trigger waits for its reference (the first step, its event) or a
+        deferred fault for its target to start again."""
+        wait = min(POLL_S, deadline - time.monotonic())
+        groups = {"holds"}
+        for st in self.states:
+            previous = self.previous.get(id(st))
+            if st.fired or (previous is not None and not previous.fired):
+                continue
+            trigger = st.planned.spec.trigger
+            form = form_of(trigger)
+            t_due = form.planned_time(trigger, st.planned.offset_s, self)
+            if form.exact_step:
+                groups.add("logs")
+            elif t_due is None or st.deferred_since is not None:
+                groups.add("events")
+            if t_due is not None and st.deferred_since is None:
+                wait = min(wait, t_due - time.time())
+            if st.step_reached is not None:
+                wait = min(wait, st.step_reached + _PEERS_AT_STEP_S - time.monotonic())
+        for t_revert, _ in self.ctx.scheduled_reverts:
+            wait = min(wait, t_revert - time.monotonic())
+        return max(wait, 0.0), groups
 
     # The run as the triggers read it (chaos.triggers.RunClock).
     def step_seen(self, ranks: tuple[int, ...]) -> int:
@@ -232,6 +284,9 @@ class _Runner:
     def since_first_step(self) -> float | None:
         return None if self.t_first_step is None else time.monotonic() - self.t_first_step
 
+    def first_step_time(self) -> float | None:
+        return self.t_first_step_wall
+
     @property
     def lifecycle(self) -> FaultLifecycle:
         """The faults' lifecycle over this run's context and fault journal."""
@@ -239,7 +294,20 @@ class _Runner:
             self._lifecycle = FaultLifecycle(self.ctx, self.fault_journal)
         return self._lifecycle
 
+    def _confirm(self, st: _FaultState, outcome: str) -> None:
+        """Release the ranks holding at the fault's step (``chaos.hold``): it is in effect, or
+        it is never coming (failed, unresolved, the run stopping)."""
+        if form_of(st.planned.spec.trigger).exact_step:
+            hold.confirm(self.rundir.holds, st.planned.fault_id, outcome)
+
     def _inject(self, st: _FaultState) -> None:
+        try:
+            self._inject_fault(st)
+        finally:
+            if st.fired:
+                self._confirm(st, "failed" if st.error else "in_effect")
+
+    def _inject_fault(self, st: _FaultState) -> None:
         fault = st.planned.fault
         try:
             resolved: ResolvedTarget | None = self.lifecycle.resolve(fault, self.cluster)
@@ -255,6 +323,8 @@ class _Runner:
         except ChaosError as exc:
             resolved, problem = None, exc
         st.fired = True
+        trigger = st.planned.spec.trigger
+        st.t_planned = form_of(trigger).planned_time(trigger, st.planned.offset_s, self)
         st.step_seen_at_inject = self.step_seen(fault.target.ranks)
         if resolved is None:
             st.unresolved = str(problem)
@@ -307,6 +377,7 @@ class _Runner:
             self.reader = CheckpointReader(self.workload, injector.emit)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
+        wakeup = Wakeup(POLL_S, _MIN_GAP_S)
         # What the run record needs that the events do not hold, on disk before anything
         # starts: if this controller is SIGKILLed, ``trainchaos cleanup`` builds the record from it.
         self.start = RunStart.model_validate({
@@ -330,9 +401,13 @@ class _Runner:
             for kind, resource in launch.resources:
                 self.resources.acquire(kind, {"name": f"{self.run_id}-{kind}", **resource})
             self.cluster.start()
+            os.makedirs(self.rundir.holds, exist_ok=True)
+            wakeup.watch(self.rundir.holds, "holds")
+            wakeup.watch(events_dir, "events")
             while self.status == "running":
                 self._take(tailer.poll())
-                self._take(log_progress.poll(self.cluster.node_logs()))
+                logs = self.cluster.node_logs()
+                self._take(log_progress.poll(logs))
                 for st in self.states:
                     if not st.fired and self.status == "running" and self._due(st):
                         self._inject(st)
@@ -347,7 +422,9 @@ class _Runner:
                     self.error = (f"no step progress for {quiet:.0f} s; stopped at timeout_s={self.scenario.timeout_s:g}"
                                   if self.status == "hung" else f"still running at timeout_s={self.scenario.timeout_s:g}")
                     break
-                time.sleep(POLL_S)
+                for log in logs.values():
+                    wakeup.watch(os.path.dirname(log), "logs")
+                wakeup.wait(*self._wait_s(deadline))
         except (Interrupted, KeyboardInterrupt):
             self.status = "interrupted"
             self.error = "interrupted by signal"
@@ -366,6 +443,7 @@ class _Runner:
                 self.progress.note("checkpoint reader still busy at the end: later checkpoints unchecked")
             injector.emit("job_end", status=self.status)
             injector.close()
+            wakeup.close()
             unregister_run(self.run_id)
         if self.tool_errors:
             self.error = "; ".join(self.tool_errors)
@@ -399,6 +477,9 @@ class _Runner:
         """Revert every fault, stop every process, release every resource (newest first).
         Each step runs even when one before it failed; every failure is a tool error."""
         self._reverted(self.lifecycle.revert_all())
+        for st in self.states:
+            if not st.fired:
+                self._confirm(st, "not_injected")  # nobody may wait for it while stopping
         try:
             self.cluster.stop()
         except Exception as exc:
@@ -427,23 +508,6 @@ class _Runner:
             ))
         return records
 
-    def _precision(self, planned: PlannedFault, events: list[Event], t_inject: float | None) -> tuple[int | None, str | None]:
-        """(last step the target completed before the fault took effect, exact/next_step/late)."""
-        n = planned.spec.trigger.at_step
-        if t_inject is None:
-            return None, None
-        if planned.fault.in_process:
-            ev = next((e for e in events if e.get("kind") == "fault_injected" and e.get("fault") == planned.fault_id
-                       and e.get("src") != "injector"), None)
-            step = ev.get("step") if ev else None
-        else:
-            srcs = set(planned.fault.target.srcs())
-            steps = [e["step"] for e in events if e.get("kind") == "step_end" and e["t"] <= t_inject and e.get("src") in srcs]
-            step = max(steps) if steps else None
-        if n is None or step is None:
-            return step, None
-        return step, "exact" if step == n else "next_step" if step == n + 1 else "late" if step > n else "early"
-
     def measure(self, events: list[Event], t_end: float) -> tuple[list[FaultOutcome], dict[str, Any], dict[str, Any] | None]:
         """What each fault did, the run's metrics and its verdict (None: not judged)."""
         records = self._fault_records(events)
@@ -460,10 +524,11 @@ class _Runner:
         faults_out = []
         states = {st.planned.fault_id: st for st in self.states}
         for planned, rec in zip([p for p in self.plan if p.fires], records, strict=True):
-            step, precision = self._precision(planned, events, rec.t_inject)
             st = states.get(planned.fault_id)
+            landed = landing(planned, events, rec.t_inject, st.t_planned if st else None)
             faults_out.append(fault_outcome(
-                rec, step_at_inject=step, precision=precision,
+                rec, step_at_inject=landed.step, precision=landed.precision, lag_ms=landed.lag_ms,
+                hold=landed.hold,
                 mechanism="probe" if planned.fault.in_process else "injector",
                 fidelity=planned.fault.fidelity,
                 details=st.record if st else {}, error=st.error if st else None,

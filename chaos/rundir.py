@@ -14,6 +14,7 @@ What a run directory holds, and who writes it:
 ``resources.jsonl``       every run-scoped resource as created and released
 ``probe_faults.json``     the in-process faults each rank's probe fires
 ``events/``               every process's events (``chaos.probe``)
+``holds/``                the controller's confirmations that ranks holding at a step wait for
 ``logs/``                 each node's output, and run-scoped helpers' logs
 ``checkpoints/``          the harness's shared checkpoint tier (unless configured elsewhere)
 ``crash-image/``          the tier as an armed crash point's power loss left it (--crash-points)
@@ -28,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from chaos.contract import EVENTS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
+from chaos.contract import EVENTS_SUBDIR, HOLDS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
 
 LOGS_SUBDIR = "logs"
 PROBE_FAULTS_FILE = "probe_faults.json"
@@ -78,6 +79,8 @@ class RunDir:
     probe_faults = _entry(PROBE_FAULTS_FILE)
     events = _entry(EVENTS_SUBDIR)
     logs = _entry(LOGS_SUBDIR)
+    holds = _entry(HOLDS_SUBDIR, "``holds/``: one file per external fault in effect, which ranks "
+                   "holding at its step wait for (``chaos.hold``).")
     checkpoints = _entry(SHARED_CHECKPOINTS_SUBDIR, "The shared checkpoint tier when "
                          "``checkpoint.dir`` is not set.")
     crash_image = _entry("crash-image", "The checkpoint tier as the power loss at an armed crash "

@@ -34,6 +34,10 @@ class RunClock(Protocol):
         """Seconds since the run's first step; None before it."""
         ...
 
+    def first_step_time(self) -> float | None:
+        """When the run's first step was seen (unix seconds); None before it."""
+        ...
+
 
 class TriggerForm:
     """One form of ``trigger:``; subclasses interpret their kind's fields of the record."""
@@ -67,6 +71,14 @@ class TriggerForm:
         return since is not None and offset_s is not None and since >= offset_s
 
     @staticmethod
+    def planned_time(trigger: Trigger, offset_s: float | None, clock: RunClock) -> float | None:
+        """When it is due (unix seconds), once that is known: what the run loop waits for,
+        and what its lag is measured from (``chaos.precision``). None for a step trigger,
+        or while its reference (the first step, the event) has not come."""
+        first = clock.first_step_time()
+        return None if first is None or offset_s is None else first + offset_s
+
+    @staticmethod
     def describe(trigger: Trigger, offset_s: float | None) -> str:
         """When it fires, in words (``trainchaos run --dry-run``)."""
         return (f"{offset_s:.1f} s after the first step ({trigger.kind})" if offset_s is not None
@@ -87,7 +99,8 @@ def form_of(trigger: Trigger) -> type[TriggerForm]:
 
 @_form
 class AtStep(TriggerForm):
-    """At step N: in-process faults land exactly there, signals at N or N+1."""
+    """At step N: in-process faults land exactly there; external ones too, the targeted
+    ranks holding after step N until they are in effect (``chaos.hold``)."""
 
     kind = "at_step"
     exact_step = True
@@ -106,6 +119,10 @@ class AtStep(TriggerForm):
     @staticmethod
     def due(trigger: Trigger, offset_s: float | None, ranks: tuple[int, ...], clock: RunClock) -> bool:
         return clock.step_seen(ranks) >= (trigger.at_step or 0)
+
+    @staticmethod
+    def planned_time(trigger: Trigger, offset_s: float | None, clock: RunClock) -> float | None:
+        return None  # the step's end, read from the events (chaos.precision)
 
     @staticmethod
     def describe(trigger: Trigger, offset_s: float | None) -> str:
@@ -141,6 +158,11 @@ class AfterEvent(TriggerForm):
     def due(trigger: Trigger, offset_s: float | None, ranks: tuple[int, ...], clock: RunClock) -> bool:
         times = clock.event_times(trigger.event or "")
         return len(times) >= trigger.count and time.time() >= times[trigger.count - 1] + trigger.delay_s
+
+    @staticmethod
+    def planned_time(trigger: Trigger, offset_s: float | None, clock: RunClock) -> float | None:
+        times = clock.event_times(trigger.event or "")
+        return times[trigger.count - 1] + trigger.delay_s if len(times) >= trigger.count else None
 
     @staticmethod
     def describe(trigger: Trigger, offset_s: float | None) -> str:

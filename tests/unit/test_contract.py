@@ -53,8 +53,9 @@ def test_no_trainchaos_variable_is_spelled_outside_the_contract(package: str) ->
 
 
 def test_the_probe_loads_no_other_part_of_trainchaos() -> None:
-    """Every rank of a user's job imports the probe: it brings the contract and nothing else
-    of the framework (no pydantic, no torch, no harness)."""
+    """Every rank of a user's job imports the probe: it brings the contract and the hold
+    protocol (both standard library only) and nothing else of the framework (no pydantic,
+    no torch, no harness)."""
     import os
     import subprocess
     import sys
@@ -63,4 +64,4 @@ def test_the_probe_loads_no_other_part_of_trainchaos() -> None:
             "('chaos', 'harness', 'torch', 'pydantic', 'yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert out.stdout.strip() == str(["chaos", "chaos.contract", "chaos.probe"])
+    assert out.stdout.strip() == str(["chaos", "chaos.contract", "chaos.hold", "chaos.probe"])
