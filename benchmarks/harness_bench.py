@@ -180,26 +180,33 @@ def _percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, min(len(ordered), math.ceil(pct / 100 * len(ordered))) - 1)]
 
 
-def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
-    """Same process, same model: alternate probe attached / detached, compare median step time."""
+def _one_rank_trainer(**harness: object) -> tuple:
+    """(a set-up harness Trainer of one rank in this process, its scratch directory)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1")
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-    import torch.distributed as dist
-
-    from chaos import probe
     from harness.config import config_from_mapping
     from harness.dist import DistEnv
     from harness.train import Trainer
 
     tmp = tempfile.mkdtemp(prefix="trainchaos-bench-")
     cfg = config_from_mapping({"steps": 10_000, "run_dir": tmp, "checkpoint": {"every_steps": 0},
-                               "failure": {"watchdog_s": 0}})
+                               "failure": {"watchdog_s": 0}, **harness})
     trainer = Trainer(cfg, DistEnv.from_env())
     trainer.setup()
+    return trainer, tmp
+
+
+def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
+    """Same process, same model: alternate probe attached / detached, compare median step time."""
+    import torch.distributed as dist
+
+    from chaos import probe
+
+    trainer, tmp = _one_rank_trainer()
     attached = probe.Probe(os.path.join(tmp, "events"), "rank-0", 0)
     detached = probe.Probe(None, "rank-0", 0)
     def one_step(pr: probe.Probe) -> float:
@@ -246,24 +253,12 @@ def bench_probe_overhead(repeats: int, steps: int = 60) -> dict:
 def bench_slow_rank_overhead(repeats: int, steps: int = 60) -> dict:
     """Same process, same model: the slow-rank detector on / off step by step, and its own
     per-step work timed alone (its verdict over four ranks' windows, as at 2 x 2)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1")
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     import torch.distributed as dist
 
-    from harness.config import SlowRankConfig, config_from_mapping
-    from harness.dist import DistEnv
+    from harness.config import SlowRankConfig
     from harness.slowrank import SlowRankDetector
-    from harness.train import Trainer
 
-    tmp = tempfile.mkdtemp(prefix="trainchaos-bench-")
-    cfg = config_from_mapping({"steps": 10_000, "run_dir": tmp, "checkpoint": {"every_steps": 0},
-                               "failure": {"watchdog_s": 0}, "slow_rank": {"enabled": True}})
-    trainer = Trainer(cfg, DistEnv.from_env())
-    trainer.setup()
+    trainer, tmp = _one_rank_trainer(slow_rank={"enabled": True})
 
     def one_step(enabled: bool) -> float:
         trainer.slow.cfg.enabled = enabled

@@ -209,12 +209,12 @@ class SlowRankConfig:
 
     enabled: bool = False
     """Look for a rank slower than its peers and report it (failure class slow; training goes on). Off by default: a scenario that wants slowness judged turns it on."""
-    ratio: float = 1.3
-    """A rank is slow when the median of its recent host times is above this multiple of its peers' median."""
+    ratio: float = 1.5
+    """A rank is slow when its host time stayed at or above this multiple of its peers' through the whole window (the least of its window against the median of its peers' least)."""
     window: int = 5
-    """Steps each rank's median is taken over (robust to one slow step: a checkpoint snapshot, a page fault)."""
+    """Steps the rank must be slow at every one of (one slow step, a checkpoint snapshot or a page fault, is not a slow rank)."""
     min_excess_s: float = 0.005
-    """And at least this many seconds above the peers' median: on very short steps a ratio alone is noise."""
+    """And at least this many seconds above its peers: on very short steps a ratio alone is noise."""
 
     def __post_init__(self) -> None:
         if self.ratio <= 1.0:

@@ -11,8 +11,13 @@ data, a throttled device, anything it does before it can contribute) is inside i
 
 Every rank's host time rides on the all-reduce each step makes anyway (``harness.sdc``,
 column ``HOST_COLUMN``), so all ranks judge the same numbers with no collective of their
-own. A rank is slow when the median of its last ``window`` host times is at least
-``ratio`` x the median of its peers' medians and ``min_excess_s`` above it. The lowest
+own. A rank is slow when the *least* of its last ``window`` host times is at least
+``ratio`` x the median of its peers' least ones and ``min_excess_s`` above it. The least,
+not the median: on a shared host, contention only ever adds time (a rank that waited for a
+core is late, never early), so one rank's median wanders with the scheduler while its
+least stays at what the rank itself needs; a rank that is really slow is slow at every
+step, so its least rises with it (and one slow step, a checkpoint snapshot, cannot raise
+it). The lowest
 other rank reports it once (``detected``, failure class ``slow``, detector ``slow_rank``);
 it is reported again only after it was back to normal for a window. Training goes on: a
 slow rank is a finding, not a failure to restart from.
@@ -35,27 +40,27 @@ __all__ = ["SlowRank", "SlowRankDetector", "find_slow_rank"]
 @dataclass(frozen=True)
 class SlowRank:
     rank: int
-    median_s: float
+    own_s: float
     peers_s: float
 
     @property
     def ratio(self) -> float:
-        return self.median_s / self.peers_s if self.peers_s > 0 else float("inf")
+        return self.own_s / self.peers_s if self.peers_s > 0 else float("inf")
 
     def reason(self, window: int) -> str:
-        return (f"rank {self.rank} is slow: median host time {self.median_s * 1000:.1f} ms over its last "
+        return (f"rank {self.rank} is slow: host time at least {self.own_s * 1000:.1f} ms at each of its last "
                 f"{window} steps, {self.ratio:.2f}x its peers' {self.peers_s * 1000:.1f} ms")
 
 
-def find_slow_rank(medians: dict[int, float], ratio: float, min_excess_s: float) -> SlowRank | None:
+def find_slow_rank(least: dict[int, float], ratio: float, min_excess_s: float) -> SlowRank | None:
     """The rank furthest above its peers, if it is slow by both measures; pure."""
     found = None
-    for rank, own in medians.items():
-        peers = [v for r, v in medians.items() if r != rank]
+    for rank, own in least.items():
+        peers = [v for r, v in least.items() if r != rank]
         if not peers:
             continue
         ref = statistics.median(peers)
-        if own >= ratio * ref and own - ref >= min_excess_s and (found is None or own - ref > found.median_s - found.peers_s):
+        if own >= ratio * ref and own - ref >= min_excess_s and (found is None or own - ref > found.own_s - found.peers_s):
             found = SlowRank(rank, own, ref)
     return found
 
@@ -108,13 +113,13 @@ class SlowRankDetector:
         for rank, value in enumerate(host_times):
             if value > 0:
                 self._windows[rank].append(value)
-        medians = {r: statistics.median(w) for r, w in enumerate(self._windows) if len(w) == self.cfg.window}
-        slow = find_slow_rank(medians, self.cfg.ratio, self.cfg.min_excess_s) if len(medians) > 1 else None
+        least = {r: min(w) for r, w in enumerate(self._windows) if len(w) == self.cfg.window}
+        slow = find_slow_rank(least, self.cfg.ratio, self.cfg.min_excess_s) if len(least) > 1 else None
         if slow is None:
             self._reported.clear()
         elif slow.rank not in self._reported:
             self._reported = {slow.rank}
-            if self.rank == min(r for r in medians if r != slow.rank):
+            if self.rank == min(r for r in least if r != slow.rank):
                 self._emit("detected", by=self._src, reason=slow.reason(self.cfg.window),
                            suspect=f"rank-{slow.rank}", failure_class="slow", detector="slow_rank", step=step,
                            ratio=round(slow.ratio, 3))

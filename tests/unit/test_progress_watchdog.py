@@ -109,7 +109,7 @@ def test_the_detector_reports_once_from_the_lowest_other_rank_and_rearms() -> No
             det.observe(step, row)
     assert events[2] == []
     assert [(e["suspect"], e["failure_class"], e["detector"], e["step"]) for e in events[0]] == [
-        ("rank-1", "slow", "slow_rank", 5), ("rank-1", "slow", "slow_rank", 13)]
+        ("rank-1", "slow", "slow_rank", 6), ("rank-1", "slow", "slow_rank", 14)]
     assert "rank 1 is slow" in events[0][0]["reason"]
 
 
