@@ -21,9 +21,14 @@ MEANINGS: tuple[Meaning, ...] = (
     )),
     ((("hang",),), (
         ("hang_rank", "freezes a rank (SIGSTOP)"),
+        ("stall_loop", "blocks the training thread while the process and its heartbeat live (a deadlock, a stuck wait)"),
     )),
     ((("straggler",), ("rank", "slow")), (
         ("straggler", "slows a rank's steps by a factor"),
+        ("thermal_throttle", "slows a rank by a factor that ramps up, holds and recovers"),
+    )),
+    ((("thermal",), ("gpu", "slow")), (
+        ("thermal_throttle", "slows a rank by a factor that ramps up, holds and recovers, as a hot GPU does"),
     )),
     ((("node", "fail"), ("node", "kill")), (
         ("kill_node", "kills a node's torchrun agent and all of its ranks"),
