@@ -39,7 +39,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fault_hold": ("fault", "step", "phase", "timeout_s", "waited_s"),
     # by: who detected (src); reason: human text; suspect: the src blamed (rank-3/node-1)
     # or None; failure_class: crash | hang | device | network | storage | corruption | slow |
-    # stalled (a live rank whose training loop makes no progress) | unknown;
+    # stalled (a live rank whose training loop makes no progress) |
+    # oom (a kernel OOM kill, from the node's memory cgroup: chaos/cluster/oomwatch.py) | unknown;
     # corruption detections also name the detector (nonfinite, spike, digest, golden,
     # ckpt_checksum) and the step
     "detected": ("by", "reason", "suspect", "failure_class", "detector", "step"),

@@ -538,6 +538,13 @@ def _bitflip(probe: Probe, fault: dict[str, Any], step: int | None, context: dic
     probe.start(BitFlipEpisode(probe.emit, probe.src, fault, model, optimizer))
 
 
+@register_action("leak")
+def _leak(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    from chaos.leak import start_leak  # loaded only when a leak fires
+
+    start_leak(fault.get("params", {}))
+
+
 _probe: Probe | None = None
 _probe_lock = threading.Lock()
 

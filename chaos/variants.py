@@ -91,19 +91,25 @@ def parse_variation(spec: str) -> Variation:
 
 
 def _with_value(data: Any, path: tuple[str, ...], value: Any) -> Any:
-    """A copy of ``data`` with ``value`` at ``path`` (mappings made on the way); a non-mapping
-    on the way is left for validation to report."""
+    """A copy of ``data`` with ``value`` at ``path`` (mappings made on the way; a number
+    indexes a list: ``faults.0.params.placement``); anything else on the way is left for
+    validation to report."""
     out = copy.deepcopy(data)
     node = out
     for key in path[:-1]:
-        nxt = node.get(key) if isinstance(node, dict) else None
-        if nxt is None and isinstance(node, dict):
-            nxt = node[key] = {}
-        if not isinstance(nxt, dict):
+        if isinstance(node, list):
+            nxt = node[int(key)] if key.isdigit() and int(key) < len(node) else None
+        else:
+            nxt = node.get(key) if isinstance(node, dict) else None
+            if nxt is None and isinstance(node, dict):
+                nxt = node[key] = {}
+        if not isinstance(nxt, dict | list):
             return out
         node = nxt
     if isinstance(node, dict):
         node[path[-1]] = value
+    elif isinstance(node, list) and path[-1].isdigit() and int(path[-1]) < len(node):
+        node[int(path[-1])] = value
     return out
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar
 
+from pydantic import Field
+
 from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import (
@@ -40,14 +42,16 @@ from chaos.cluster.base import (
     TargetUnavailable,
 )
 from chaos.cluster.capabilities import LocalDisk, PowerControl, StorageLayer
+from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 from chaos.rundir import RunDir
+from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
 from chaos.workload.torchrun import TorchrunPerNode
 
-__all__ = ["LocalCluster", "NODE_LOCAL_ENV"]
+__all__ = ["LocalCluster", "LocalOptions", "NODE_LOCAL_ENV"]
 
 NODE_LOCAL_ENV = contract.NODE_LOCAL_DIR_ENV
 LOOPBACK = "127.0.0.1"
@@ -62,6 +66,16 @@ class _Node:
     returncode: int | None = None
 
 
+class LocalOptions(StrictModel):
+    """``backend: {local: {...}}``."""
+
+    memory_mb: int | None = Field(None, ge=64, le=1 << 22)
+    """Memory limit of each node (its agent, its ranks and their children), MiB, swap
+    included: a run-scoped memory cgroup per node (cgroup v1). A rank that needs more is
+    killed by the kernel's OOM killer, and the kill is reported as ``oom`` from the cgroup's
+    OOM notification (``chaos.cluster.oomwatch``), as a kubelet reports OOMKilled. Null: none."""
+
+
 @register_backend
 class LocalCluster(ClusterBackend):
     """Starts, watches and stops the agents of one run on this machine."""
@@ -70,10 +84,20 @@ class LocalCluster(ClusterBackend):
     summary: ClassVar[str] = ("every node is a torchrun agent on this machine, on loopback; no "
                               "privileges needed")
     capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
+    options_model: ClassVar[type[StrictModel]] = LocalOptions
+
+    @classmethod
+    def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
+        if scenario is not None and cls.options_model is LocalOptions and (scenario.backend.options or {}).get("memory_mb") \
+                and own_cgroup("memory") is None:
+            return ["local.memory_mb: no cgroup v1 memory hierarchy is mounted under /sys/fs/cgroup "
+                    "(a node's memory limit is a memory cgroup of its own)"]
+        return []
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
         self.nodes: dict[int, _Node] = {}
+        self._memory_cgroups: dict[int, str] = {}
         self.rdzv_port = 0
         self._store: object | None = None
 
@@ -82,6 +106,7 @@ class LocalCluster(ClusterBackend):
         os.makedirs(RunDir(self.spec.run_dir).logs, exist_ok=True)
         for node in range(self.topology.total_nodes):
             self.acquire_node_dirs(node)
+            self.acquire_memory_limit(node)
         # The storage fault layer over the checkpoint tiers, when the scenario has storage faults.
         acquire_storage_mounts(self, self.node_local_dir)
         self.serve_rendezvous(LOOPBACK)
@@ -94,6 +119,24 @@ class LocalCluster(ClusterBackend):
         the machine's /tmp."""
         self.resources.acquire("scratch_dir", {"path": self.node_local_dir(node)})
         self.resources.acquire("scratch_dir", {"path": tmp_dir_for(self.spec.run_id, node)})
+
+    def acquire_memory_limit(self, node: int) -> None:
+        """With ``memory_mb``: the node's memory cgroup and the watcher of its OOM
+        notifications, both run-scoped (the watcher first goes, then the cgroup)."""
+        limit_mb = self.spec.options.get("memory_mb")
+        if not limit_mb:
+            return
+        path = cgroup_path("memory", f"{self.spec.run_id}-node-{node}")
+        size = int(limit_mb) << 20
+        settings = {"memory.limit_in_bytes": size}
+        if os.path.exists(os.path.join(os.path.dirname(path), "memory.memsw.limit_in_bytes")):
+            settings["memory.memsw.limit_in_bytes"] = size  # no way out through swap
+        self.resources.acquire("cgroup", {"path": path, "settings": settings})
+        self.resources.acquire("helper_process", {
+            "name": f"oomwatch-node-{node}", "log": RunDir(self.spec.run_dir).node_log(node) + ".oomwatch",
+            "argv": [sys.executable, "-m", "chaos.cluster.oomwatch", "--cgroup", path, "--node", str(node),
+                     "--events", RunDir(self.spec.run_dir).events]})
+        self._memory_cgroups[node] = path
 
     def serve_rendezvous(self, host: str) -> None:
         """Host the agents' c10d store on ``host`` only (TCPStore alone would bind every
@@ -181,6 +224,11 @@ class LocalCluster(ClusterBackend):
             stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir,
         )
         log.close()
+        if node in self._memory_cgroups:
+            # Moved before torchrun starts a worker (it first parses, imports and meets the
+            # rendezvous): every rank, and every restart of one, is the agent's child and
+            # inherits the cgroup.
+            move_to(self._memory_cgroups[node], [proc.pid])
         self.nodes[node] = _Node(node=node, proc=proc, log_path=log_path)
 
     def poll(self) -> dict[int, NodeStatus]:

@@ -36,8 +36,8 @@ __all__ = [
     "register",
 ]
 
-FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled"]
-FAILURE_CLASSES: tuple[str, ...] = ("crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled")
+FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom"]
+FAILURE_CLASSES: tuple[str, ...] = ("crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom")
 TargetKind = Literal["rank", "node", "job"]
 
 

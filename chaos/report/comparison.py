@@ -12,10 +12,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from chaos.metrics.catalogue import spec
 from chaos.report._format import (
     DASH,
     atomic_write_text,
     fmt_metric,
+    fmt_metric_value,
     fmt_seconds,
     fmt_steps,
     md_table,
@@ -57,8 +59,36 @@ def _resumed(fm: dict[str, Any]) -> str:
     return f"step {step}" + (f" ({where})" if where else "")
 
 
+_SHOWN = frozenset({"detection_s", "recovery_s", "lost_steps", "goodput"})
+
+
+def targeted_keys(journals: Iterable[dict[str, Any]]) -> list[str]:
+    """Metrics the scenarios set a bound on that the fixed columns do not show (a
+    neighbour's ``victim_slowdown``, ``false_detections``): what the comparison is about."""
+    keys: list[str] = []
+    for journal in journals:
+        targets = (journal.get("scenario") or {}).get("targets") or {}
+        keys += [k for k, v in targets.items() if isinstance(v, dict) and k not in _SHOWN
+                 and k not in keys and spec(k) is not None]
+    return keys
+
+
+def _targeted(journal: dict[str, Any], fm: dict[str, Any], key: str) -> str:
+    found = spec(key)
+    value = fm.get(key) if found is not None and found.scope == "fault" else (metrics_of(journal) or {}).get(key)
+    return fmt_metric_value(key, value)
+
+
+def headers(journals: Iterable[dict[str, Any]]) -> list[str]:
+    extra = [spec(k).label for k in targeted_keys(journals)]  # type: ignore[union-attr]
+    return [*HEADERS[:-1], *extra, HEADERS[-1]]
+
+
 def comparison_rows(journals: Iterable[dict[str, Any]], variation: Variation) -> list[list[str]]:
-    """Rows grouped by scenario, values in the order they ran."""
+    """Rows grouped by scenario, values in the order they ran; before the verdict, a column
+    per metric a scenario targets beyond the fixed ones (``targeted_keys``)."""
+    journals = list(journals)
+    extra = targeted_keys(journals)
     rows = []
     for journal in journals:
         base, value = variation.split(scenario_name(journal))
@@ -67,7 +97,8 @@ def comparison_rows(journals: Iterable[dict[str, Any]], variation: Variation) ->
             base, value, str(repeat_of(journal)), str(journal.get("status") or DASH), _blast(fm),
             fmt_seconds(fm.get("detection_s")), fmt_seconds(fm.get("recovery_s")),
             fmt_seconds(fm.get("full_size_s")), fmt_steps(fm.get("lost_steps")), _resumed(fm),
-            fmt_metric(journal, "goodput"), outcome_label(journal),
+            fmt_metric(journal, "goodput"), *(_targeted(journal, fm, k) for k in extra),
+            outcome_label(journal),
         ])
     order = {}
     for row in rows:
@@ -82,7 +113,7 @@ def print_comparison(journals: list[dict[str, Any]], variation: Variation,
         if not console.is_terminal:
             console = Console(width=180)
     table = Table(title=f"trainchaos comparison: {variation.key}", title_justify="left")
-    for header in HEADERS:
+    for header in headers(journals):
         table.add_column(header, justify="right" if header in ("repeat", "lost steps") else "left")
     previous = None
     for row in comparison_rows(journals, variation):
@@ -97,5 +128,5 @@ def write_comparison(out_dir: str, journals: list[dict[str, Any]], variation: Va
     lines = [f"# Comparison: {variation.key}", "",
              f"Each scenario ran once per value of `{variation.key}` "
              f"({', '.join(variation.label(v) for v in variation.values)}).", "",
-             *md_table(HEADERS, comparison_rows(journals, variation)), ""]
+             *md_table(headers(journals), comparison_rows(journals, variation)), ""]
     return atomic_write_text(os.path.join(out_dir, POLICIES_MD), "\n".join(lines))

@@ -105,8 +105,17 @@ def _chromium() -> str | None:
     return None
 
 
+def _cgroup() -> str | None:
+    from chaos.cluster.cgroups import own_cgroup
+
+    lacks = [c for c in ("memory", "cpu") if own_cgroup(c) is None or not os.access(own_cgroup(c) or "", os.W_OK)]
+    return (f"node memory limits and neighbours' CPU caps need writable cgroup v1 hierarchies: "
+            f"{', '.join(lacks)} missing or read-only") if lacks else None
+
+
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "netns": _netns, "docker": _docker, "slurm": _slurm, "fuse": _fuse, "chromium": _chromium,
+    "cgroup": _cgroup,
 }
 
 

@@ -95,7 +95,7 @@ CASES: dict[str, tuple[str, str]] = {
         "faults[0].target.rack", "kill_rank targets a rank, not a rack; use {rank: R}"),
     "unknown_backend.yaml": ("backend", "unknown backend 'locl'; did you mean 'local'? known: docker, local"),
     "backend_unknown_option.yaml": (
-        "backend.local.hosts", "unknown local option 'hosts': backend local takes no options"),
+        "backend.local.hosts", "unknown local option 'hosts'; allowed: memory_mb"),
     "bitflip_unknown_tensor.yaml": (
         "faults[0].params.tensor",
         "no parameter 'mlp.0.wieght' in the model; did you mean 'mlp.0.weight'? valid: parameters "

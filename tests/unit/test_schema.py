@@ -206,7 +206,7 @@ def test_racks_power_domains_and_spares_validate_and_map_onto_the_model(
         {"rack": "r2"}, {"power_domain": "pd-a"}, {"random": "rack"},
         {"random": "power_domain"}, {"node": 4}]
     assert s.targets.false_detections == Bound(max=0)
-    assert s.backend == Backend(name="local", options={})
+    assert s.backend == Backend(name="local", options={"memory_mb": None})
 
 
 def test_backend_left_out_is_local() -> None:
