@@ -68,9 +68,11 @@ def fault_metrics(
             fm.attribution_detail = f"blamed {suspect} ({cls or 'no class'}), {was}"
 
     # recovery: from the fault, or for a corruption from its detection (until then the job
-    # trained on, unaware: that is not recovery, and what it trained is what gets lost)
+    # trained on, unaware: that is not recovery, and what it trained is what gets lost); a
+    # leak too does its harm only at the OOM kill it ends in, seconds after it began
     live = injected is not None and injected.get("mechanism") == "probe"
-    t_ref = detection["t"] if corruption and live and detection is not None else t_inject
+    delayed = corruption or rec.failure_class == "oom"
+    t_ref = detection["t"] if delayed and live and detection is not None else t_inject
     last_before = tl.last_step(t_ref)
     fm.last_step_before = last_before
     pre, default_inc = tl.pre_incarnations(t_ref)

@@ -221,7 +221,7 @@ class _Checker:
             if fault_type is None:
                 known = self.known_types()
                 self.add((*loc, "type"), f"unknown fault type {fault['type']!r}"
-                         f"{suggest_type(fault['type'], known)} known: {', '.join(known)}")
+                         f"{suggest_type(fault['type'], known)} known: {_first_names(known)}")
         if fault_type is not None:
             self.backend_fits((*loc, "type"), fault_type)
         if "target" in fault:
@@ -457,3 +457,14 @@ def _nodes_text(topology: records.Topology | TopologyDoc) -> str:
     spares = (f" and {topology.spares} spare{'s' if topology.spares > 1 else ''}"
               if topology.spares else "")
     return f"the job has {topology.nodes} nodes{spares} (0-{total - 1})"
+
+
+def _first_names(names: list[str], room: int = 300) -> str:
+    """As many names as fit in ``room`` characters, then how many more: a message stays
+    bounded (chaos.errors clips long ones) as the fault families grow."""
+    shown: list[str] = []
+    for name in names:
+        if len(", ".join([*shown, name])) > room:
+            return f"{', '.join(shown)} and {len(names) - len(shown)} more (`trainchaos faults` lists them)"
+        shown.append(name)
+    return ", ".join(shown)

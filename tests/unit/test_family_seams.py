@@ -16,7 +16,7 @@ from chaos.metrics.registry import families as metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "chaos" / "faults"
-BUILTIN = ("container", "network", "power", "process", "scheduler", "sdc", "storage")
+BUILTIN = ("container", "memory", "neighbor", "network", "power", "process", "scheduler", "sdc", "storage")
 
 
 def test_every_package_under_chaos_faults_is_a_registered_family() -> None:

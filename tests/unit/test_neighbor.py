@@ -186,3 +186,34 @@ def test_leak_allocates_resident_memory_up_to_its_bound() -> None:
                          env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.split()
     at_once, total = int(out[0]), int(out[1])
     assert 38 <= at_once <= 48 and 66 <= total <= 80
+
+
+def test_an_oom_is_attributed_and_recovery_counts_from_the_kill_not_the_leak() -> None:
+    """The leak starts at t=10 (step 100), the kernel kills rank 1 at t=14 (step 140); the
+    group resumes from step 120 at t=16. Until the kill the job trained on: the steps lost
+    are those since the last checkpoint before the kill (not before the leak), and the
+    restart is the kill's (recovery counts from the leak's start, as every recovery counts
+    from its fault's)."""
+    events: list[dict] = []
+    for r in (0, 1):
+        _ev(events, 0.0, f"rank-{r}", "rank_start", rank=r, node=r, world_size=2)
+    for step in range(1, 141):
+        for r in (0, 1):
+            _ev(events, step * 0.1 + 0.001 * r, f"rank-{r}", "step_end", step=step, loss=1.0)
+    _ev(events, 10.0, "rank-1", "fault_injected", fault="f0-memory_leak", step=100, mechanism="probe")
+    _ev(events, 14.05, "kernel-node-1", "detected", by="kernel-node-1", suspect="rank-1", failure_class="oom",
+        reason="the kernel's OOM killer killed pid 7 (rank 1)")
+    _ev(events, 14.1, "rank-0", "detected", by="rank-0", suspect="rank-1", failure_class="crash", reason="gone")
+    for r in (0, 1):
+        _ev(events, 15.5, f"rank-{r}", "rank_start", 1, rank=r, node=r, world_size=2, resumed_from=120)
+        _ev(events, 15.6, f"rank-{r}", "ckpt_load", 1, step=120)
+        for step in range(121, 151):
+            _ev(events, 16.0 + (step - 121) * 0.1 + 0.001 * r, f"rank-{r}", "step_end", 1, step=step, loss=1.0)
+    record = FaultRecord("f0-memory_leak", "memory_leak", "oom", ["rank-1"], planned_step=100, family="memory")
+    m = compute_metrics(events, [record], RunInfo("completed", 0.0, 20.0, 150, 2))
+    (fm,) = m.faults
+    assert (fm.detected_by, fm.detected_class, fm.attribution) == ("kernel-node-1", "oom", "correct")
+    assert fm.detection_s == pytest.approx(4.05, abs=0.01)
+    assert fm.restarted and fm.recovery_s == pytest.approx(16.0 - 10.0, abs=0.01)
+    assert (fm.last_step_before, fm.resumed_from, fm.lost_steps) == (140, 120, 20)
+    assert m.false_detections == 0
