@@ -16,11 +16,18 @@ handed to ``probe.watch(model=..., optimizer=...)``:
 ``optim:NAME:KEY``         optimizer state of the parameter (``exp_avg``, ``exp_avg_sq``)
 ``act:MODULE``             the output of a module (``model.named_modules()``), through a
                            forward hook
+``gemm_output:MODULE``     the result of a linear layer's matrix multiply in the forward
+                           pass (an ``nn.Linear``: ``x @ W.T + b``, the bias being the GEMM's
+                           fused epilogue on every backend), through a forward hook
 =========================  ==============================================================
 
 An element is addressed by its row-major index in the tensor's logical shape, whatever its
 strides (a transposed weight, a sliced activation), and the bit is flipped in the element's
-own storage, for every floating dtype.
+own storage, for every floating dtype. ``bits: N`` flips N adjacent bits of memory from the
+given one upward; past the element's top bit they go on in the lowest bits of the next
+element (the next word in memory of a contiguous tensor): a multi-bit upset, in one word or
+two adjacent ones. ``burst: L`` does the same to L consecutive elements: a run of corrupted
+words (a cache line, a DMA burst). ``flip_positions`` lays them out.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "compress_names",
     "describe_valid",
     "flip_",
+    "flip_positions",
     "force_bit_",
     "parse_spec",
     "pick_element",
@@ -63,6 +71,9 @@ the flip multiplies by 2^128 in float32: loud); mantissa_high: the mantissa's to
 or x0.75: visible); mantissa_low: bit 0 (one unit in the last place: quiet)."""
 
 GRAD_PHASES = ("before_allreduce", "after_allreduce")
+TENSOR_KINDS = ("param", "grad", "optim", "act", "gemm_output")
+_HOOKED_KINDS = ("act", "gemm_output")
+"""Corrupted through a forward hook on a module, not in place at a step boundary."""
 
 
 class BitFlipError(ValueError):
@@ -153,12 +164,33 @@ def force_bit_(tensor: Any, index: int, bit: int, value: int) -> tuple[float, fl
         return before, float(element)
 
 
-def pick_element(numel: int, element: int | str, rng: random.Random) -> int:
-    """The element index: as given, or a seeded uniform pick for ``random``."""
+def span_elements(width: int, bit: int, bits: int = 1, burst: int = 1) -> int:
+    """How many consecutive elements ``flip_positions`` touches from the first one."""
+    return burst + (bit + bits - 1) // width
+
+
+def flip_positions(index: int, bit: int, width: int, bits: int = 1, burst: int = 1) -> list[tuple[int, int]]:
+    """(element, bit) of every bit a flip changes: ``bits`` adjacent bits of memory from
+    ``bit`` of element ``index`` upward (past the top bit, on into the next element's lowest
+    bits: little-endian words follow each other in memory), in each of ``burst`` consecutive
+    elements. ``bits`` is at most the element's width, so a run's spill into the next
+    element never meets that element's own flips."""
+    if not 1 <= bits <= width:
+        raise BitFlipError(f"bits {bits}: between 1 and the element's width ({width})")
+    return [(index + e + (bit + k) // width, (bit + k) % width)
+            for e in range(burst) for k in range(bits)]
+
+
+def pick_element(numel: int, element: int | str, rng: random.Random, span: int = 1) -> int:
+    """The first element index: as given, or a seeded uniform pick for ``random``, so that
+    ``span`` consecutive elements from it fit in the tensor."""
+    if numel < span:
+        raise BitFlipError(f"the flip spans {span} elements; the tensor has {numel}")
     if element == "random":
-        return rng.randrange(numel)
-    if not 0 <= int(element) < numel:
-        raise BitFlipError(f"element {element} is outside the tensor ({numel} elements)")
+        return rng.randrange(numel - span + 1)
+    if not 0 <= int(element) <= numel - span:
+        raise BitFlipError(f"element {element} is outside the tensor ({numel} elements"
+                           + (f"; the flip spans {span} from it)" if span > 1 else ")"))
     return int(element)
 
 
@@ -168,7 +200,7 @@ def pick_element(numel: int, element: int | str, rng: random.Random) -> int:
 @dataclass(frozen=True)
 class TensorSpec:
     kind: str
-    """param | grad | optim | act"""
+    """param | grad | optim | act | gemm_output"""
     name: str
     """Parameter or module name."""
     key: str | None = None
@@ -184,6 +216,8 @@ def parse_spec(text: str) -> TensorSpec:
         return TensorSpec("grad", text[5:], text=text)
     if text.startswith("act:"):
         return TensorSpec("act", text[4:], text=text)
+    if text.startswith("gemm_output:"):
+        return TensorSpec("gemm_output", text[len("gemm_output:"):], text=text)
     if text.startswith("optim:"):
         name, sep, key = text[6:].rpartition(":")
         if not sep or not name or not key:
@@ -203,6 +237,14 @@ def unwrap(model: Any) -> Any:
 def _hookable(module: Any) -> bool:
     # Containers without a forward of their own never call their forward hooks.
     return type(module).__name__ not in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict")
+
+
+def _is_linear(module: Any) -> bool:
+    """A layer whose forward is one GEMM (``F.linear``): nn.Linear and its subclasses
+    (MultiheadAttention's out_proj is one)."""
+    import torch
+
+    return isinstance(module, torch.nn.Linear)
 
 
 def tensor_catalog(model: Any, optimizer: Any = None) -> dict[str, dict[str, Any]]:
@@ -229,6 +271,8 @@ def tensor_catalog(model: Any, optimizer: Any = None) -> dict[str, dict[str, Any
         if name and _hookable(module):
             dtype = next((dtype_name(p) for p in module.parameters()), dtype_name_default())
             out[f"act:{name}"] = {"dtype": dtype, "numel": None}
+            if _is_linear(module):
+                out[f"gemm_output:{name}"] = {"dtype": dtype, "numel": None}
     return out
 
 
@@ -271,6 +315,7 @@ def describe_valid(catalog: dict[str, Any], kind: str | None = None) -> str:
     """The valid names of a catalog, grouped by kind and folded (``compress_names``)."""
     params = [n for n in catalog if ":" not in n]
     acts = [n for n in catalog if n.startswith("act:")]
+    gemms = [n for n in catalog if n.startswith("gemm_output:")]
     optim_keys = sorted({n.rsplit(":", 1)[1] for n in catalog if n.startswith("optim:")})
     parts = []
     if kind in (None, "param", "grad", "optim"):
@@ -280,6 +325,9 @@ def describe_valid(catalog: dict[str, Any], kind: str | None = None) -> str:
         parts.append("optimizer state keys: " + ", ".join(optim_keys))
     if kind in (None, "act"):
         parts.append("modules (act:MODULE): " + ", ".join(compress_names(n[4:] for n in acts)))
+    if kind in (None, "gemm_output") and gemms:
+        parts.append("linear layers (gemm_output:MODULE): "
+                     + ", ".join(compress_names(n.split(":", 1)[1] for n in gemms)))
     return "; ".join(parts)
 
 
@@ -294,15 +342,17 @@ def check_name(spec: TensorSpec, catalog: dict[str, dict[str, Any]]) -> dict[str
     """The catalog entry of ``spec``, or BitFlipError naming the valid ones."""
     if spec.text in catalog:
         return catalog[spec.text]
-    pool = [n for n in catalog if n.startswith(f"{spec.kind}:")] if spec.kind in ("act", "grad") \
+    prefixed = ("act", "grad", "gemm_output")
+    pool = [n for n in catalog if n.startswith(f"{spec.kind}:")] if spec.kind in prefixed \
         else [n for n in catalog if ":" not in n]
-    wanted = spec.text if spec.kind in ("act", "grad") else spec.name
+    wanted = spec.text if spec.kind in prefixed else spec.name
     hint = close_match(wanted, pool)
     if spec.kind == "optim" and spec.name in catalog:
         keys = sorted({n.rsplit(":", 1)[1] for n in catalog if n.startswith(f"optim:{spec.name}:")})
         raise BitFlipError(f"optimizer state {spec.key!r} does not exist for {spec.name}"
                            f"{close_match(spec.key or '', keys)} known: {', '.join(keys) or 'none yet'}")
-    what = {"act": "module", "grad": "parameter", "optim": "parameter", "param": "parameter"}[spec.kind]
+    what = {"act": "module", "gemm_output": "linear layer", "grad": "parameter", "optim": "parameter",
+            "param": "parameter"}[spec.kind]
     shown = spec.name
     raise BitFlipError(f"no {what} {shown!r} in the model{hint} valid: "
                        f"{describe_valid(catalog, spec.kind)}")
@@ -311,10 +361,11 @@ def check_name(spec: TensorSpec, catalog: dict[str, dict[str, Any]]) -> dict[str
 def resolve(spec: TensorSpec, model: Any, optimizer: Any = None) -> Any:
     """The live tensor (param, its .grad, optimizer state) or module (act) that ``spec`` names."""
     model = unwrap(model)
-    if spec.kind == "act":
+    if spec.kind in _HOOKED_KINDS:
         modules = dict(model.named_modules())
-        if spec.name and spec.name in modules and _hookable(modules[spec.name]):
-            return modules[spec.name]
+        module = modules.get(spec.name) if spec.name else None
+        if module is not None and _hookable(module) and (spec.kind == "act" or _is_linear(module)):
+            return module
         check_name(spec, tensor_catalog(model, optimizer))
     params = dict(model.named_parameters())
     if spec.name not in params:
@@ -368,6 +419,8 @@ class Episode:
         self.phase = params.get("grad_phase", "after_allreduce")
         self.bit_spec = params.get("bit", "exponent")
         self.element_spec = params.get("element", "random")
+        self.bits = int(params.get("bits") or 1)
+        self.burst = int(params.get("burst") or 1)
         self.probability = float(params.get("flip_probability") or 0.0)
         self.stuck_value = params.get("stuck_value")
         self.duration = params.get("duration_steps")
@@ -420,7 +473,7 @@ class Episode:
 
     def _act(self, step: int) -> None:
         kind = self.spec.kind
-        if kind == "act":
+        if kind in _HOOKED_KINDS:
             module = resolve(self.spec, self.model, self.optimizer)
             calls = [0]
 
@@ -482,12 +535,23 @@ class Episode:
     def _corrupt(self, tensor: Any, step: int, call: int) -> None:
         dtype = dtype_name(tensor)
         bit = bit_index(dtype, self.bit_spec)
+        width = FLOAT_LAYOUTS[dtype][0]
         if self._element is None or self.mode == "mercurial":
-            index = pick_element(tensor.numel(), self.element_spec, self._rng(step, call))
+            span = span_elements(width, bit, self.bits, self.burst)
+            index = pick_element(tensor.numel(), self.element_spec, self._rng(step, call), span)
             if self.mode != "mercurial":
                 self._element = index
         else:
             index = self._element
+        if self.bits > 1 or self.burst > 1:
+            positions = flip_positions(index, bit, width, self.bits, self.burst)
+            changes = [(e, b, *flip_(tensor, e, b)) for e, b in positions]
+            # before/after of the first element, as a single flip reports them; every
+            # position flipped is in ``flips``
+            first = [c for c in changes if c[0] == index]
+            self._report(step, index, bit, dtype, first[0][2], float(_element_view(tensor, index)[0]),
+                         flips=[[e, b] for e, b, _, _ in changes])
+            return
         if self.mode == "stuck_at":
             if self.stuck_value is None:
                 self.stuck_value = 1 - read_bit(tensor, index, bit)
@@ -498,14 +562,16 @@ class Episode:
             before, after = flip_(tensor, index, bit)
         self._report(step, index, bit, dtype, before, after)
 
-    def _report(self, step: int, index: int, bit: int, dtype: str, before: float, after: float) -> None:
+    def _report(self, step: int, index: int, bit: int, dtype: str, before: float, after: float,
+                **more: Any) -> None:
         if not self.injected:
             self.injected = True
+            shape = {"bits": self.bits, "burst": self.burst} if more else {}
             self._emit("fault_injected", fault=self.fault_id, type=self.fault_type, target=self.src,
                        step=step, point=self.point, mechanism="probe", tensor=str(self.spec),
-                       mode=self.mode)
+                       mode=self.mode, **shape)
         self._emit("sdc_flip", fault=self.fault_id, step=step, tensor=str(self.spec), element=index,
-                   bit=bit, dtype=dtype, before=before, after=after, mode=self.mode)
+                   bit=bit, dtype=dtype, before=before, after=after, mode=self.mode, **more)
 
     def _error(self, step: int | None, exc: Exception) -> None:
         self.done = True

@@ -46,9 +46,11 @@ KINDS: dict[str, tuple[str, ...]] = {
     "detected": ("by", "reason", "suspect", "failure_class", "detector", "step"),
     # silent corruption: each bit the probe flipped; the harness's rollback after a detection
     # (checkpoints of clean_before or later quarantined); a verdict that the replay after
-    # a rollback reached again (deterministic, so not silent corruption: no second rollback)
+    # a rollback reached again (deterministic, so not silent corruption: no second rollback);
+    # the suspect's node taken out of the job (detect.on_suspect: quarantine)
     "sdc_flip": ("fault", "step", "tensor", "element", "bit", "dtype", "before", "after"),
     "sdc_rollback": ("step", "detector", "clean_before", "quarantined"),
+    "node_quarantined": ("node", "suspect", "detector", "step"),
     "sdc_reproduced": ("detector", "step", "reason"),
     # an in-process fault that could not be applied (an unknown tensor name...): a tool error
     "fault_error": ("fault", "type", "target", "step", "error"),

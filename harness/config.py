@@ -177,6 +177,8 @@ class DetectConfig:
     """Golden self-test every N steps: a fixed batch through forward/backward with the initial weights on each rank, compared bitwise with the result recorded at start (0 = off)."""
     ckpt_checksum: bool = True
     """sha256 of every checkpoint file read back after writing and verified on load (off: loaded unverified)."""
+    on_suspect: Literal["rollback", "quarantine"] = "rollback"
+    """What a corruption verdict that names a suspect rank does: rollback (the group restarts from a clean checkpoint) or quarantine (that too, and the suspect's node leaves the job: its agent quits the rendezvous, so the next round goes on with a spare, topology.spares, or shrinks, topology.min_nodes). A faulty core stays faulty after a restart; only excluding its node ends it."""
 
     def __post_init__(self) -> None:
         if self.digest_every < 0 or self.golden_every < 0:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from chaos import contract
 from harness.health import PeerAddress
 
-__all__ = ["DistEnv", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
+__all__ = ["DistEnv", "LocalGradients", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
 
 # gloo's own default: what a job that never set a timeout gets.
 _GLOO_DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -113,7 +113,37 @@ def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[
     return peers
 
 
-def deterministic_allreduce_hook(process_group, bucket):  # noqa: ANN001
+class LocalGradients:
+    """Every rank's own gradients of the last backward, before the all-reduce averaged them:
+    the parts ``deterministic_allreduce_hook`` gathered anyway, kept until the next backward
+    replaces them (no copy, no computation on the hot path). Pass one as the hook's state.
+
+    They say whose backward went wrong where the averaged gradient cannot: a flipped weight
+    on one rank can leave its loss finite and still fill its gradients with NaN, which the
+    all-reduce then spreads to every replica (harness.sdc asks ``norms`` on such a verdict)."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+        self._parts: dict[int, list[torch.Tensor]] = {}
+
+    def keep(self, bucket_index: int, parts: list[torch.Tensor]) -> None:
+        if bucket_index == 0:
+            # DDP launches its buckets in index order, and rebuilds them (fewer, other
+            # indices) after the first iteration: bucket 0 starts a new backward.
+            self._parts.clear()
+        self._parts[bucket_index] = parts
+
+    def norms(self) -> list[float] | None:
+        """Each rank's local gradient 2-norm (inf or nan where its gradients are not finite
+        or overflow, as ``torch.nn.utils.get_total_norm`` would say); None before a backward.
+        The same list on every rank: every rank gathered the same parts."""
+        if not self._parts:
+            return None
+        per_rank = zip(*(self._parts[i] for i in sorted(self._parts)), strict=True)
+        return [float(torch.nn.utils.get_total_norm(list(parts))) for parts in per_rank]
+
+
+def deterministic_allreduce_hook(state, bucket):  # noqa: ANN001
     # No annotations: DDP checks them at run time, and postponed (string) ones fail its check.
     """DDP comm hook: average gradients summing in rank order, whatever the bucket layout.
 
@@ -122,13 +152,18 @@ def deterministic_allreduce_hook(process_group, bucket):  # noqa: ANN001
     checkpoint has its "first iteration" at another step than a fault-free run, so with
     4+ ranks plain allreduce makes the two diverge in the last bit. Gathering every rank's
     bucket and summing 0..W-1 locally is exact to reproduce; it moves W times the bytes,
-    which is nothing for this model on one machine.
+    which is nothing for this model on one machine. ``state``: the process group (None: the
+    default one), or a ``LocalGradients`` that keeps what was gathered.
     """
-    group = process_group if process_group is not None else dist.group.WORLD
+    keeper = state if isinstance(state, LocalGradients) else None
+    group = keeper.group if keeper is not None else state
+    group = group if group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
     tensor = bucket.buffer()
     gathered = [torch.empty_like(tensor) for _ in range(world)]
     work = dist.all_gather(gathered, tensor, group=group, async_op=True)
+    if keeper is not None:
+        keeper.keep(bucket.index(), gathered)
 
     def sum_in_rank_order(_fut):
         total = gathered[0].clone()

@@ -61,7 +61,7 @@ import hashlib
 import math
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,12 +284,17 @@ class SdcMonitor:
 
     def __init__(self, cfg: DetectConfig, rank: int, world_size: int, model: nn.Module,
                  start_step: int, golden: GoldenSelfTest | None = None,
-                 replayed: Iterable[tuple[str, int]] = ()) -> None:
+                 replayed: Iterable[tuple[str, int]] = (),
+                 local_grad_norms: Callable[[], list[float] | None] | None = None) -> None:
+        """``local_grad_norms``: each rank's gradient norm before the all-reduce (the parts
+        the gradient all-gather brought every rank anyway, ``harness.dist.LocalGradients``),
+        asked only when a non-finite verdict needs a suspect."""
         self.cfg = cfg
         self.rank = rank
         self.world_size = world_size
         self.model = model
         self.golden = golden
+        self.local_grad_norms = local_grad_norms
         self.loss_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
         self.norm_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
         # Periodic detectors vouch for the state they last passed; the loaded checkpoint was
@@ -468,13 +473,7 @@ class SdcMonitor:
     def _nonfinite(self, step: int, bad: list[int], losses: list[float], norms: list[float],
                    has_norm: bool) -> Detection:
         world = self.world_size
-        suspect = bad[0] if len(bad) == 1 and world > 1 else None
-        if suspect is None and world > 1:
-            # Non-finite everywhere after the all-reduce; the local losses, computed before
-            # it, may still say where it came from: the only one that is off the chart.
-            odd = [r for r in range(world)
-                   if not math.isfinite(losses[r]) or self.loss_spikes.is_spike(losses[r])]
-            suspect = odd[0] if len(odd) == 1 else None
+        suspect, evidence = self._nonfinite_suspect(bad, losses)
         what = []
         for r in bad:
             parts = [f"local loss {losses[r]}"] if not math.isfinite(losses[r]) else []
@@ -483,11 +482,39 @@ class SdcMonitor:
             what.append(f"rank {r}: {' and '.join(parts)}")
         where = "on every rank" if len(bad) == world else "only on one rank"
         if len(bad) == world and world > 1:
-            where += (f" (after the all-reduce); rank {suspect}'s local loss is the odd one out"
-                      if suspect is not None else " (after the all-reduce: the evidence names no rank)")
+            where += (f" (after the all-reduce); {evidence}" if suspect is not None
+                      else " (after the all-reduce: the evidence names no rank)")
         local = ", ".join(f"{loss:.6g}" for loss in losses)
         return Detection("nonfinite", step, f"non-finite values {where}: {'; '.join(what)} "
                          f"(local losses {local})", suspect, step)
+
+    def _nonfinite_suspect(self, bad: list[int], losses: list[float]) -> tuple[int | None, str]:
+        """The rank whose own computation went non-finite first, and the evidence that says so.
+
+        In the order the step computes: a rank's local loss (its forward), then its local
+        gradients before the all-reduce (its backward: a flipped attention weight can leave
+        the loss finite while its gradients overflow), then, the weakest, a local loss far
+        above the recent global ones. Each names a rank only when it singles one out."""
+        world = self.world_size
+        if world == 1:
+            return None, ""
+        if len(bad) == 1:
+            return bad[0], "only that rank"
+        nonfinite_loss = [r for r in range(world) if not math.isfinite(losses[r])]
+        if len(nonfinite_loss) == 1:
+            return nonfinite_loss[0], f"rank {nonfinite_loss[0]}'s local loss is the odd one out"
+        norms = self.local_grad_norms() if self.local_grad_norms is not None and not nonfinite_loss else None
+        if norms is not None and len(norms) == world:
+            overflowed = [r for r in range(world) if not math.isfinite(norms[r])]
+            if len(overflowed) == 1:
+                shown = ", ".join(f"{n:.6g}" for n in norms)
+                return overflowed[0], (f"rank {overflowed[0]}'s own gradients, before the all-reduce, "
+                                       f"are the only non-finite ones (local gradient norms {shown})")
+        odd = [r for r in range(world)
+               if not math.isfinite(losses[r]) or self.loss_spikes.is_spike(losses[r])]
+        if len(odd) == 1:
+            return odd[0], f"rank {odd[0]}'s local loss is the odd one out"
+        return None, ""
 
     def _replicas(self, step: int, table: list[list[float]], norms_valid: bool) -> list[Detection]:
         world = self.world_size

@@ -36,6 +36,7 @@ from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
 from harness.data_path import DataPath
 from harness.dist import (
     DistEnv,
+    LocalGradients,
     deterministic_allreduce_hook,
     exchange_peers,
     init_process_group,
@@ -52,6 +53,7 @@ from harness.health import (
 from harness.model import build_model, build_optimizer, state_digest
 from harness.preempt import EmergencyStop
 from harness.progress import ProgressWatchdog, StallVerdict
+from harness.quarantine import quarantine_node, suspect_node
 from harness.sdc import Detection, GoldenSelfTest, SdcMonitor
 from harness.slowrank import SlowRankDetector
 
@@ -258,7 +260,8 @@ class Trainer:
         model = build_model(cfg.model, self.vocab.size, cfg.seed)
         self.raw_model = model
         self.model = DistributedDataParallel(model)
-        self.model.register_comm_hook(None, self.slow.timed(deterministic_allreduce_hook))
+        self.local_grads = LocalGradients()  # every rank's own gradients: evidence for harness.sdc
+        self.model.register_comm_hook(self.local_grads, self.slow.timed(deterministic_allreduce_hook))
         self.optimizer = build_optimizer(model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         # One tier, or a node-local fast tier beside the shared one (harness.ckpt_tiers).
@@ -285,7 +288,7 @@ class Trainer:
             golden = GoldenSelfTest(self.raw_model, initial, tokens, self.cfg.model.seq_len)
         replayed = [(r.get("detector"), r.get("step")) for r in self.checkpoints.rollback_records()]
         return SdcMonitor(detect, self.env.rank, self.env.world_size, self.raw_model, self.step,
-                          golden, replayed)
+                          golden, replayed, local_grad_norms=self.local_grads.norms)
 
     def _check_same_start(self) -> None:
         steps = [torch.zeros(1, dtype=torch.long) for _ in range(self.env.world_size)]
@@ -379,6 +382,10 @@ class Trainer:
                            clean_before=detection.clean_before, quarantined=quarantined)
             with contextlib.suppress(Exception):
                 dist.barrier()  # nobody restarts before rank 0 has quarantined
+            if self.cfg.detect.on_suspect == "quarantine":  # the suspect's node leaves (harness.quarantine)
+                node = suspect_node(detection.suspect_rank, self.env.rank, self.env.node, self.peers)
+                if node is not None:
+                    quarantine_node(node, self.env.rank, self.env.node, probe.emit, record)
 
         self.fail(f"silent data corruption ({detection.detector}): {detection.reason}",
                   detection.suspect, "corruption", EXIT_CORRUPTION, then=roll_back,

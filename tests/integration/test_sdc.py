@@ -131,12 +131,39 @@ def test_gradient_flip_before_the_allreduce_is_invisible_to_the_digest(workdir, 
     (flip,) = _flips(events)
     assert flip["tensor"] == "grad:mlp.0.weight" and flip["step"] == 27
     first = _first_detection(events)
-    # every replica applied the same corrupted average: the gradient norm catches it, the
-    # replica digest has nothing to compare, and no rank can be named
-    assert (first["detector"], first["step"], first["suspect"]) == ("nonfinite", 27, None)
-    assert sdc["attribution"] == "none"
+    # every replica applied the same corrupted average: the gradient norm catches it and the
+    # replica digest has nothing to compare; the ranks' own gradients, gathered before the
+    # average, name rank 1 (issue 23: attribution first)
+    assert (first["detector"], first["step"], first["suspect"]) == ("nonfinite", 27, "rank-1")
+    assert "rank 1's own gradients, before the all-reduce" in first["reason"]
+    assert sdc["attribution"] == "correct", sdc["attribution_detail"]
     assert sdc["sdc_detection_steps"] == 0 and sdc["contaminated_checkpoints"] == 0
     assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_a_multi_bit_upset_is_seen_by_the_fingerprint_and_a_gemm_fault_by_the_nan_guard(workdir, baseline):
+    """Issue 23's SDC realism: four adjacent bits at once, and a corrupted GEMM result in
+    the forward pass, each caught by the detector that should catch it."""
+    journal, sdc, events = _run("multi-bit-upset", workdir, baseline)
+    (flip,) = _flips(events)
+    assert flip["flips"] == [[flip["element"], b] for b in range(4)] and flip["step"] == 23
+    first = _first_detection(events)
+    # four adjacent bits move the checksum of rank 1's parameters by an odd number
+    assert (first["detector"], first["step"], first["suspect"]) == ("fingerprint", 23, None)
+    assert sdc["sdc_detection_steps"] == 0 and sdc["contaminated_checkpoints"] == 0
+    assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+    journal, sdc, events = _run("gemm-output-flip", workdir, baseline)
+    (flip,) = _flips(events)
+    assert flip["tensor"] == "gemm_output:mlp.0" and len(flip["flips"]) == 16 and flip["step"] == 33
+    first = _first_detection(events)
+    # nothing stored differs between the replicas: the rank's own gradients name it
+    assert (first["detector"], first["step"], first["suspect"]) == ("nonfinite", 33, "rank-1")
+    assert "rank 1's own gradients, before the all-reduce" in first["reason"]
+    assert sdc["attribution"] == "correct", sdc["attribution_detail"]
+    assert sdc["contaminated_checkpoints"] == 0 and journal["metrics"]["digest_match"] is True
     assert journal["verdict"]["passed"], journal["verdict"]
 
 
@@ -152,6 +179,24 @@ def test_mercurial_core_is_found_and_named_by_the_golden_self_test(workdir, base
     assert sdc["contaminated_checkpoints"] == 0
     # the defect ends with the process: the replay after the rollback is clean
     assert journal["metrics"]["digest_match"] is True
+    assert journal["verdict"]["passed"], journal["verdict"]
+
+
+def test_quarantine_takes_the_faulty_node_out_and_a_spare_in(workdir, baseline):
+    journal, sdc, events = _run("quarantine-suspect-node", workdir, baseline)
+    first = _first_detection(events)
+    assert first["detector"] == "golden" and first["suspect"] == "rank-1"
+    (quarantined,) = [e for e in events if e["kind"] == "node_quarantined"]
+    assert quarantined["node"] == 1 and quarantined["suspect"] == "rank-1"
+    after = [e for e in events if e["kind"] == "rank_start" and e["t"] > quarantined["t"]]
+    # the faulty node never hosts a rank again; the spare (node 2) trains in its place
+    assert {e["node"] for e in after} == {0, 2}
+    spare = {e["src"] for e in after if e["node"] == 2}
+    assert any(e["kind"] == "step_end" and e["src"] in spare and e["t"] > quarantined["t"] for e in events)
+    assert (sdc["quarantined_node"], sdc["quarantine"]) == (1, "correct")
+    metrics = journal["metrics"]
+    assert (metrics["quarantined_nodes"], metrics["wrong_quarantines"]) == (1, 0)
+    assert metrics["digest_match"] is True  # the same world size, the same sums: bitwise
     assert journal["verdict"]["passed"], journal["verdict"]
 
 

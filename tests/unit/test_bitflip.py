@@ -18,6 +18,7 @@ from chaos.bitflip import (
     check_name,
     compress_names,
     flip_,
+    flip_positions,
     force_bit_,
     parse_spec,
     read_bit,
@@ -239,6 +240,56 @@ def test_mercurial_activation_flips_on_seeded_steps_in_every_forward_of_a_bad_st
     steps = sorted({s for s, _ in first})
     assert 0 < len(steps) < 12
     assert all(sum(1 for s, _ in first if s == step) == 2 for step in steps)
+
+
+def test_flip_positions_run_up_a_word_and_on_into_the_next_one():
+    assert flip_positions(7, 27, 32, bits=4) == [(7, 27), (7, 28), (7, 29), (7, 30)]
+    # past the top bit: the next element's lowest bits (the next word in memory)
+    assert flip_positions(7, 30, 32, bits=4) == [(7, 30), (7, 31), (8, 0), (8, 1)]
+    assert flip_positions(0, 3, 16, burst=3) == [(0, 3), (1, 3), (2, 3)]
+    with pytest.raises(BitFlipError, match="between 1 and the element's width"):
+        flip_positions(0, 0, 16, bits=17)
+
+
+def test_multi_bit_and_burst_flips_change_exactly_their_bits(tmp_path):
+    net = _Net()
+    before = net.head.weight.detach().clone()
+    pr = _probe(tmp_path, {"tensor": "head.weight", "element": 1, "bit": 30, "bits": 4, "at_step": 1},
+                {"tensor": "blocks.0.weight", "element": 2, "bit": 0, "burst": 3, "at_step": 1})
+    pr.watch(model=net)
+    pr.fault_point("step_begin", step=1)
+    changed = (before.view(torch.int32) ^ net.head.weight.detach().view(torch.int32)).flatten().tolist()
+    assert changed == [0, (1 << 30) | -(1 << 31), 0b11, 0, 0, 0]
+    flips = _events(tmp_path, pr, "sdc_flip")
+    assert flips[0]["flips"] == [[1, 30], [1, 31], [2, 0], [2, 1]] and flips[0]["element"] == 1
+    assert flips[1]["flips"] == [[2, 0], [3, 0], [4, 0]]
+    injected = [e for e in read_events(str(tmp_path / "events")) if e["kind"] == "fault_injected"]
+    assert (injected[0]["bits"], injected[1]["burst"]) == (4, 3)
+
+
+def test_gemm_output_corrupts_one_linear_layers_matmul_result_in_the_forward(tmp_path):
+    net = _Net()
+    reference = _Net()
+    reference.load_state_dict(net.state_dict())
+    catalog = tensor_catalog(net)
+    assert "gemm_output:blocks.1" in catalog and "gemm_output:blocks" not in catalog
+    pr = _probe(tmp_path, {"tensor": "gemm_output:blocks.1", "element": 4, "bit": "exponent", "at_step": 1})
+    pr.watch(model=net)
+    pr.fault_point("step_begin", step=1)
+    # observers after the fault's hook: what the layer's consumers get
+    seen = []
+    net.blocks[1].register_forward_hook(lambda m, i, out: seen.append(out.detach().clone()))
+    reference.blocks[1].register_forward_hook(lambda m, i, out: seen.append(out.detach().clone()))
+    net(torch.ones(2, 3))
+    reference(torch.ones(2, 3))
+    corrupted, clean = seen
+    differs = (corrupted != clean).flatten().nonzero().flatten().tolist()
+    assert differs == [4]
+    (flip,) = _events(tmp_path, pr, "sdc_flip")
+    assert (flip["tensor"], flip["element"], flip["bit"]) == ("gemm_output:blocks.1", 4, 30)
+    with pytest.raises(BitFlipError, match=r"no linear layer 'blocks' .* linear layers \(gemm_output:MODULE\): "
+                                           r"blocks.\{0-2\}, head"):
+        check_name(parse_spec("gemm_output:blocks"), catalog)
 
 
 def test_problems_are_reported_as_fault_errors_never_raised_into_training(tmp_path):

@@ -53,6 +53,13 @@ def test_the_probe_is_told_where_and_gets_a_seed_of_its_own():
     ({"tensor": "mlp.0.weight", "duration_steps": 3}, "duration_steps", "only for mode stuck_at or mercurial"),
     ({"tensor": "mlp.0.weight", "stuck_value": 1}, "stuck_value", "only for mode stuck_at"),
     ({"tensor": "mlp.0.weight", "grad_phase": "before_allreduce"}, "grad_phase", "only for a gradient"),
+    ({"tensor": "mlp.0.weight", "bits": 33}, "bits", "33 bits: at most the element's width, 32"),
+    ({"tensor": "mlp.0.bias", "element": 383, "bit": 31, "bits": 2}, "element",
+     "element 383 is outside mlp.0.bias (384 elements: 0-383; the flip spans 2 elements from it)"),
+    ({"tensor": "mlp.0.bias", "element": 380, "burst": 5}, "element", "the flip spans 5 elements"),
+    ({"tensor": "mlp.0.weight", "mode": "stuck_at", "duration_steps": 2, "burst": 2}, "burst",
+     "only for mode once or mercurial"),
+    ({"tensor": "gemm_output:tok_emb"}, "tensor", "no linear layer 'tok_emb'"),
 ])
 def test_bitflip_params_are_checked_against_the_harness_model(params, where, fragment):
     with pytest.raises(ScenarioError) as info:

@@ -66,6 +66,37 @@ def test_overflow_everywhere_after_the_allreduce_is_blamed_on_the_odd_local_loss
     assert det.suspect is None and "names no rank" in det.reason
 
 
+def test_a_flipped_attention_weight_is_blamed_on_the_rank_whose_own_gradients_overflowed():
+    """Issue 23: 3 nodes x 2 ranks, the top exponent bit of an attention weight on rank 2.
+    Its loss stays finite (softmax saturates) but its own gradients are NaN, and the
+    all-reduce makes every rank's gradient norm NaN; the local gradients the all-gather
+    brought every rank (before the average) still say whose backward it was."""
+    from harness.dist import LocalGradients
+
+    world = 6
+    local = LocalGradients()
+    clean = [torch.ones(4) * (r + 1) for r in range(world)]
+    local.keep(0, clean)
+    local.keep(1, [*(torch.ones(2) for _ in range(2)), torch.tensor([math.nan, 1.0]),
+                   *(torch.ones(2) for _ in range(3))])
+    monitor = SdcMonitor(DetectConfig(), 0, world, nn.Linear(2, 2), 0, local_grad_norms=local.norms)
+    _warm(monitor)
+    rows = [_row(loss=2.0 + 0.01 * r, norm=math.nan) for r in range(world)]
+    (det,) = monitor._judge(50, rows, 2.02, True)
+    assert (det.detector, det.suspect, det.clean_before) == ("nonfinite", "rank-2", 50)
+    assert "rank 2's own gradients, before the all-reduce" in det.reason
+    # An overflow only (a gradient flipped before the all-reduce: 3e35, finite) counts too:
+    # the norm of that rank's own gradients is inf, as the guard's own norm would say.
+    local.keep(0, [*clean[:1], clean[1] * 3e35, *clean[2:]])
+    assert monitor._judge(50, rows, 2.02, True)[0].suspect == "rank-1"
+    # Two ranks' own gradients non-finite: the evidence names no one.
+    local.keep(0, [clean[0] * math.inf, clean[1] * 3e35, *clean[2:]])
+    assert monitor._judge(50, rows, 2.02, True)[0].suspect is None
+    # Bucket 0 starts a new backward: nothing of the last one is kept beside it.
+    local.keep(0, clean)
+    assert local.norms() == [float(torch.linalg.vector_norm(t)) for t in clean]
+
+
 def test_two_replicas_that_differ_cannot_say_which_is_wrong_three_can():
     a, b = (1.0, 2.0, 3.0, 4.0), (1.0, 2.0, 3.0, 5.0)
     monitor = _monitor(world=2, start_step=20)

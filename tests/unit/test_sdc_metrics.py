@@ -102,3 +102,29 @@ def test_verdict_checks_sdc_targets_per_corruption_fault():
     assert "(undetected: counted to the end of the run)" in failed[1]
     v = judge(Targets(sdc_detection_steps=Bound(max=10)), _metrics(_flip_then_detect(30)))
     assert v.passed, v.reasons()
+
+
+def _quarantined(node: int) -> list[dict]:
+    """Rank 1 on node 1 corrupted at step 23; the job blames rank 1 at step 30 and
+    quarantines ``node``."""
+    events = _flip_then_detect(30, suspect="rank-1", detector="golden")
+    for e in events:
+        if e["kind"] == "rank_start":
+            e["node"] = e["rank"]
+    _ev(events, 30.2, "rank-0", "node_quarantined", node=node, suspect="rank-1", detector="golden", step=30)
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+def test_a_quarantine_is_judged_by_whether_the_node_held_the_corrupted_rank():
+    right = _metrics(_quarantined(1))
+    (fm,) = right.faults
+    assert (fm.quarantined_node, fm.quarantine) == (1, "correct")
+    assert (right.quarantined_nodes, right.wrong_quarantines) == (1, 0)
+    wrong = _metrics(_quarantined(0))
+    assert wrong.faults[0].quarantine == "wrong" and wrong.wrong_quarantines == 1
+    verdict = judge(Targets(wrong_quarantines=Bound(max=0)), wrong)
+    assert not verdict.passed and "wrong quarantines 1" in " ".join(c.reason for c in verdict.checks)
+    # no quarantine: no such metrics at all (a job that only rolls back)
+    plain = _metrics(_flip_then_detect(30, suspect="rank-1"))
+    assert "quarantine" not in plain.faults[0].to_dict() and "quarantined_nodes" not in plain.to_dict()

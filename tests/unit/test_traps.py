@@ -62,12 +62,12 @@ def test_every_problem_of_a_file_in_one_pass() -> None:
     """Unknown type, misplaced key, bad range, bad target: all told at once, in file order."""
     problems = _problems({"name": "x", "faults": [
         {"type": "corrupt_checkpoint", "target": {"rank": 0}, "trigger": {"at_step": 5}},
-        {"type": "bitflip", "target": {"rank": 9}, "trigger": {"at_step": 5}, "params": {"bits": 8}},
+        {"type": "bitflip", "target": {"rank": 9}, "trigger": {"at_step": 5}, "params": {"bitz": 8}},
         {"type": "io_error", "target": {"path": "x"}, "trigger": {"at_step": 5}},
         {"type": "device_error", "target": {"rank": 0}, "trigger": {"at_step": 5},
          "params": {"xid": 10**12}},
     ], "targets": {"sdc_detection_steps": {"max": 3}}})
-    assert list(problems) == ["faults[0].type", "faults[1].target.rank", "faults[1].params.bits",
+    assert list(problems) == ["faults[0].type", "faults[1].target.rank", "faults[1].params.bitz",
                               "faults[2].target.path", "faults[3].params.xid"], problems
 
 

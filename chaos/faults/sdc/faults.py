@@ -23,6 +23,7 @@ from chaos.bitflip import (
     bit_index,
     check_name,
     parse_spec,
+    span_elements,
 )
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, known_types, register
 from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
@@ -56,8 +57,10 @@ ElementChoice = Annotated[
 class BitFlipParams(FaultParams):
     tensor: str = Field(min_length=1)
     """What to corrupt: a parameter NAME, grad:NAME (its gradient; see grad_phase),
-    optim:NAME:KEY (optimizer state, e.g. optim:head.weight:exp_avg) or act:MODULE (a
-    module's output, through a forward hook). With the harness, `trainchaos validate` checks
+    optim:NAME:KEY (optimizer state, e.g. optim:head.weight:exp_avg), act:MODULE (a
+    module's output, through a forward hook) or gemm_output:MODULE (the result of a linear
+    layer's matrix multiply in the forward pass, its fused bias included: the
+    instruction-level class SDC studies inject). With the harness, `trainchaos validate` checks
     the name and lists the valid ones; a command's names are checked when the fault fires."""
     element: ElementChoice = "random"
     """Row-major index of the element in the tensor's logical shape (whatever its strides),
@@ -67,6 +70,13 @@ class BitFlipParams(FaultParams):
     16 for bfloat16/float16) or sign, exponent (the exponent's top bit: x2^128 for a float32
     below 2, loud), mantissa_high (x1.5 or x0.75) or mantissa_low (one unit in the last
     place, quiet)."""
+    bits: int = Field(1, ge=1, le=_MAX_BIT + 1)
+    """How many adjacent bits of memory flip at once, from `bit` upward; past the element's
+    top bit they go on in the next element's lowest bits: a multi-bit upset in one word or in
+    two adjacent ones. At most the element's width (32 for float32)."""
+    burst: int = Field(1, ge=1, le=MAX_BYTES)
+    """A run of this many consecutive elements from `element`, each flipped alike: a
+    corrupted cache line or DMA burst (a random element is picked so the run fits)."""
     mode: Literal["once", "stuck_at", "mercurial"] = "once"
     """once: one flip at the step; stuck_at: the bit is forced (to stuck_value) at every
     step for duration_steps; mercurial: a faulty core, flipping with probability
@@ -91,8 +101,9 @@ class BitFlip(FaultType):
     family: ClassVar[str] = "sdc"
     failure_class: ClassVar[str] = "corruption"
     summary: ClassVar[str] = (
-        "Flip (or force) a bit of one element of a live tensor at step N: a parameter, a "
-        "gradient before or after the all-reduce, optimizer state, or an activation."
+        "Flip (or force) a bit of one element of a live tensor at step N -- or N adjacent "
+        "bits, or a run of elements: a parameter, a gradient before or after the all-reduce, "
+        "optimizer state, an activation, or a linear layer's GEMM output."
     )
     fidelity: ClassVar[str] = (
         "Stands for silent data corruption: a flipped bit in memory, on a link or in a "
@@ -101,8 +112,15 @@ class BitFlip(FaultType):
         "to a clean checkpoint and the cost of checkpointing corrupted state. The flip is "
         "made by torch bit operations on the tensor's storage, at a step boundary or in a "
         "hook: it does not model a corrupted kernel mid-computation except through an "
-        "activation, and it ends with the process (a real faulty core stays faulty after a "
-        "restart)."
+        "activation or a GEMM output, and it ends with the process (a real faulty core stays "
+        "faulty after a restart). bits: N flips N adjacent bits of memory (one word or two "
+        "adjacent ones: a multi-bit upset; studies find single-bit flips under 40 % of "
+        "bit-flip events), burst: L a run of L words (a cache line); both exact, neither "
+        "models ECC, which would correct one bit and report two. gemm_output corrupts the "
+        "result of one linear layer's matrix multiply in the forward pass on one rank, bias "
+        "epilogue included, as instruction-level injection studies do; not the backward "
+        "GEMMs, not a partial sum inside the accumulation, and not a faulty unit that hits "
+        "the same output column of every tile (mode mercurial comes closest)."
     )
     params_model: ClassVar[type[FaultParams]] = BitFlipParams
     target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
@@ -150,6 +168,9 @@ class BitFlip(FaultType):
             problems.append((("flip_probability",), "only for mode mercurial"))
         if params.mode != "stuck_at" and "stuck_value" in given:
             problems.append((("stuck_value",), "only for mode stuck_at"))
+        for key in ("bits", "burst"):
+            if params.mode == "stuck_at" and getattr(params, key) > 1:
+                problems.append(((key,), "only for mode once or mercurial: stuck_at forces one bit"))
         try:
             spec = parse_spec(params.tensor)
         except BitFlipError as exc:
@@ -165,13 +186,23 @@ class BitFlip(FaultType):
         except BitFlipError as exc:
             return [*problems, (("tensor",), str(exc))]
         try:
-            bit_index(entry["dtype"], params.bit)
+            bit = bit_index(entry["dtype"], params.bit)
         except BitFlipError as exc:
             problems.append((("bit",), f"{exc} ({params.tensor} is {entry['dtype']})"))
+            return problems
+        width = FLOAT_LAYOUTS[entry["dtype"]][0]
+        if params.bits > width:
+            problems.append((("bits",), f"{params.bits} bits: at most the element's width, {width} "
+                             f"({params.tensor} is {entry['dtype']})"))
+            return problems
+        span = span_elements(width, bit, params.bits, params.burst)
         numel = entry.get("numel")
-        if isinstance(params.element, int) and numel is not None and params.element >= numel:
+        if isinstance(params.element, int) and numel is not None and params.element + span > numel:
+            spans = f"; the flip spans {span} elements from it" if span > 1 else ""
             problems.append((("element",), f"element {params.element} is outside {params.tensor} "
-                             f"({numel} elements: 0-{numel - 1})"))
+                             f"({numel} elements: 0-{numel - 1}{spans})"))
+        elif numel is not None and span > numel:
+            problems.append((("burst",), f"the flip spans {span} elements; {params.tensor} has {numel}"))
         return problems
 
 
