@@ -258,8 +258,10 @@ class HarnessConfig:
     """With data_stream: a read of the data file still running after this many seconds is a storage failure of this rank on the data path (0 = off)."""
     warm_start: bool = False
     """Start ranks from a per-node zygote that has imported torch already (harness/zygote.py):
-    a restart pays rendezvous and checkpoint load, not Python's imports. Restart and launch
-    times measured so are not what a cold-starting stack pays: the run record says which."""
+    a restart pays rendezvous and checkpoint load, not Python's imports (kill -> next step
+    3.1 s warm, 10.8 s cold, 8.3 s plain torchrun here; benchmarks/harness_bench.py). Off by
+    default: recovery is what trainchaos measures, and a cold restart is what most stacks
+    pay; on for quick iterations (tests, demos). The run record says which was measured."""
     data_restore_position: bool = True
     """Test aid: false makes the sampler ignore the data position saved in the checkpoint (every restart starts over at the first batch), the dataloader bug the exactly-once data checker must catch (docs/checkers.md)."""
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -52,14 +52,18 @@ def test_a_rank_killed_under_warm_start_is_the_trainer_and_the_model_ends_as_col
     assert fault["details"]["pids"] == [before[-1]["pid"]]
     detected = [e for e in events if e["kind"] == "detected" and e["t"] >= fault["t_inject"]]
     assert detected and detected[0]["suspect"] == "rank-3"
-    # torchrun saw its worker die of the same SIGKILL and restarted the group.
-    logs = "".join(open(os.path.join(run_dir, "logs", name), encoding="utf-8", errors="replace").read()
-                   for name in sorted(os.listdir(os.path.join(run_dir, "logs"))))
-    assert "failed (exitcode: -9) local_rank: 1" in logs
+    # torchrun saw a worker of that node fail and restarted the group (which failure it
+    # reports first, the killed rank's -9 or a peer's exit on detecting it, is a race of its
+    # monitor; that the proxy dies of the rank's SIGKILL is tests/unit/test_zygote.py's).
+    logs = {name: open(os.path.join(run_dir, "logs", name), encoding="utf-8", errors="replace").read()
+            for name in sorted(os.listdir(os.path.join(run_dir, "logs")))}
+    node = before[-1]["node"]
+    assert "failed (exitcode: " in logs[f"node-{node}.log"]
+    after = [e for e in events if e["kind"] == "rank_start" and e["t"] > fault["t_inject"]]
+    assert sorted(e["rank"] for e in after) == [0, 1, 2, 3] and {e["restart_count"] for e in after} == {1}
+    assert next(e for e in after if e["rank"] == 3)["pid"] != before[-1]["pid"]
     # Each node's zygote was up, single-threaded, before forking (harness.zygote.serve).
-    assert logs.count("forking ranks") == 2
-    after = [e for e in starts if e["t"] > fault["t_inject"]]
-    assert after and after[0]["pid"] != before[-1]["pid"]
+    assert all(text.count("forking ranks") == 1 for text in logs.values())
     (metrics,) = warm["metrics"]["faults"]
     assert metrics["resumed_from"] == 20 and metrics["lost_steps"] == fault["step_at_inject"] - 20
     # Seeded, same world size: warm and cold training end bitwise equal.
