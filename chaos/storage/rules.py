@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.storage.latency import LatencyDraw
+
 __all__ = ["ACTIONS", "OPS", "Caller", "Decision", "Rule", "RuleSet", "errno_number"]
 
 OPS: tuple[str, ...] = ("open", "create", "read", "write", "fsync", "flush", "rename", "unlink",
@@ -73,6 +75,8 @@ class Rule:
     ranks: tuple[int, ...] = ()
     nodes: tuple[int, ...] = ()
     latency_s: float = 0.0
+    latency: dict[str, Any] | None = None
+    """A latency drawn per operation (``chaos.storage.latency``), added to ``latency_s``."""
     bandwidth_bps: float = 0.0
     errno: int = _errno.EIO
     bytes_left: int = 0
@@ -80,6 +84,7 @@ class Rule:
     seed: int = 0
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+    _latency: LatencyDraw | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -90,6 +95,8 @@ class Rule:
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"rule {self.rule_id}: probability {self.probability} is outside [0, 1]")
         self._rng = random.Random(f"{self.seed}/{self.rule_id}")
+        if self.latency:
+            self._latency = LatencyDraw(self.latency, f"{self.seed}/{self.rule_id}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:
@@ -141,6 +148,8 @@ class RuleSet:
                 decision.stall.append(rule)
             elif rule.action == "slow":
                 decision.sleep_s += rule.latency_s
+                if rule._latency is not None:
+                    decision.sleep_s += rule._latency.seconds(op)
                 if rule.bandwidth_bps > 0 and nbytes:
                     decision.sleep_s += nbytes / rule.bandwidth_bps
             elif rule.action == "error":

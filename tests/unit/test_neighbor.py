@@ -217,3 +217,4 @@ def test_an_oom_is_attributed_and_recovery_counts_from_the_kill_not_the_leak() -
     assert fm.restarted and fm.recovery_s == pytest.approx(16.0 - 10.0, abs=0.01)
     assert (fm.last_step_before, fm.resumed_from, fm.lost_steps) == (140, 120, 20)
     assert m.false_detections == 0
+

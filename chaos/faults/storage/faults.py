@@ -31,6 +31,7 @@ from chaos.faults.base import (
 )
 from chaos.schema.types import MAX_BYTES, MAX_SECONDS, MAX_STEPS
 from chaos.storage.control import MountControl
+from chaos.storage.latency import METADATA_OPS
 from chaos.storage.mounts import tier_label
 from chaos.storage.rules import errno_number
 
@@ -66,7 +67,25 @@ class IoSlowParams(_StorageParams):
     ops: list[Op] = Field(default_factory=lambda: ["read", "write", "fsync"], min_length=1)
     """Operations slowed."""
     latency_ms: float = Field(0.0, ge=0, le=MAX_SECONDS * 1000)
-    """Added to every matching operation."""
+    """Latency added to every matching operation, ms: the scale of its ``distribution`` (of
+    the data operations only when ``metadata_latency_ms`` is set)."""
+    distribution: Literal["fixed", "uniform", "lognormal", "pareto"] = "fixed"
+    """How each operation's latency is drawn around its scale (seeded per fault: a repeat of
+    the plan draws the same): fixed: the scale; uniform: its mean, within +-spread; lognormal:
+    its median (a long tail); pareto: its minimum (a heavy tail, as object stores and metadata
+    servers have)."""
+    metadata_latency_ms: float | None = Field(None, ge=0, le=MAX_SECONDS * 1000)
+    """The scale for metadata operations (open, create, rename, unlink, mkdir, rmdir, readdir,
+    getattr, statfs), drawn from the same distribution; ``latency_ms`` is then the data
+    operations' (read, write, fsync, flush, truncate). Null: one scale for both."""
+    spread: float = Field(0.5, ge=0, le=1)
+    """uniform: half the range, as a share of the scale (0.5: 0.5x to 1.5x)."""
+    sigma: float = Field(0.5, gt=0, le=5)
+    """lognormal: the standard deviation of the latency's logarithm (1.0: p99 about 10x the median)."""
+    alpha: float = Field(2.0, gt=0, le=100)
+    """pareto: the tail index (smaller is heavier: <= 2 infinite variance, <= 1 infinite mean)."""
+    max_ms: float | None = Field(None, gt=0, le=MAX_SECONDS * 1000)
+    """A cap on each drawn latency, ms (a client timeout and retry); null: none."""
     bandwidth_mbps: float = Field(0.0, ge=0, le=10**7)
     """Cap on the bytes of reads and writes, in MB/s (0: no cap)."""
 
@@ -250,23 +269,40 @@ class IoSlow(_RuleFault):
     failure_class: ClassVar[str] = "slow"
     action: ClassVar[str] = "slow"
     params_model: ClassVar[type[FaultParams]] = IoSlowParams
-    summary: ClassVar[str] = "Add latency to each matching operation and/or cap its bandwidth."
+    summary: ClassVar[str] = ("Add latency to each matching operation (fixed, or drawn per operation from a "
+                              "distribution, per op class) and/or cap its bandwidth.")
     fidelity: ClassVar[str] = (
         "Stands for storage shared with other jobs' checkpoint bursts, a degraded RAID, a "
-        "throttled cloud volume. Exercises save latency, blocked time and the save deadline. "
-        "Latency is per FUSE request (the kernel splits large IO into 128 KiB requests).")
+        "throttled cloud volume, an object store or metadata server with a long latency tail "
+        "(distribution: lognormal, pareto; metadata_latency_ms for the metadata path). Exercises "
+        "save latency, blocked time and the save deadline. Latency is per FUSE request (the "
+        "kernel splits large IO into 128 KiB requests), drawn in the layer, not on the wire.")
     mechanism: ClassVar[str] = "by the injector: a slow rule in the FUSE fault layer's control file"
 
     @classmethod
     def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
         errors = _check_storage(params, context)
-        if params.latency_ms == 0 and params.bandwidth_mbps == 0:
-            errors.append((("latency_ms",), "io_slow needs latency_ms > 0 or bandwidth_mbps > 0"))
+        if params.latency_ms == 0 and params.bandwidth_mbps == 0 and not params.metadata_latency_ms:
+            errors.append((("latency_ms",), "io_slow needs latency_ms > 0, metadata_latency_ms > 0 or "
+                                            "bandwidth_mbps > 0"))
+        if params.metadata_latency_ms is not None and not set(params.ops) & METADATA_OPS:
+            errors.append((("metadata_latency_ms",), f"no metadata operation in ops {list(params.ops)}: add some "
+                                                     f"of {', '.join(sorted(METADATA_OPS))}"))
         return errors
 
     def rule(self) -> dict[str, Any]:
-        return {**super().rule(), "latency_s": self.params.get("latency_ms", 0.0) / 1000.0,
-                "bandwidth_bps": self.params.get("bandwidth_mbps", 0.0) * 1e6}
+        p = self.params
+        rule = {**super().rule(), "latency_s": p.get("latency_ms", 0.0) / 1000.0,
+                "bandwidth_bps": p.get("bandwidth_mbps", 0.0) * 1e6}
+        if p.get("distribution", "fixed") != "fixed" or p.get("metadata_latency_ms") is not None:
+            # Drawn per operation by the layer (chaos.storage.latency), seeded by the rule.
+            metadata = p.get("metadata_latency_ms")
+            rule["latency_s"] = 0.0
+            rule["latency"] = {"distribution": p.get("distribution", "fixed"), "data_ms": float(p.get("latency_ms", 0.0)),
+                               "metadata_ms": float(metadata if metadata is not None else p.get("latency_ms", 0.0)),
+                               "spread": p.get("spread", 0.5), "sigma": p.get("sigma", 0.5),
+                               "alpha": p.get("alpha", 2.0), "max_ms": p.get("max_ms")}
+        return rule
 
 
 @register
