@@ -10,7 +10,7 @@ rank the kernel's OOM killer picks: the member of the cgroup with the largest re
 kubelet's ``OOMKilled`` or Slurm's ``oom-kill event`` is the same record in a real cluster:
 what tells an OOM kill apart from any other SIGKILL, which the job itself cannot see.
 
-Stdlib only (and ``chaos.probe`` to write the event).
+Reads the cgroup through ``chaos.cluster.cgroups``; writes the event with ``chaos.probe``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 
+from chaos.cluster.cgroups import cgroup_procs, oom_kills
 from chaos.probe import Probe
 
-__all__ = ["main", "oom_kill_count"]
+__all__ = ["main"]
 
 
 def _env_rank(pid: int) -> int | None:
@@ -48,14 +49,6 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def _members(cgroup: str) -> list[int]:
-    try:
-        with open(os.path.join(cgroup, "cgroup.procs"), encoding="utf-8") as fh:
-            return [int(line) for line in fh if line.strip()]
-    except OSError:
-        return []
-
-
 class _Ranks:
     """pid -> (rank, last resident set) of the cgroup's members, refreshed in the background.
 
@@ -71,7 +64,7 @@ class _Ranks:
 
     def _refresh(self) -> None:
         while True:
-            members = _members(self.cgroup)
+            members = cgroup_procs(self.cgroup)
             known = {}
             for pid in members:
                 rank = self.known[pid][0] if pid in self.known else _env_rank(pid)
@@ -89,15 +82,6 @@ class _Ranks:
             if best is None or rss > best[2]:
                 best = (pid, rank, rss)
         return best
-
-
-def oom_kill_count(cgroup: str) -> int:
-    with open(os.path.join(cgroup, "memory.oom_control"), encoding="utf-8") as fh:
-        for line in fh:
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.emit("detected", by=f"kernel-node-{args.node}", suspect=f"rank-{rank}", failure_class="oom",
                    reason=(f"the kernel's OOM killer killed pid {pid} (rank {rank}, {rss_kb >> 10} MiB resident) "
                            f"in node {args.node}'s memory cgroup (limit {limit_mb} MiB)"),
-                   oom_kills=oom_kill_count(args.cgroup))
+                   oom_kills=oom_kills(args.cgroup))
 
 
 if __name__ == "__main__":

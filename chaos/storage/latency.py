@@ -41,7 +41,7 @@ def op_class(op: str) -> str:
 
 
 class LatencyDraw:
-    """The delays of one rule: ``spec`` is the rule's ``latency`` mapping (``distribution``,
+    """The delays of one rule: ``spec`` is the rule's ``latency_dist`` mapping (``distribution``,
     ``data_ms``, ``metadata_ms``, ``spread``, ``sigma``, ``alpha``, ``max_ms``)."""
 
     def __init__(self, spec: dict[str, Any], seed: str) -> None:

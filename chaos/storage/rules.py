@@ -75,7 +75,7 @@ class Rule:
     ranks: tuple[int, ...] = ()
     nodes: tuple[int, ...] = ()
     latency_s: float = 0.0
-    latency: dict[str, Any] | None = None
+    latency_dist: dict[str, Any] | None = None
     """A latency drawn per operation (``chaos.storage.latency``), added to ``latency_s``."""
     bandwidth_bps: float = 0.0
     errno: int = _errno.EIO
@@ -95,8 +95,8 @@ class Rule:
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"rule {self.rule_id}: probability {self.probability} is outside [0, 1]")
         self._rng = random.Random(f"{self.seed}/{self.rule_id}")
-        if self.latency:
-            self._latency = LatencyDraw(self.latency, f"{self.seed}/{self.rule_id}")
+        if self.latency_dist:
+            self._latency = LatencyDraw(self.latency_dist, f"{self.seed}/{self.rule_id}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:

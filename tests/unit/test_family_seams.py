@@ -111,7 +111,6 @@ SAME_WORD_OTHER_THING = {
     ("chaos/faults/container/__init__.py", "partition"): "a word of a did-you-mean phrase",
     ("chaos/faults/storage/__init__.py", "bandwidth"): "a word of a did-you-mean phrase",
     ("chaos/cluster/cgroups.py", "oom_kill"): "the kernel's OOM-kill counter in memory.oom_control",
-    ("chaos/cluster/oomwatch.py", "oom_kill"): "the kernel's OOM-kill counter in memory.oom_control",
 }
 # References to a type that are not yet routed through its family (docs/design.md, "Where the
 # code is short of these seams"):

@@ -41,7 +41,7 @@ def test_latency_distributions_are_seeded_per_rule_and_op_class() -> None:
     assert draws(spec, "read", 50) != draws(spec, "open", 50)
     # Through a rule (as the daemon reads it from the control file): only metadata slowed.
     rule = Rule.from_dict({"rule_id": "f0", "action": "slow", "seed": 7, "ops": ["open", "write"],
-                           "latency": {"distribution": "fixed", "data_ms": 0, "metadata_ms": 30}})
+                           "latency_dist": {"distribution": "fixed", "data_ms": 0, "metadata_ms": 30}})
     rules = RuleSet([Rule.from_dict(rule.to_dict())])
     assert rules.decide("open", "a", Caller()).sleep_s == 0.03
     assert rules.decide("write", "a", Caller(), nbytes=10).sleep_s == 0.0
@@ -56,7 +56,7 @@ def test_io_slow_distribution_params_are_validated_and_become_the_rule(tmp_path:
                                               "metadata_latency_ms": 20, "max_ms": 500,
                                               "ops": ["open", "getattr", "write", "fsync"]}).model_dump()
     rule = cls("f0-io_slow", ResolvedTarget(nodes=(1,)), params, seed=3).rule()
-    assert rule["latency"] == {"distribution": "pareto", "data_ms": 2.0, "metadata_ms": 20.0, "spread": 0.5,
+    assert rule["latency_dist"] == {"distribution": "pareto", "data_ms": 2.0, "metadata_ms": 20.0, "spread": 0.5,
                                "sigma": 0.5, "alpha": 1.5, "max_ms": 500.0}
     assert rule["latency_s"] == 0.0
     with pytest.raises(ScenarioError) as info:

@@ -31,12 +31,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from chaos.faults.network.metrics import MIN_STEPS, explains_detection
+from chaos.faults.network.metrics import MIN_STEPS, explains_detection, step_durations
 from chaos.metrics.family import FaultContext, MetricFamily
 from chaos.metrics.spec import MetricSpec
-from chaos.metrics.timeline import incarnation, rank_of
+from chaos.metrics.timeline import rank_of
 
-__all__ = ["METRICS", "victim_src", "victim_step_durations"]
+__all__ = ["METRICS", "victim_src"]
 
 
 def victim_src(target_srcs: list[str], events: list[dict[str, Any]]) -> str | None:
@@ -49,18 +49,6 @@ def victim_src(target_srcs: list[str], events: list[dict[str, Any]]) -> str | No
     return min(known, key=lambda src: rank_of(src) or 0) if known else None
 
 
-def victim_step_durations(step_ends: list[dict[str, Any]], src: str) -> list[tuple[float, float]]:
-    """(start, end) of each step of ``src`` in time order, per incarnation."""
-    last: dict[int, float] = {}
-    spans = []
-    for e in sorted((e for e in step_ends if e.get("src") == src), key=lambda e: e["t"]):
-        inc = incarnation(e)
-        if inc in last:
-            spans.append((last[inc], float(e["t"])))
-        last[inc] = float(e["t"])
-    return spans
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if len(values) >= MIN_STEPS else None
 
@@ -68,7 +56,7 @@ def _median(values: list[float]) -> float | None:
 def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     fm = ctx.metrics
     src = victim_src(list(ctx.record.target_srcs), ctx.timeline.events)
-    spans = victim_step_durations(ctx.timeline.step_ends, src) if src else []
+    spans = step_durations(ctx.timeline.step_ends, src) if src else []
     until = fm.t_revert if fm.t_revert is not None else ctx.run.t_end
     before = _median([b - a for a, b in spans if b < fm.t_inject])
     during = _median([b - a for a, b in spans if a >= fm.t_inject and b <= until])

@@ -62,12 +62,14 @@ def _rank(src: Any) -> int | None:
     return None
 
 
-def step_durations(step_ends: list[dict[str, Any]]) -> list[tuple[float, float]]:
-    """(start, end) of each step of the reference rank, in time order (see module docstring)."""
-    srcs = {e["src"] for e in step_ends if _rank(e.get("src")) is not None}
-    if not srcs:
-        return []
-    ref = "rank-0" if "rank-0" in srcs else min(srcs, key=lambda s: _rank(s) or 0)
+def step_durations(step_ends: list[dict[str, Any]], ref: str | None = None) -> list[tuple[float, float]]:
+    """(start, end) of each step of ``ref`` (default: the reference rank), in time order
+    (see module docstring)."""
+    if ref is None:
+        srcs = {e["src"] for e in step_ends if _rank(e.get("src")) is not None}
+        if not srcs:
+            return []
+        ref = "rank-0" if "rank-0" in srcs else min(srcs, key=lambda s: _rank(s) or 0)
     last: dict[int, float] = {}
     spans = []
     for e in sorted((e for e in step_ends if e["src"] == ref), key=lambda e: e["t"]):
