@@ -41,11 +41,15 @@ slurm-demo: install
 	$(BIN)/python -m chaos.cluster.slurm_testbed run --nodes 4 -- \
 	  $(BIN)/trainchaos run scenarios/slurm --out reports/slurm --junit reports/slurm/junit.xml
 
-# Unit tests first, then the integration modules from the quickest to the slowest
-# (tests/conftest.py orders them): a failure shows early. The slowest 25 are listed at the
-# end, so a test that grew past its budget is seen.
+# Unit tests first, then the integration tests on TEST_JOBS workers side by side (most of
+# an integration test's time is waiting on timeouts, paced steps and restarts, not CPU;
+# tests/conftest.py says what stays together). TEST_JOBS=1 runs everything one at a time in
+# one process, quickest module first. The slowest 25 are listed at the end, so a test that
+# grew past its budget is seen.
+TEST_JOBS ?= 3
+WORKERS = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS))
 test: install
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25 $(WORKERS)
 
 # Flaky tests are found here before they land: the integration tests on a host whose cores
 # are all taken by busy processes, each test STRESS_COUNT times in a row. Narrow it with
@@ -61,7 +65,7 @@ test-unit: install
 	$(BIN)/python -m pytest tests/unit -q
 
 test-integration: install
-	$(BIN)/python -m pytest tests -q -m integration --timeout 900
+	$(BIN)/python -m pytest tests -q -m integration --timeout 900 $(WORKERS)
 
 lint: install
 	$(BIN)/ruff check chaos harness tests benchmarks

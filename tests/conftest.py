@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -46,11 +48,30 @@ def _start_hogs(count: int, nice: int) -> list[subprocess.Popen]:
             for _ in range(count)]
 
 
+def _xdist_worker(config: pytest.Config) -> str | None:
+    """The id of this pytest-xdist worker (``gw0``...), None in the main process."""
+    return getattr(config, "workerinput", {}).get("workerid")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     count = config.getoption("--stress-hogs")
     if count < 0:
         raise pytest.UsageError(f"--stress-hogs: {count} is not a number of processes (0 or more)")
-    config._trainchaos_hogs = _start_hogs(count, config.getoption("--stress-nice")) if count else []
+    worker = _xdist_worker(config)
+    # The hogs load the machine once, from the main process, not once per worker.
+    start = count and worker is None
+    config._trainchaos_hogs = _start_hogs(count, config.getoption("--stress-nice")) if start else []
+    config._trainchaos_tmpdir = _own_tmpdir(worker) if worker else None
+
+
+def _own_tmpdir(worker: str) -> str:
+    """Each worker's tests (and the runs they start) get their own TMPDIR: the leak checks
+    that compare the temp directory before and after a run (no torchelastic_* folder, no
+    node temp dir left) then see their own worker's runs only, not the one beside them."""
+    path = tempfile.mkdtemp(prefix=f"tc-{worker}-")
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = None  # gettempdir() caches: read TMPDIR again
+    return path
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -64,6 +85,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for hog in getattr(config, "_trainchaos_hogs", []):
         hog.kill()
         hog.wait()
+    if tmpdir := getattr(config, "_trainchaos_tmpdir", None):
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- order
@@ -77,22 +100,67 @@ INTEGRATION_ORDER = (
     "test_storage_mount", "test_net_faults", "test_engine", "test_pytest_plugin", "test_user_command",
     "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency", "test_warm_start",
     # one to two and a half minutes
-    "test_net_heal", "test_netns", "test_docker", "test_gameday",
+    "test_net_heal", "test_netns",
     None,  # modules not listed here
     # longer
     "test_process_faults", "test_scale_from_runs", "test_sdc", "test_storage", "test_power",
-    "test_hardening", "test_harness", "test_report_gate", "test_safety", "test_slurm",
+    "test_hardening", "test_harness", "test_report_gate", "test_checkers", "test_safety", "test_slurm",
+    # the longest: one dockerd, its image built, then two modules' runs in containers
+    "test_gameday", "test_docker",
 )
+
+# With workers (`make test TEST_JOBS=N`, pytest-xdist `-n N`), integration tests run side
+# by side: most of a test's wall time is waiting (timeouts, paced steps, restarts), not CPU.
+# An integration module is handed to one worker whole, its tests in file order (module-scoped
+# fixtures: one run, one dockerd job, one Slurm testbed, set up once); modules that share a
+# session fixture go together (named here), so it is set up once. The slowest modules are
+# handed out first: the suite's wall time is then the work spread over the workers, not a
+# long module that started last. Unit tests still come first, one at a time to any worker.
+SHARED_GROUPS = {
+    "test_docker": "docker",  # one dockerd (docker_host), whose leftovers `cleanup` scans
+    "test_gameday": "docker",
+    "test_process_faults": "smoke-device-error",  # the shared run in _shared_runs.py
+    "test_scale_from_runs": "smoke-device-error",
+}
+
+
+def _module_name(item: pytest.Item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(INTEGRATION_ORDER)}
     unlisted = rank[None]
+    longest_first = _xdist_worker(config) is not None
 
     def key(item: pytest.Item) -> tuple[int, int]:
         if item.get_closest_marker("integration") is None:
             return (0, 0)
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        return (1, rank.get(module, unlisted))
+        module_rank = rank.get(_module_name(item), unlisted)
+        return (1, -module_rank if longest_first else module_rank)
 
     items.sort(key=key)  # stable: a module's tests keep their file order
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist not installed: only the serial run
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    class ModuleScheduling(LoadScopeScheduling):
+        """Work units: each unit test alone, each integration module (or SHARED_GROUPS
+        group) whole; handed out in collection order. (pytest-xdist's own `loadgroup`
+        names a group by rewriting the test's node id, which pytest 9 no longer allows.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if "/integration/" not in path:
+                return nodeid
+            module = path.rsplit("/", 1)[-1].removesuffix(".py")
+            return SHARED_GROUPS.get(module, module)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
+        config.option.loadscopereorder = False  # keep the order above, not the largest unit first
+        return ModuleScheduling(config, log)

@@ -12,10 +12,12 @@ the machine lacks it; ``pytest -m "not docker"`` leaves such tests out altogethe
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import pytest
 
 from chaos.contract import STATE_DIR_ENV
 
-__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "missing", "state_dir_env"]
+__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "machine_cleanup_lock", "missing", "state_dir_env"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,6 +50,41 @@ def state_dir_env(path: Path) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STATE_DIR_ENV, str(path))
         yield path
+
+
+# ----------------------------------------------------------------------------- machine-wide cleanup
+# `trainchaos cleanup` (without --run-dir) and `cleanup --check` look at the whole machine:
+# every process whose controller is gone, every resource of a run not alive. A test that
+# SIGKILLs a controller leaves such leftovers on purpose until its own cleanup; a test beside
+# it (pytest-xdist workers) that runs `cleanup` would remove them first, or its `--check`
+# would list them. Such sections take this lock (the `machine_cleanup` marker takes it for a
+# whole test); every other test runs beside them freely.
+_LOCK_PATH = Path(__file__).resolve().parent  # a directory every worker of this checkout shares
+_lock_state = threading.local()
+
+
+@contextlib.contextmanager
+def machine_cleanup_lock() -> Iterator[None]:
+    """Held while this process SIGKILLs a controller, or runs or checks a machine-wide
+    cleanup; re-entrant within a process."""
+    depth = getattr(_lock_state, "depth", 0)
+    if depth:
+        _lock_state.depth = depth + 1
+        try:
+            yield
+        finally:
+            _lock_state.depth -= 1
+        return
+    fd = os.open(_LOCK_PATH, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock_state.depth = 1
+        try:
+            yield
+        finally:
+            _lock_state.depth = 0
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # ----------------------------------------------------------------------------- capabilities

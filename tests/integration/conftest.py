@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture, for the docker tests)
 from tests.integration._shared_runs import smoke_device_error  # noqa: F401  (session fixture)
-from tests.integration._support import CAPABILITIES, missing, state_dir_env
+from tests.integration._support import CAPABILITIES, machine_cleanup_lock, missing, state_dir_env
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -32,3 +32,15 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
     """The test's own state dir, set for runs started in this process (``run_scenario_once``)."""
     with state_dir_env(tmp_path / "state") as path:
         yield path
+
+
+@pytest.fixture(autouse=True)
+def _machine_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``machine_cleanup`` runs alone among such tests (see
+    ``machine_cleanup_lock``). Autouse, so it is taken before the test's own fixtures and
+    released after their teardown."""
+    if request.node.get_closest_marker("machine_cleanup") is None:
+        yield
+        return
+    with machine_cleanup_lock():
+        yield

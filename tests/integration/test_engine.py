@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chaos.procs import find_run_processes
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import TRAINCHAOS, cli_env, machine_cleanup_lock
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,8 @@ timeout_s: 150
     assert created and destroyed == sorted(created, reverse=True), records
     assert not _scratch_dirs(tmp_path)
     assert not find_run_processes(journal["run_id"])
-    check = _cli(tmp_path, "cleanup", "--check", timeout=60)
+    with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
+        check = _cli(tmp_path, "cleanup", "--check", timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

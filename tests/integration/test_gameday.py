@@ -298,6 +298,7 @@ def test_ctrl_c_reverts_everything_and_exits_130(job: Job) -> None:
     assert json.loads((job.work / "gd-interrupted" / "report.json").read_text())["status"] == "interrupted"
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(300)
 def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
     plan = _plan(job, "abandoned", "steps:\n"
@@ -317,6 +318,7 @@ def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
     assert "reverted" in res.stdout and job.states()[node1][0] == "running"
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(300)
 def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(job: Job) -> None:
     client = _docker()

@@ -92,6 +92,7 @@ def test_latency_on_every_link_slows_steps_raises_no_alarm_and_heals(tmp_path: P
     assert _left(journal["run_id"]) == []
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(150)
 def test_sigkilled_controller_leaves_emulator_that_cleanup_removes(tmp_path: Path) -> None:
     (tmp_path / "long.yaml").write_text(SCENARIO.format(name="netns-latency-long", steps=3000, extra=""))

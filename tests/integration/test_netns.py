@@ -107,6 +107,7 @@ def test_isolated_node_is_detected_as_network_and_blamed_and_nothing_is_left(tmp
     assert _fabric_left(journal["run_id"]) == []
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(150)
 def test_sigkilled_controller_leaves_fabric_that_cleanup_removes(tmp_path: Path) -> None:
     (tmp_path / "long.yaml").write_text(

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from chaos.net.fabric import short_id
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, TRAINCHAOS, cli_env, machine_cleanup_lock
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +51,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
          str(SCENARIOS / "domain-out-shrink-grow.yaml"), "--out", str(tmp / "out")],
         env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    check = subprocess.run([*TRAINCHAOS, "cleanup", "--check"], env=_env(tmp), capture_output=True,
-                           text=True, timeout=60)
+    with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
+        check = subprocess.run([*TRAINCHAOS, "cleanup", "--check"], env=_env(tmp), capture_output=True,
+                               text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
     return _journals(tmp / "out")
 

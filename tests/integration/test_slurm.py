@@ -26,7 +26,7 @@ import pytest
 from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, TRAINCHAOS, cli_env, machine_cleanup_lock
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -83,7 +83,8 @@ def _assert_clean(bed: SlurmTestbed, tmp_path: Path, run_id: str | None = None) 
     assert set(_node_states(bed).values()) == {"idle"}, f"every node back in service: {_node_states(bed)}"
     if run_id:
         assert not find_run_processes(run_id)
-    check = _cli(bed, tmp_path, "cleanup", "--check", timeout=60)
+    with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
+        check = _cli(bed, tmp_path, "cleanup", "--check", timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -161,6 +162,7 @@ def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_pa
     _assert_clean(slurm_cluster, tmp_path, journal["run_id"])
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(200)
 def test_sigkilled_controller_with_a_node_down_is_cleaned_up(slurm_cluster: SlurmTestbed, tmp_path: Path) -> None:
     """A node DOWN and a job running when the controller is SIGKILLed: ``trainchaos cleanup``
@@ -258,7 +260,8 @@ def test_a_run_inside_an_existing_allocation_leaves_the_allocation_alone(slurm_c
         steps = _slurm(slurm_cluster, "squeue", "-h", "-s", "-j", job, "-o", "%i %j")
         assert "trainchaos-" not in steps, steps
         assert not find_run_processes(journal["run_id"])
-        check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
+        with machine_cleanup_lock():
+            check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
         assert check.returncode == 0, check.stdout + check.stderr
     finally:
         _slurm(slurm_cluster, "scancel", job)

@@ -161,6 +161,7 @@ timeout_s: 150
 """
 
 
+@pytest.mark.machine_cleanup
 def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
     env = cli_env(tmp_path / "state")
     scenario = tmp_path / "stall.yaml"

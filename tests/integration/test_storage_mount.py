@@ -68,6 +68,7 @@ def test_rules_change_at_run_time_without_remounting(layer):
     assert state["version"] == 7 and "never" not in state.get("hits", {})
 
 
+@pytest.mark.machine_cleanup
 def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, state_dir):
     """No registry entry leads to it (a foreign state dir, an entry removed by hand): the scan
     finds the mount by its fsname and the daemon by its environment, and cleanup removes both."""
