@@ -267,6 +267,7 @@ def assert_interrupted_run_left_nothing(run_dir: Path, run_id: str, fault: dict[
     assert "fault_reverted" in kinds and kinds[-1] == "job_end"
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(INJECT_WAIT_S + 90)
 def test_controller_killed_mid_fault_then_cleanup_leaves_nothing(sandbox: Sandbox) -> None:
     # No watchdog and no collective timeout: the job stays stuck on the frozen rank until
@@ -426,19 +427,22 @@ def test_sigint_during_baseline_stops_the_suite(sandbox: Sandbox) -> None:
     assert not sandbox.processes() and not sandbox.registered()
 
 
-@pytest.mark.timeout(INJECT_WAIT_S + 90)
+@pytest.mark.timeout(INJECT_WAIT_S + 120)
 def test_signal_while_reverting_does_not_cut_the_revert_short(sandbox: Sandbox) -> None:
     """The first signal may land while the run is already reverting (a timed-out hang:
     the user presses Ctrl-C while it winds down). The revert and stop must still finish,
     the journal must still be written, and the run must be unregistered."""
-    scenario = sandbox.scenario("interrupt-while-reverting", timeout_s=25,
+    # The run's timeout starts with its controller, and the hang must be in effect before it:
+    # on a busy host (tests beside it) the 4 ranks can take 25 s to reach their first step,
+    # as in the hang test above.
+    scenario = sandbox.scenario("interrupt-while-reverting", timeout_s=60,
                                 failure={"watchdog_s": 0, "collective_timeout_s": 0})
     proc = sandbox.start_run(scenario)
     fault = wait_for_fault(sandbox, proc, scenario)
     run_dir = sandbox.run_dir(scenario)
     run_id = _run_id(sandbox, run_dir)
     # fault_reverted is emitted from the finally, just before the cluster is stopped.
-    _wait_for_event(sandbox, proc, scenario, run_dir, "fault_reverted", "injector", timeout=60)
+    _wait_for_event(sandbox, proc, scenario, run_dir, "fault_reverted", "injector", timeout=90)
     proc.send_signal(signal.SIGINT)
     try:
         rc = proc.wait(timeout=EXIT_AFTER_SIGNAL_S)
@@ -451,6 +455,7 @@ def test_signal_while_reverting_does_not_cut_the_revert_short(sandbox: Sandbox) 
     assert _journal(run_dir)["status"] in ("hung", "timeout", "interrupted")
 
 
+@pytest.mark.machine_cleanup
 @pytest.mark.timeout(INJECT_WAIT_S + EXIT_AFTER_SIGNAL_S + 90)
 def test_cleanup_spares_parallel_live_runs_and_sigint_or_sigterm_mid_fault_reverts_everything(sandbox: Sandbox) -> None:
     """Two suites run at once on one machine (a CI runner with two jobs); a `cleanup` in the
