@@ -99,6 +99,7 @@ INTEGRATION_ORDER = (
     # under a minute each
     "test_storage_mount", "test_net_faults", "test_engine", "test_pytest_plugin", "test_user_command",
     "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency", "test_warm_start",
+    "test_toy_family",
     # one to two and a half minutes
     "test_net_heal", "test_netns",
     None,  # modules not listed here

@@ -255,7 +255,8 @@ class RunResources:
 
     def acquire(self, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Journal, then create. A failed create is still torn down (it may be half made)."""
-        cls = RESOURCE_KINDS.items.get(kind)
+        # A kind nobody imported yet (a plugin family's) is found by loading the registry.
+        cls = RESOURCE_KINDS.items.get(kind) or RESOURCE_KINDS.known().get(kind)
         if cls is None:
             raise ToolError(f"unknown resource kind {kind!r}; known: {', '.join(sorted(RESOURCE_KINDS.items))}")
         entry = {"id": len(self._held), "kind": kind, "spec": spec, "details": {}}
