@@ -242,3 +242,14 @@ def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool)
         assert contract.ZYGOTE_SOCKET_ENV in program and "'harness.zygote', 'serve'" in program
     else:
         assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN
+
+
+def test_the_record_and_summary_say_how_the_ranks_were_started() -> None:
+    from chaos.record import RunRecord
+    from chaos.report.summary import render_summary
+
+    old = {"scenario": {"name": "s"}, "status": "completed"}  # a journal from before the field
+    assert RunRecord.model_validate(old).rank_launch == "cold"
+    assert "| Rank start | cold: each rank a new interpreter" in render_summary(old)
+    warm = render_summary({**old, "rank_launch": "warm"})
+    assert "| Rank start | warm: forked by a per-node zygote" in warm and "leave out the imports" in warm
