@@ -7,7 +7,12 @@ rank measures its **host time**: from the moment the previous step's last collec
 returned (the evidence all-reduce, which every rank leaves together) to the moment it
 enters this step's first collective (DDP calls the comm hook with the first gradient
 bucket). Waiting for peers is outside that span; a rank's own slowness (its compute, its
-data, a throttled device, anything it does before it can contribute) is inside it.
+data, a throttled device, anything it does before it can contribute) is inside it. Time the
+training thread spent runnable but waiting for a CPU (the kernel's run-queue delay, from
+/proc schedstat) is taken out: on a host with fewer cores than ranks (this 2-core machine
+runs four) which rank the scheduler runs first decides whose host time doubles, for several
+steps in a row (up to 2.6x in a fault-free run), and that is the scheduler's choice, not a
+slow rank. On a host with a core per rank the delay is nil and nothing changes.
 
 Every rank's host time rides on the all-reduce each step makes anyway (``harness.sdc``,
 column ``HOST_COLUMN``), so all ranks judge the same numbers with no collective of their
@@ -26,7 +31,9 @@ slow rank is a finding, not a failure to restart from.
 from __future__ import annotations
 
 import collections
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +86,10 @@ class SlowRankDetector:
         self._entered: float | None = None
         self._windows = [collections.deque(maxlen=cfg.window) for _ in range(world_size)]
         self._reported: set[int] = set()
+        # The training thread's scheduler statistics, read from whatever thread calls the
+        # hook (the autograd engine may run it on a thread of its own).
+        path = f"/proc/self/task/{threading.main_thread().native_id}/schedstat"
+        self._schedstat: str | None = path if self.cfg.enabled and os.path.exists(path) else None
         self.seconds = 0.0
         """What the detector itself cost this process (its share of every step)."""
 
@@ -86,11 +97,23 @@ class SlowRankDetector:
     def enabled(self) -> bool:
         return self.cfg.enabled
 
+    def _queued_s(self) -> float:
+        """Seconds the training thread has spent runnable but waiting for a CPU (the
+        kernel's run-queue delay, /proc schedstat); 0 where the kernel does not say."""
+        if self._schedstat is None:
+            return 0.0
+        try:
+            with open(self._schedstat, "rb") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            self._schedstat = None
+            return 0.0
+
     def timed(self, hook: Callable[..., Any]) -> Callable[..., Any]:
         """``hook`` (a DDP comm hook), noting when this step's first bucket is handed over."""
         def hook_noting_entry(state, bucket):  # noqa: ANN001, ANN202 (DDP checks annotations)
             if self._entered is None:
-                self._entered = time.perf_counter()
+                self._entered = time.perf_counter() - self._queued_s()
             return hook(state, bucket)
 
         hook_noting_entry.__doc__ = hook.__doc__
@@ -107,7 +130,7 @@ class SlowRankDetector:
         """Right after the step's last collective: restart the host clock, take every
         rank's host time of the step, report a slow rank (once). Returns it."""
         now = time.perf_counter()
-        self._synced, self._entered = now, None
+        self._synced, self._entered = now - self._queued_s(), None
         if host_times is None:
             return None
         for rank, value in enumerate(host_times):

@@ -126,6 +126,19 @@ def test_the_host_time_is_taken_from_the_last_collective_to_the_first_bucket() -
     assert SlowRankDetector(SlowRankConfig(), 0, 2, lambda *a, **k: None).host_s() is None  # off
 
 
+def test_time_spent_waiting_for_a_cpu_is_not_the_rank_s_own() -> None:
+    """Four ranks on two cores: the one the scheduler runs last would look twice as slow."""
+    det = SlowRankDetector(SlowRankConfig(enabled=True), 0, 2, lambda *a, **k: None)
+    queued = iter([1.0, 1.04])  # 40 ms on the run queue between the sync and the first bucket
+    det._queued_s = lambda: next(queued)
+    hook = det.timed(lambda state, bucket: None)
+    det.observe(1, None)
+    time.sleep(0.06)
+    hook(None, None)
+    assert 0.015 <= det.host_s() < 0.045
+    assert det._schedstat is None or det._schedstat.endswith("/schedstat")
+
+
 @pytest.mark.parametrize("detectors_on", [True, False])
 def test_host_times_ride_on_the_evidence_all_reduce(one_rank_group, detectors_on: bool) -> None:
     cfg = DetectConfig() if detectors_on else DetectConfig(nonfinite=False, spike=False, digest_every=0,
