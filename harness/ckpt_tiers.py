@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from chaos import contract
-from harness.checkpoint import CheckpointCorruptError, CheckpointManager, LoadInfo
+from harness.checkpoint import CheckpointCorruptError, CheckpointManager, LoadInfo, TierOptions
 from harness.config import HarnessConfig
 
 __all__ = ["LOCAL_SUBDIR", "TieredCheckpoints", "agree_on_start", "build_checkpoints", "local_tier_dir",
@@ -66,30 +67,28 @@ def build_checkpoints(cfg: HarnessConfig, rank: int, *, emit: Any = None, fault_
     or a node-local fast tier (rank 0's, plus a replica in another power domain for
     ``replicated``) with or without the shared tier behind it."""
     c = cfg.checkpoint
-    common = dict(keep=c.keep, mode=c.mode, emit=emit, fault_point=fault_point,
-                  verify_checksum=cfg.detect.ckpt_checksum, retries=c.save_retries,
-                  max_failed_saves=c.max_failed_saves, when_busy=c.when_busy,
-                  save_deadline_s=c.save_deadline_s, on_deadline=on_deadline,
-                  pointer_before_fsync=c.bug_pointer_before_fsync)
+    options = TierOptions(keep=c.keep, mode=c.mode, every_steps=c.every_steps, every_seconds=c.every_seconds,
+                          verify_checksum=cfg.detect.ckpt_checksum, retries=c.save_retries,
+                          max_failed_saves=c.max_failed_saves, when_busy=c.when_busy,
+                          save_deadline_s=c.save_deadline_s, pointer_before_fsync=c.bug_pointer_before_fsync)
+    hooks = dict(emit=emit, fault_point=fault_point, on_deadline=on_deadline)
     shared_dir = c.dir or os.path.join(cfg.run_dir, contract.SHARED_CHECKPOINTS_SUBDIR)
     parts = c.placement_parts
     if not c.fast_tier:
-        return CheckpointManager(shared_dir, every_steps=c.every_steps, every_seconds=c.every_seconds,
-                                 is_writer=rank == 0, **common)
-    shared = (CheckpointManager(shared_dir, every_steps=c.every_steps, every_seconds=c.every_seconds,
-                                tier="shared", is_writer=rank == 0, **common)
+        return CheckpointManager(shared_dir, options, is_writer=rank == 0, **hooks)
+    shared = (CheckpointManager(shared_dir, replace(options, tier="shared"), is_writer=rank == 0, **hooks)
               if "shared" in parts else None)
-    fast = dict(every_steps=c.local_every_steps or c.every_steps,
-                # without a shared tier the fast tier is the job's only one: its time trigger too
-                every_seconds=0.0 if shared is not None else c.every_seconds,
-                tier="local", fsync=c.local_fsync, **common)
+    fast = replace(options, every_steps=c.local_every_steps or c.every_steps,
+                   # without a shared tier the fast tier is the job's only one: its time trigger too
+                   every_seconds=0.0 if shared is not None else c.every_seconds,
+                   tier="local", fsync=c.local_fsync)
     replica_rank = pick_replica(rank, gather) if "replicated" in parts else None
     if emit is not None and rank == 0:
         emit("ckpt_placement", placement="+".join(parts), replica_rank=replica_rank)
-    copies = {PRIMARY: CheckpointManager(local_tier_dir(cfg), is_writer=rank == 0, **fast)}
+    copies = {PRIMARY: CheckpointManager(local_tier_dir(cfg), fast, is_writer=rank == 0, **hooks)}
     if "replicated" in parts:
-        copies[REPLICA] = CheckpointManager(os.path.join(local_tier_dir(cfg), REPLICA_SUBDIR),
-                                            is_writer=rank == replica_rank, **fast)
+        copies[REPLICA] = CheckpointManager(os.path.join(local_tier_dir(cfg), REPLICA_SUBDIR), fast,
+                                            is_writer=rank == replica_rank, **hooks)
     return TieredCheckpoints(shared, copies, rank, share, gather)
 
 
