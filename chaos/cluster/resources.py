@@ -103,7 +103,8 @@ class ResourceKind(ABC):
 RESOURCE_KINDS: Registry[type[ResourceKind]] = Registry(
     "resource kind", key=lambda cls: cls.kind, group="trainchaos.resource_kinds",
     builtins=("chaos.net.fabric", "chaos.net.linkemu", "chaos.net.toxiproxy",
-              "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm", "chaos.cluster.cgroups",
+              "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm_resources",
+              "chaos.cluster.cgroups",
               "chaos.workload.torchft.lighthouse",
               # the kinds fault families define (FamilySpec.resource_modules), named so that
               # this layer imports nothing of chaos.faults

@@ -16,6 +16,11 @@ elsewhere (a real cluster, or ``signal_via: srun``) through Slurm: a one-task st
 ``srun --jobid --overlap -w NODE`` in the run's job runs ``chaos.cluster.slurm_signal``
 on that node, which signals only the run's processes there.
 
+The parts are their own modules: the client commands (``chaos.cluster.slurm_cli``), the
+run-scoped resources (``chaos.cluster.slurm_resources``), what runs on each node
+(``chaos.cluster.slurm_node``) and how a node's processes are signalled through Slurm
+(``chaos.cluster.slurm_signal``); this module is the backend itself.
+
 What Slurm itself does (job, step and node state changes, requeues) is polled from
 ``scontrol`` every half second and written to the timeline as ``slurm_job``, ``slurm_step``
 and ``slurm_node`` events of source ``slurm``; what trainchaos asks of Slurm as
@@ -28,281 +33,39 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
-from typing import Any, ClassVar, Literal
-
-from pydantic import Field
+from typing import Any, ClassVar
 
 from chaos import probe
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, NodeStatus
 from chaos.cluster.capabilities import LocalDisk, PowerControl, Scheduler
 from chaos.cluster.local import LocalCluster
-from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
+from chaos.cluster.resources import HelperProcess
+from chaos.cluster.slurm_cli import (
+    ACTIVE_STATES,
+    NODE_REASON_PREFIX,
+    POLL_SCHEDULER_S,
+    PREFIX,
+    SlurmOptions,
+    node_states,
+    parse_kv,
+    preflight_problems,
+    resume_node,
+    set_node_state,
+    slurm,
+)
 from chaos.cluster.slurm_node import node_file
+from chaos.cluster.slurm_resources import SlurmJob, SlurmNodeState, SlurmStep
 from chaos.errors import ToolError
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids
 from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 __all__ = ["SlurmCluster", "SlurmJob", "SlurmNodeState", "SlurmOptions", "slurm"]
-
-PREFIX = "trainchaos-"
-POLL_SCHEDULER_S = 0.5
-# Job states in which the job still holds (or waits for) nodes.
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                 "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
-NODE_REASON_PREFIX = "trainchaos:"
-
-
-class SlurmOptions(StrictModel):
-    """``backend: {slurm: {...}}``: how the run's job is submitted."""
-
-    partition: str | None = None
-    """Partition to submit to; null: the cluster's default partition."""
-    account: str | None = None
-    """Account charged (``sbatch --account``); null: the user's default."""
-    time_limit: str | None = None
-    """Job time limit as sbatch takes it (``10``, ``1:00:00``); null: the partition's."""
-    no_kill: bool = False
-    """``--no-kill``: the job survives the loss of one of its nodes (an elastic job goes on
-    with fewer nodes); without it Slurm ends the whole job when a node fails."""
-    requeue: bool = False
-    """``--requeue``: Slurm puts the job back in the queue after a node failure."""
-    sbatch_args: list[str] = Field(default_factory=list)
-    """Further ``sbatch`` arguments, passed as given (``["--qos=chaos"]``)."""
-    signal_via: Literal["auto", "srun"] = "auto"
-    """How faults signal a rank or node. ``auto``: processes on the controller's host directly
-    (every node of the local testbed), the others through ``srun --jobid --overlap -w NODE``
-    into the job, which signals them on their node (a real cluster). ``srun``: always through
-    Slurm, also where a direct signal would do."""
-    jobid: int | None = Field(None, ge=1)
-    """Run inside this existing allocation (``salloc``/``sbatch`` job id) as one job step
-    (``srun --jobid``) instead of submitting a job; the allocation itself is never cancelled.
-    The submission options above do not apply."""
-
-
-# --------------------------------------------------------------------------- the client
-
-
-def slurm(argv: list[str], conf: str | None = None, timeout: float = 15.0,
-          check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client command (``SLURM_CONF`` from ``conf`` when given)."""
-    env = dict(os.environ)
-    if conf:
-        env["SLURM_CONF"] = conf
-    try:
-        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                                stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        result = subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
-        result = subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer in {timeout:g} s")
-    if check and result.returncode != 0:
-        raise ToolError(f"{shlex.join(argv)} failed (exit {result.returncode}): "
-                        f"{(result.stderr or result.stdout).strip()}")
-    return result
-
-
-def _kv(line: str) -> dict[str, str]:
-    """``scontrol show ... -o`` -> {key: value}."""
-    out = {}
-    for item in shlex.split(line):
-        key, sep, value = item.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-def partitions(conf: str | None = None) -> dict[str, dict[str, str]] | None:
-    """Partition name -> its ``scontrol show partition`` fields; None when slurmctld does not
-    answer."""
-    result = slurm(["scontrol", "show", "partition", "-o"], conf, timeout=10)
-    if result.returncode != 0:
-        return None
-    parts = {}
-    for line in result.stdout.splitlines():
-        fields = _kv(line)
-        if "PartitionName" in fields:
-            parts[fields["PartitionName"]] = fields
-    return parts
-
-
-def node_states(names: list[str], conf: str | None = None) -> dict[str, tuple[str, str]]:
-    """Slurm node -> (state, reason)."""
-    if not names:
-        return {}
-    result = slurm(["scontrol", "show", "node", ",".join(names), "-o"], conf, timeout=10)
-    states = {}
-    for line in result.stdout.splitlines():
-        fields = _kv(line)
-        if "NodeName" in fields:
-            states[fields["NodeName"]] = (fields.get("State", "?"), fields.get("Reason", ""))
-    return states
-
-
-def set_node_state(name: str, state: str, reason: str | None = None, conf: str | None = None) -> None:
-    argv = ["scontrol", "update", f"NodeName={name}", f"State={state}"]
-    if reason:
-        argv.append(f"Reason={reason}")
-    slurm(argv, conf, check=True)
-
-
-def resume_node(name: str, conf: str | None = None) -> None:
-    """Put a node trainchaos took out of service back (idempotent: a node in service, or one
-    someone else took down for a reason of their own, is left as it is)."""
-    state, reason = node_states([name], conf).get(name, ("", ""))
-    if not reason.startswith(NODE_REASON_PREFIX):
-        return
-    if any(s in state for s in ("DOWN", "DRAIN", "FAIL")):
-        slurm(["scontrol", "update", f"NodeName={name}", "State=RESUME"], conf, check=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and node_out_of_service(name, conf):
-        time.sleep(0.1)
-
-
-def node_out_of_service(name: str, conf: str | None = None) -> bool:
-    state, reason = node_states([name], conf).get(name, ("", ""))
-    return reason.startswith(NODE_REASON_PREFIX) and any(s in state for s in ("DOWN", "DRAIN", "FAIL"))
-
-
-# --------------------------------------------------------------------------- resource kinds
-
-
-@register_kind
-class SlurmJob(ResourceKind):
-    """A job trainchaos submitted: named by the run id, so that even a submission whose
-    job id never reached the journal is found (``scancel --name``)."""
-
-    kind: ClassVar[str] = "slurm_job"
-
-    @classmethod
-    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-        env = {**os.environ, **spec.get("env", {})}
-        try:
-            result = subprocess.run(spec["argv"], env=env, capture_output=True, text=True, timeout=30,
-                                    stdin=subprocess.DEVNULL, cwd=spec.get("cwd"))
-        except subprocess.TimeoutExpired as exc:
-            raise ToolError("sbatch did not answer in 30 s") from exc
-        if result.returncode != 0:
-            raise ToolError(f"sbatch refused the job: {(result.stderr or result.stdout).strip()}")
-        return {"job_id": result.stdout.strip().split(";")[0]}
-
-    @classmethod
-    def _ids(cls, spec: dict[str, Any], details: dict[str, Any]) -> list[str]:
-        result = slurm(["squeue", "-h", f"--name={spec['name']}", "-o", "%i|%T"], spec.get("slurm_conf"))
-        return [line.split("|")[0] for line in result.stdout.split() if line.strip()]
-
-    @classmethod
-    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        conf = spec.get("slurm_conf")
-        if not spec.get("name", "").startswith(PREFIX):
-            return
-        slurm(["scancel", f"--name={spec['name']}"], conf)
-        if details.get("job_id"):
-            slurm(["scancel", details["job_id"]], conf)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and cls.exists(spec, details):
-            time.sleep(0.2)
-
-    @classmethod
-    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        return bool(cls._ids(spec, details))
-
-    @classmethod
-    def scan(cls) -> list[Leftover]:
-        if shutil.which("squeue") is None:
-            return []
-        result = slurm(["squeue", "-h", "-o", "%i|%j"], timeout=5)
-        found = []
-        for line in result.stdout.splitlines() if result.returncode == 0 else []:
-            job_id, _, name = line.strip().partition("|")
-            if name.startswith(PREFIX):
-                found.append(Leftover(cls.kind, f"job {job_id} ({name})", name,
-                                      {"name": name, "slurm_conf": os.environ.get("SLURM_CONF")}))
-        return found
-
-
-@register_kind
-class SlurmStep(ResourceKind):
-    """A job step trainchaos started in someone's allocation (``jobid``): the ``srun``
-    client runs on the controller, the step is named by the run id. Undoing it cancels that
-    step only (``scancel JOB.STEP``), never the allocation."""
-
-    kind: ClassVar[str] = "slurm_step"
-
-    @classmethod
-    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-        details = HelperProcess.create(run_id, {**spec, "name": spec["name"]})
-        return {**details, "job_id": str(spec["job_id"])}
-
-    @classmethod
-    def _steps(cls, spec: dict[str, Any]) -> list[str]:
-        result = slurm(["squeue", "-h", "-s", "-j", str(spec["job_id"]), "-o", "%i|%j"], spec.get("slurm_conf"))
-        return [line.split("|")[0] for line in result.stdout.split()
-                if line.strip() and line.split("|")[-1] == spec["name"]]
-
-    @classmethod
-    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        if not spec.get("name", "").startswith(PREFIX):
-            return
-        for step in cls._steps(spec):
-            if "." in step:  # JOB.STEP: never the allocation itself
-                slurm(["scancel", step], spec.get("slurm_conf"))
-        HelperProcess.destroy(spec, details)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and cls._steps(spec):
-            time.sleep(0.2)
-
-    @classmethod
-    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        return bool(cls._steps(spec)) or HelperProcess.exists(spec, details)
-
-
-@register_kind
-class SlurmNodeState(ResourceKind):
-    """A node trainchaos took out of service (DOWN, DRAIN), its reason
-    ``trainchaos:<run id>:<fault>``. The faults keep their own record in the fault journal
-    (reverted there); this kind is what ``cleanup`` finds by the reason alone."""
-
-    kind: ClassVar[str] = "slurm_node_state"
-
-    @classmethod
-    def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-        set_node_state(spec["node"], spec["state"], f"{NODE_REASON_PREFIX}{run_id}:{spec.get('why', '')}",
-                       spec.get("slurm_conf"))
-        return {}
-
-    @classmethod
-    def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
-        resume_node(spec["node"], spec.get("slurm_conf"))
-
-    @classmethod
-    def exists(cls, spec: dict[str, Any], details: dict[str, Any]) -> bool:
-        return node_out_of_service(spec["node"], spec.get("slurm_conf"))
-
-    @classmethod
-    def scan(cls) -> list[Leftover]:
-        if shutil.which("sinfo") is None:
-            return []
-        result = slurm(["sinfo", "-h", "-N", "-R", "-o", "%N|%E"], timeout=5)
-        found = []
-        for line in result.stdout.splitlines() if result.returncode == 0 else []:
-            name, _, reason = line.strip().partition("|")
-            if reason.startswith(NODE_REASON_PREFIX):
-                run_id = reason[len(NODE_REASON_PREFIX):].split(":")[0]
-                found.append(Leftover(cls.kind, f"node {name} ({reason})", run_id,
-                                      {"node": name, "slurm_conf": os.environ.get("SLURM_CONF")}))
-        return found
-
-
-# --------------------------------------------------------------------------- the backend
-
 
 @register_backend
 class SlurmCluster(LocalCluster):
@@ -336,62 +99,7 @@ class SlurmCluster(LocalCluster):
     # -- before anything starts -----------------------------------------------------------
     @classmethod
     def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
-        options = SlurmOptions.model_validate(scenario.backend.options or {})
-        problems = []
-        topo = scenario.topology
-        if topo.spares and not options.no_kill:
-            problems.append("slurm: spares need no_kill: true (backend: {slurm: {no_kill: true}}): "
-                            "without it Slurm ends the whole job when a node fails, spares included")
-        for fault in scenario.faults:
-            if fault.type != "preempt_job":
-                continue
-            index = fault.index
-            if options.jobid is not None:
-                problems.append(f"faults[{index}]: preempt_job requeues the job, and a run inside an "
-                                f"existing allocation (slurm.jobid: {options.jobid}) has no job of its own")
-            elif not options.requeue:
-                problems.append(f"faults[{index}]: preempt_job requeues the job: submit it requeueable "
-                                "(backend: {slurm: {requeue: true}})")
-        for command in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo"):
-            if shutil.which(command) is None:
-                problems.append(f"slurm: {command} is not on PATH (install the Slurm client "
-                                "commands, slurm-client or slurm-wlm)")
-                return problems
-        ping = slurm(["scontrol", "ping"], timeout=10)
-        if ping.returncode != 0 or "UP" not in ping.stdout:
-            where = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
-            problems.append(f"slurm: slurmctld does not answer `scontrol ping` (SLURM_CONF={where}): "
-                            f"{(ping.stdout + ping.stderr).strip()[:200]}")
-            return problems
-        if options.jobid is not None:
-            job = slurm(["scontrol", "show", "job", str(options.jobid), "-o"], timeout=10)
-            fields = _kv(job.stdout.splitlines()[0]) if job.returncode == 0 and job.stdout.strip() else {}
-            if not fields:
-                problems.append(f"slurm.jobid: no job {options.jobid} ({(job.stderr or job.stdout).strip()[:120]})")
-            elif fields.get("JobState") != "RUNNING":
-                problems.append(f"slurm.jobid: job {options.jobid} is {fields.get('JobState')}, not RUNNING: "
-                                "a run needs a live allocation")
-            elif int(fields.get("NumNodes", "0").split("-")[0] or 0) < topo.total_nodes:
-                problems.append(f"slurm.jobid: the job needs {topo.total_nodes} nodes (topology.nodes) but "
-                                f"allocation {options.jobid} has {fields.get('NumNodes')}")
-            return problems
-        parts = partitions() or {}
-        name = options.partition
-        if name is None:
-            name = next((p for p, f in parts.items() if f.get("Default") == "YES"), None)
-            if name is None:
-                problems.append("slurm: no partition given and the cluster has no default "
-                                f"partition; known: {', '.join(sorted(parts)) or 'none'}")
-                return problems
-        if name not in parts:
-            problems.append(f"slurm.partition: unknown partition {name!r}; known: "
-                            f"{', '.join(sorted(parts)) or 'none'}")
-            return problems
-        total = int(parts[name].get("TotalNodes", "0") or 0)
-        if topo.total_nodes > total:
-            problems.append(f"slurm: the job needs {topo.total_nodes} nodes (topology.nodes) but "
-                            f"partition {name!r} has {total}")
-        return problems
+        return preflight_problems(scenario)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -542,7 +250,7 @@ class SlurmCluster(LocalCluster):
             return
         self._last_sched_poll = now
         result = slurm(["scontrol", "show", "job", self.job_id, "-o"], self.conf, timeout=5)
-        fields = _kv(result.stdout.splitlines()[0]) if result.returncode == 0 and result.stdout.strip() else {}
+        fields = parse_kv(result.stdout.splitlines()[0]) if result.returncode == 0 and result.stdout.strip() else {}
         state = fields.get("JobState")
         if state is None and result.returncode != 0 and "Invalid job id" in result.stderr:
             state = "GONE"
@@ -587,7 +295,7 @@ class SlurmCluster(LocalCluster):
         result = slurm(["scontrol", "show", "step", self.job_id, "-o"], self.conf, timeout=5)
         seen = set()
         for line in result.stdout.splitlines() if result.returncode == 0 else []:
-            fields = _kv(line)
+            fields = parse_kv(line)
             step = fields.get("StepId")
             if not step or (self.options.jobid is not None and fields.get("Name") != self.spec.run_id):
                 continue
