@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["main", "node_file"]
+__all__ = ["main", "node_file", "rdzv_id_for_restart"]
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
@@ -35,6 +35,23 @@ def _write_atomic(path: str, text: str) -> None:
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, path)
+
+
+def rdzv_id_for_restart(argv: list[str], restart: int) -> list[str]:
+    """``argv`` with its rendezvous id suffixed ``-r<restart>``: the torchrun option in any
+    spelling it accepts (``--rdzv-id X``, ``--rdzv-id=X``, ``--rdzv_id``), the first one
+    only (the launcher's, ahead of the worker's own arguments). Unchanged without one."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        name, eq, _ = arg.partition("=")
+        if name not in ("--rdzv-id", "--rdzv_id"):
+            continue
+        if eq:
+            out[i] = f"{arg}-r{restart}"
+        elif i + 1 < len(out):
+            out[i + 1] = f"{out[i + 1]}-r{restart}"
+        break
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, **entry["env"]}
     argv = list(entry["argv"])
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    if restart and "--rdzv-id" in argv:
+    if restart:
         # A requeued job rendezvouses afresh: the old round's state is still in the store.
-        at = argv.index("--rdzv-id") + 1
-        argv[at] = f"{argv[at]}-r{restart}"
+        argv = rdzv_id_for_restart(argv, restart)
     log = open(entry["log"], "ab")  # noqa: SIM115 (the agent's, closed once it started)
     agent = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, cwd=run_dir)

@@ -197,3 +197,13 @@ def test_jobid_must_be_positive() -> None:
     with pytest.raises(ScenarioError) as exc:
         _scenario(backend={"slurm": {"jobid": 0}})
     assert "backend.slurm.jobid" in _messages(exc.value)
+
+
+def test_a_requeued_node_rendezvouses_under_a_new_id_in_any_spelling_of_the_option() -> None:
+    from chaos.cluster.slurm_node import rdzv_id_for_restart
+
+    tail = ["-m", "harness", "--rdzv-id", "mine"]  # the worker's own arguments are left alone
+    assert rdzv_id_for_restart(["torchrun", "--rdzv-id", "run-1", *tail], 2) == ["torchrun", "--rdzv-id", "run-1-r2", *tail]
+    assert rdzv_id_for_restart(["torchrun", "--rdzv-id=run-1", *tail], 1) == ["torchrun", "--rdzv-id=run-1-r1", *tail]
+    assert rdzv_id_for_restart(["torchrun", "--rdzv_id", "run-1"], 3) == ["torchrun", "--rdzv_id", "run-1-r3"]
+    assert rdzv_id_for_restart(["torchrun", "--nnodes", "2"], 1) == ["torchrun", "--nnodes", "2"]
