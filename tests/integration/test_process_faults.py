@@ -36,6 +36,13 @@ def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, state_dir)
     fault, metrics = _only_fault(journal)
     # the agent and both of its ranks were hit at once
     assert len(fault["details"]["pids"]) == 3
+    # exactly at the planned step: both ranks of the node held after step 50 until the kill
+    # was in effect (chaos.hold), so neither began step 51
+    killed = [e["step"] for e in events if e["kind"] == "step_end" and e["src"] in ("rank-2", "rank-3")
+              and e["incarnation"] == 0]
+    assert max(killed) == 50 and killed.count(50) == 2, sorted(killed)[-4:]
+    assert (fault["precision"], fault["step_at_inject"], fault["hold"]) == ("exact", 50, "held")
+    assert fault["lag_ms"] is not None and fault["lag_ms"] >= 0
     assert metrics["attribution"] == "correct", metrics["attribution_detail"]
     assert metrics["detected_suspect"] in ("rank-2", "rank-3", "node-1")
     # the survivors continue elastically with half the world, from a checkpoint

@@ -73,12 +73,12 @@ def test_stalled_sync_save_is_blamed_on_its_writer_by_the_save_deadline(workdir)
     journal, events = _run("stall-sync-save-deadline", workdir)
     first = _of(events, "detected")[0]
     assert (first["failure_class"], first["suspect"], first["by"]) == ("storage", "rank-0", "rank-0")
-    # The stall is planned at step 12, so the step-15 save is the first it can hold; a busy
-    # host may apply it a few steps late (an external fault lands after the step it is planned
-    # for), and then a later save is the stuck one. Guaranteed: the stuck save never completed
-    # and the restart loaded the save before it.
+    # The stall is planned at step 12: rank 0 holds after step 12 until it is in effect
+    # (chaos.hold), so the step-15 save is the stuck one. It never completed, and the restart
+    # loaded the save before it.
     stuck = first["step"]
-    assert first["detector"] == "save_deadline" and stuck >= 15 and stuck % 5 == 0, first
+    assert first["detector"] == "save_deadline" and stuck == 15, first
+    assert journal["faults"][0]["precision"] == "exact"
     assert not [e for e in _of(events, "ckpt_save_end", step=stuck) if e["incarnation"] == 0]
     load = _restart_load(events)
     assert load["step"] == stuck - 5 and load["verified"] and not load["skipped"]
@@ -215,12 +215,12 @@ def test_data_loader_stall_is_blamed_on_the_data_path_of_its_rank(workdir):
     assert first["file"].endswith("/data/corpus.txt") and str(journal["run_dir"]) in first["file"]
     fault = journal["metrics"]["faults"][0]
     assert fault["attribution"] == "correct", fault["attribution_detail"]
-    # The restart loads the newest checkpoint saved before it. Which one that is depends on
-    # when the stall took hold (planned at step 25; a busy host applies an external fault a
-    # few steps late, after the step-30 save), so it is read from the run, not assumed.
+    # The restart loads the newest checkpoint saved before it: the stall is planned at step
+    # 25 and rank 1 holds after step 25 until it is in effect (chaos.hold), so its next read
+    # stalls and step 30, and its save, never come: the step-20 checkpoint.
     load = _restart_load(events)
     saved = [e["step"] for e in _of(events, "ckpt_save_end") if e["incarnation"] == 0 and e["t"] < load["t"]]
-    assert load["step"] == max(saved) and load["step"] >= 20 and load["verified"], (load, saved)
+    assert load["step"] == max(saved) == 20 and load["verified"], (load, saved)
     assert fault["resumed_from"] == load["step"]
     assert fault["lost_steps"] == fault["last_step_before"] - load["step"]
     assert journal["metrics"]["false_detections"] == 0

@@ -64,6 +64,8 @@ def test_trigger_kinds_fire_once_each_and_are_reverted(tmp_path, state_dir):
     kill = faults["late-kill"]
     first_step = min(e["t"] for e in events if e["kind"] == "step_end")
     assert 7 <= kill["t_inject"] - first_step <= 9
+    # a time trigger holds no rank; its lag from the planned time is journaled
+    assert kill["hold"] is None and kill["lag_ms"] is not None and kill["lag_ms"] >= 0
     plan = {p["fault_id"]: p for p in journal["plan"]}
     assert 7 <= plan["late-kill"]["offset_s"] <= 8 and set(plan["late-kill"]["target"]) == {"rank"}
     kill_metrics = next(m for m in journal["metrics"]["faults"] if m["fault_id"] == "late-kill")
