@@ -21,7 +21,9 @@ cost divided by its period, in % of the step time with every detector off; "all"
 up the same way (every-step costs measured together, not summed; the fingerprint's
 ``update`` checksum on checkpoint steps is a few % of one checkpoint step, left out).
 Rounds of ``--pairs`` pairs per comparison, interleaved, ``--repeats`` times. Goal: all
-together <= 5 %.
+together <= 3 % (issue 25; 5 % before the evidence rode on the gradient gather). The
+digest's forced B steps exchange their row after the update too, so its figure includes that
+collective, as on a real digest step.
 """
 
 from __future__ import annotations
@@ -81,8 +83,10 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
     monitors = {}
     for name, changes in SETTINGS.items():
         detect = replace(cfg.detect, **changes)
+        # every setting's evidence rides on the gradient gather, as in a run (harness.sdc);
+        # with every detector off, the loss and nothing else does
         monitors[name] = SdcMonitor(detect, rank, world, trainer.raw_model, 0,
-                                    golden if detect.golden_every else None)
+                                    golden if detect.golden_every else None, gather=trainer.gather)
 
     steps_run = dict.fromkeys(monitors, 0)
 
@@ -182,6 +186,7 @@ def bench(repeats: int, pairs: int) -> dict:
         "sdc_pairs_per_comparison": raw["pairs"] * raw["repeats"],
     })
     figures["sdc_goal_all_le_5pct"] = figures["sdc_overhead_pct_all"] <= 5.0
+    figures["sdc_goal_all_le_3pct"] = figures["sdc_overhead_pct_all"] <= 3.0  # issue 25
     return figures
 
 

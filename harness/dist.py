@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,7 +27,7 @@ import torch.distributed as dist
 from chaos import contract
 from harness.health import PeerAddress
 
-__all__ = ["DistEnv", "LocalGradients", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
+__all__ = ["DistEnv", "GradientGather", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
 
 # gloo's own default: what a job that never set a timeout gets.
 _GLOO_DEFAULT_TIMEOUT = timedelta(minutes=30)
@@ -113,27 +115,66 @@ def exchange_peers(store: dist.Store, env: DistEnv, liveness_port: int) -> list[
     return peers
 
 
-class LocalGradients:
-    """Every rank's own gradients of the last backward, before the all-reduce averaged them:
-    the parts ``deterministic_allreduce_hook`` gathered anyway, kept until the next backward
-    replaces them (no copy, no computation on the hot path). Pass one as the hook's state.
+class GradientGather:
+    """What the gradient all-gather of one backward carried, kept until the next backward
+    replaces it; pass one as ``deterministic_allreduce_hook``'s state.
 
-    They say whose backward went wrong where the averaged gradient cannot: a flipped weight
-    on one rank can leave its loss finite and still fill its gradients with NaN, which the
-    all-reduce then spreads to every replica (harness.sdc asks ``norms`` on such a verdict)."""
+    - every rank's own gradients, before the average (``local_norms``): they say whose
+      backward went wrong where the averaged gradient cannot (a flipped weight on one rank
+      can leave its loss finite and still fill its gradients with NaN, which the average
+      then spreads to every replica);
+    - every rank's evidence row (``rows``): a row handed over before the backward
+      (``send``) rides on the step's last gradient bucket, so the corruption detectors'
+      exchange (harness.sdc) costs no collective, no round trip of its own;
+    - the norm of the averaged gradient (``mean_norm``), identical on every rank, taken
+      while the average is made (``track_norm``).
+    """
 
     def __init__(self, group: dist.ProcessGroup | None = None) -> None:
         self.group = group
+        self.track_norm = False
+        self.seconds = 0.0
+        """Time spent on the averaged gradient's norm (a detector's cost)."""
         self._parts: dict[int, list[torch.Tensor]] = {}
+        self._norms: dict[int, torch.Tensor] = {}
+        self._outgoing: Callable[[], torch.Tensor] | None = None
+        self.rows: list[torch.Tensor] | None = None
+        """Every rank's row (float64) of the last backward; None when none travelled."""
+
+    def send(self, row: Callable[[], torch.Tensor] | None) -> None:
+        """The row (built when the last bucket leaves, float64) to ride on the next backward's
+        gather. Every rank must send one, or none: the gathered sizes must agree."""
+        self._outgoing = row
 
     def keep(self, bucket_index: int, parts: list[torch.Tensor]) -> None:
         if bucket_index == 0:
             # DDP launches its buckets in index order, and rebuilds them (fewer, other
             # indices) after the first iteration: bucket 0 starts a new backward.
             self._parts.clear()
+            self._norms.clear()
+            self.rows = None
         self._parts[bucket_index] = parts
 
-    def norms(self) -> list[float] | None:
+    def _take_outgoing(self) -> torch.Tensor | None:
+        row, self._outgoing = self._outgoing, None
+        return row() if row is not None else None
+
+    def _averaged(self, bucket_index: int, total: torch.Tensor, rows: list[torch.Tensor] | None) -> None:
+        if self.track_norm:
+            t0 = time.perf_counter()
+            self._norms[bucket_index] = torch.linalg.vector_norm(total)
+            self.seconds += time.perf_counter() - t0
+        if rows is not None:
+            self.rows = rows
+
+    def mean_norm(self) -> float | None:
+        """The 2-norm of the averaged gradient (as ``torch.nn.utils.get_total_norm`` takes
+        it: over the buckets' norms); None when not tracked."""
+        if not self._norms or len(self._norms) != len(self._parts):
+            return None
+        return float(torch.linalg.vector_norm(torch.stack([self._norms[i] for i in sorted(self._norms)])))
+
+    def local_norms(self) -> list[float] | None:
         """Each rank's local gradient 2-norm (inf or nan where its gradients are not finite
         or overflow, as ``torch.nn.utils.get_total_norm`` would say); None before a backward.
         The same list on every rank: every rank gathered the same parts."""
@@ -153,22 +194,32 @@ def deterministic_allreduce_hook(state, bucket):  # noqa: ANN001
     4+ ranks plain allreduce makes the two diverge in the last bit. Gathering every rank's
     bucket and summing 0..W-1 locally is exact to reproduce; it moves W times the bytes,
     which is nothing for this model on one machine. ``state``: the process group (None: the
-    default one), or a ``LocalGradients`` that keeps what was gathered.
+    default one), or a ``GradientGather`` that keeps what was gathered, and whose row rides
+    on the last bucket (its bytes appended, reinterpreted: the gather copies bytes).
     """
-    keeper = state if isinstance(state, LocalGradients) else None
+    keeper = state if isinstance(state, GradientGather) else None
     group = keeper.group if keeper is not None else state
     group = group if group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
     tensor = bucket.buffer()
-    gathered = [torch.empty_like(tensor) for _ in range(world)]
-    work = dist.all_gather(gathered, tensor, group=group, async_op=True)
+    index = bucket.index()
+    row = keeper._take_outgoing() if keeper is not None and bucket.is_last() else None
+    size = tensor.numel()
+    send = tensor if row is None else torch.cat([tensor, row.reshape(-1).view(tensor.dtype)])
+    gathered = [torch.empty_like(send) for _ in range(world)]
+    work = dist.all_gather(gathered, send, group=group, async_op=True)
     if keeper is not None:
-        keeper.keep(bucket.index(), gathered)
+        keeper.keep(index, [part[:size] for part in gathered] if row is not None else gathered)
 
     def sum_in_rank_order(_fut):
-        total = gathered[0].clone()
+        total = gathered[0][:size].clone()
         for part in gathered[1:]:
-            total.add_(part)
-        return total.div_(world)
+            total.add_(part[:size])
+        total.div_(world)
+        if keeper is not None:
+            # clone: a row's bytes start wherever the bucket ends, maybe not 8-byte aligned
+            rows = [part[size:].clone().view(torch.float64) for part in gathered] if row is not None else None
+            keeper._averaged(index, total, rows)
+        return total
 
     return work.get_future().then(sum_in_rank_order)

@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.config import DetectConfig
+from harness.dist import GradientGather
 
 __all__ = ["Detection", "GoldenSelfTest", "RobustSpike", "SdcMonitor", "bits_checksum", "grad_norm",
            "param_digest", "update_fingerprint", "words_of"]
@@ -279,22 +280,41 @@ class GoldenSelfTest:
 # --------------------------------------------------------------------------- the monitor
 
 
+@dataclass
+class _EarlyEvidence:
+    """What a rank put in its row before the backward (``SdcMonitor.before_backward``)."""
+
+    step: int
+    golden: float
+    stop: bool | None
+    host: bool
+    """Whether a host time travelled (harness.slowrank)."""
+
+
+LATE_COLUMN = ROW
+"""In a row that rides on the gradient gather: 1 when this rank needs evidence that only the
+end of the step has (a digest, the full fingerprint before a checkpoint): then every rank
+exchanges its full row after the update as well."""
+
+
 class SdcMonitor:
     """Runs the enabled detectors at the end of every step and judges them collectively."""
 
     def __init__(self, cfg: DetectConfig, rank: int, world_size: int, model: nn.Module,
                  start_step: int, golden: GoldenSelfTest | None = None,
                  replayed: Iterable[tuple[str, int]] = (),
-                 local_grad_norms: Callable[[], list[float] | None] | None = None) -> None:
-        """``local_grad_norms``: each rank's gradient norm before the all-reduce (the parts
-        the gradient all-gather brought every rank anyway, ``harness.dist.LocalGradients``),
-        asked only when a non-finite verdict needs a suspect."""
+                 gather: GradientGather | None = None) -> None:
+        """``gather``: what the step's gradient all-gather carries (``harness.dist``): the
+        evidence rows ride on it (``before_backward``), and every rank's own gradients, asked
+        only when a non-finite verdict needs a suspect. None: the evidence travels in a
+        collective of its own at the end of every step."""
         self.cfg = cfg
         self.rank = rank
         self.world_size = world_size
         self.model = model
         self.golden = golden
-        self.local_grad_norms = local_grad_norms
+        self.gather = gather
+        self._early: _EarlyEvidence | None = None
         self.loss_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
         self.norm_spikes = RobustSpike(cfg.spike_window, cfg.spike_z)
         # Periodic detectors vouch for the state they last passed; the loaded checkpoint was
@@ -322,7 +342,7 @@ class SdcMonitor:
         return (c.nonfinite or c.spike or c.digest_every > 0 or c.fingerprint != "off"
                 or self.golden is not None)
 
-    def fingerprint(self, optimizer: torch.optim.Optimizer, verify: bool = False) -> None:
+    def fingerprint(self, optimizer: torch.optim.Optimizer | None, verify: bool = False) -> None:
         """Checksum what the optimizer update of this step is about to read (call it right
         before ``optimizer.step()``); it travels with the step's evidence (``end_step``).
         ``verify``: the step ends in a checkpoint, so everything the update reads is
@@ -330,6 +350,8 @@ class SdcMonitor:
         gradients or optimizer state differ from the others'."""
         if self.cfg.fingerprint == "off":
             return
+        if optimizer is not None and self._gathered() is not None:
+            return  # the parameters' fingerprint went with the gradient gather
         t0 = time.perf_counter()
         if self._param_words is None:
             self._param_words = _ParamWords(list(self.model.parameters()))
@@ -342,6 +364,53 @@ class SdcMonitor:
         self._fingerprint = [coverage, *(w for value in checksums for w in words_of(value))]
         self.seconds["fingerprint"] += time.perf_counter() - t0
 
+    # -- the evidence exchange, riding on the gradient gather ---------------------------
+    def before_backward(self, step: int, local_loss: torch.Tensor, verify: bool, stop: bool | None = None,
+                        host_s: Callable[[], float | None] | None = None) -> None:
+        """Hand this rank's row to the step's gradient all-gather (call it right before
+        ``loss.backward()``): the local loss, the golden self-test when due, the parameters'
+        fingerprint, the stop vote and the host time (``host_s``, asked when the last bucket
+        leaves). Everything the verdict needs then arrives with the averaged gradient, and
+        ``end_step`` adds no collective -- except on a step that needs what only exists after
+        the all-reduce or the update (a digest, the full fingerprint before a checkpoint,
+        ``fingerprint: update``, the digest's every-step gradient-norm comparison when no
+        fingerprint runs): a rank that does flags it, and every rank then exchanges its full
+        row at the end of the step as well. Without a ``gather`` it does nothing."""
+        self._early = None
+        if self.gather is None:
+            return
+        golden = 0.0
+        if self.golden is not None and step % self.cfg.golden_every == 0:
+            t0 = time.perf_counter()
+            golden = 1.0 if self.golden.passes() else -1.0
+            self.seconds["golden"] += time.perf_counter() - t0
+        digest = self.cfg.digest_every > 0
+        late = self.active and (verify or self.cfg.fingerprint == "update"
+                                or (digest and (step % self.cfg.digest_every == 0 or self.cfg.fingerprint == "off")))
+        if self.active and not late:
+            self.fingerprint(None)  # the parameters: no flip point moves them after the forward
+        row = [float(local_loss), 0.0, golden, 0.0, *([0.0] * _DIGEST_WORDS), 1.0 if stop else 0.0]
+        row += self._fingerprint if self._fingerprint is not None else [0.0] * 7
+        self._fingerprint = None
+        self._early = _EarlyEvidence(step, golden, stop, host_s is not None)
+        self.gather.track_norm = self.active and self.needs_grad_norm
+
+        def finished_row() -> torch.Tensor:
+            host = host_s() if host_s is not None else None
+            return torch.tensor([*row, host or 0.0, 1.0 if late else 0.0], dtype=torch.float64)
+
+        self.gather.send(finished_row)
+
+    def _gathered(self) -> list[list[float]] | None:
+        """Every rank's row of this step from the gradient gather, when no rank needs the late
+        exchange; else None."""
+        if self._early is None or self.gather is None or self.gather.rows is None:
+            return None
+        rows = [r.tolist() for r in self.gather.rows]
+        if len(rows) != self.world_size or any(len(r) != ROW + 1 or r[LATE_COLUMN] for r in rows):
+            return None
+        return [r[:ROW] for r in rows]
+
     @property
     def needs_grad_norm(self) -> bool:
         return self.cfg.nonfinite or self.cfg.spike or self.cfg.digest_every > 0
@@ -349,6 +418,10 @@ class SdcMonitor:
     def grad_norm(self, model: nn.Module) -> float | None:
         if not self.needs_grad_norm:
             return None
+        if self.gather is not None and self._gathered() is not None:
+            # the averaged gradient's norm, taken while the gather averaged it: the same on
+            # every rank, so the verdict on it is too
+            return self.gather.mean_norm()
         t0 = time.perf_counter()
         value = grad_norm(model.parameters())
         self.seconds["grad_norm"] += time.perf_counter() - t0
@@ -364,6 +437,20 @@ class SdcMonitor:
         self.detection = None
         self.stop_votes = []
         self.host_times = None
+        gathered = self._gathered()
+        early, self._early = self._early, None
+        if early is not None:
+            stop = early.stop  # the vote that went with the gather is the vote
+            host_s = host_s if early.host else None
+        if gathered is not None:
+            self.stop_votes = [r for r, values in enumerate(gathered) if values[STOP_COLUMN] > 0]
+            self.host_times = [values[HOST_COLUMN] for values in gathered] if host_s is not None else None
+            global_loss = math.fsum(r[0] for r in gathered) / self.world_size
+            if not self.active:
+                return global_loss
+            for values in gathered:
+                values[1] = norm if norm is not None else 0.0  # the averaged gradient's, on every rank
+            return self._verdict(step, gathered, global_loss, norm is not None)
         if not self.active:
             if stop is None and host_s is None:
                 total = local_loss.detach().clone()
@@ -389,8 +476,9 @@ class SdcMonitor:
         else:
             row += [0.0] * (HOST_COLUMN - len(row))
         row.append(host_s or 0.0)
-        golden_ran = self.golden is not None and step % self.cfg.golden_every == 0
-        if golden_ran:
+        if early is not None:
+            row[2] = early.golden  # run before the backward, when due
+        elif self.golden is not None and step % self.cfg.golden_every == 0:
             t0 = time.perf_counter()
             row[2] = 1.0 if self.golden.passes() else -1.0
             self.seconds["golden"] += time.perf_counter() - t0
@@ -412,8 +500,11 @@ class SdcMonitor:
         self.stop_votes = [r for r, values in enumerate(table) if values[STOP_COLUMN] > 0]
         self.host_times = [values[HOST_COLUMN] for values in table] if host_s is not None else None
         global_loss = math.fsum(r[0] for r in table) / self.world_size
+        return self._verdict(step, table, global_loss, norm is not None)
+
+    def _verdict(self, step: int, table: list[list[float]], global_loss: float, has_norm: bool) -> float:
         t0 = time.perf_counter()
-        found = self._judge(step, table, global_loss, norm is not None)
+        found = self._judge(step, table, global_loss, has_norm)
         self.seconds["judge"] += time.perf_counter() - t0
         if found:
             first = found[0]
@@ -434,7 +525,10 @@ class SdcMonitor:
         return record
 
     def detector_seconds(self) -> dict[str, float]:
-        return {name: round(value, 6) for name, value in sorted(self.seconds.items())}
+        seconds = dict(self.seconds)
+        if self.gather is not None and self.gather.seconds:
+            seconds["grad_norm"] = seconds.get("grad_norm", 0.0) + self.gather.seconds
+        return {name: round(value, 6) for name, value in sorted(seconds.items())}
 
     # -- the verdict -------------------------------------------------------------------
     def _judge(self, step: int, table: list[list[float]], global_loss: float, has_norm: bool
@@ -480,7 +574,8 @@ class SdcMonitor:
             if has_norm and not math.isfinite(norms[r]):
                 parts.append(f"gradient norm {norms[r]}")
             what.append(f"rank {r}: {' and '.join(parts)}")
-        where = "on every rank" if len(bad) == world else "only on one rank"
+        where = ("on the only rank" if world == 1 else "on every rank" if len(bad) == world
+                 else "only on one rank")
         if len(bad) == world and world > 1:
             where += (f" (after the all-reduce); {evidence}" if suspect is not None
                       else " (after the all-reduce: the evidence names no rank)")
@@ -496,14 +591,13 @@ class SdcMonitor:
         the loss finite while its gradients overflow), then, the weakest, a local loss far
         above the recent global ones. Each names a rank only when it singles one out."""
         world = self.world_size
-        if world == 1:
-            return None, ""
         if len(bad) == 1:
+            # with one rank too: its own computation is the only one there is
             return bad[0], "only that rank"
         nonfinite_loss = [r for r in range(world) if not math.isfinite(losses[r])]
         if len(nonfinite_loss) == 1:
             return nonfinite_loss[0], f"rank {nonfinite_loss[0]}'s local loss is the odd one out"
-        norms = self.local_grad_norms() if self.local_grad_norms is not None and not nonfinite_loss else None
+        norms = self.gather.local_norms() if self.gather is not None and not nonfinite_loss else None
         if norms is not None and len(norms) == world:
             overflowed = [r for r in range(world) if not math.isfinite(norms[r])]
             if len(overflowed) == 1:

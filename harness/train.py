@@ -36,7 +36,7 @@ from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
 from harness.data_path import DataPath
 from harness.dist import (
     DistEnv,
-    LocalGradients,
+    GradientGather,
     deterministic_allreduce_hook,
     exchange_peers,
     init_process_group,
@@ -260,8 +260,9 @@ class Trainer:
         model = build_model(cfg.model, self.vocab.size, cfg.seed)
         self.raw_model = model
         self.model = DistributedDataParallel(model)
-        self.local_grads = LocalGradients()  # every rank's own gradients: evidence for harness.sdc
-        self.model.register_comm_hook(self.local_grads, self.slow.timed(deterministic_allreduce_hook))
+        # the gradient gather carries the corruption detectors' evidence too (harness.sdc)
+        self.gather = GradientGather()
+        self.model.register_comm_hook(self.gather, self.slow.timed(deterministic_allreduce_hook))
         self.optimizer = build_optimizer(model, cfg.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         # One tier, or a node-local fast tier beside the shared one (harness.ckpt_tiers).
@@ -288,7 +289,7 @@ class Trainer:
             golden = GoldenSelfTest(self.raw_model, initial, tokens, self.cfg.model.seq_len)
         replayed = [(r.get("detector"), r.get("step")) for r in self.checkpoints.rollback_records()]
         return SdcMonitor(detect, self.env.rank, self.env.world_size, self.raw_model, self.step,
-                          golden, replayed, local_grad_norms=self.local_grads.norms)
+                          golden, replayed, gather=self.gather)
 
     def _check_same_start(self) -> None:
         steps = [torch.zeros(1, dtype=torch.long) for _ in range(self.env.world_size)]
@@ -345,6 +346,8 @@ class Trainer:
         logits = self.model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
         self.optimizer.zero_grad(set_to_none=True)
+        self.sdc.before_backward(step, loss.detach(), verify, self.stop.vote() if self.stop is not None else None,
+                                 host_s=self.slow.host_s)
         loss.backward()
         probe.fault_point("after_backward", step=step)
         norm = self.sdc.grad_norm(self.raw_model)

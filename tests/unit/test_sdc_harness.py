@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 
+import pytest
 import torch
 from torch import nn
 
@@ -55,6 +56,9 @@ def _warm(monitor: SdcMonitor, values: int = 30) -> None:
 def test_a_non_finite_local_loss_on_one_rank_names_that_rank():
     (det,) = _monitor()._judge(7, [_row(), _row(loss=math.nan)], math.nan, True)
     assert (det.detector, det.suspect, det.clean_before) == ("nonfinite", "rank-1", 7)
+    # one rank alone: its own computation is the only one there is (issue 23: every topology)
+    (det,) = _monitor(world=1)._judge(7, [_row(loss=math.nan)], math.nan, True)
+    assert det.suspect == "rank-0" and "on the only rank" in det.reason
 
 
 def test_overflow_everywhere_after_the_allreduce_is_blamed_on_the_odd_local_loss():
@@ -71,15 +75,15 @@ def test_a_flipped_attention_weight_is_blamed_on_the_rank_whose_own_gradients_ov
     Its loss stays finite (softmax saturates) but its own gradients are NaN, and the
     all-reduce makes every rank's gradient norm NaN; the local gradients the all-gather
     brought every rank (before the average) still say whose backward it was."""
-    from harness.dist import LocalGradients
+    from harness.dist import GradientGather
 
     world = 6
-    local = LocalGradients()
+    local = GradientGather()
     clean = [torch.ones(4) * (r + 1) for r in range(world)]
     local.keep(0, clean)
     local.keep(1, [*(torch.ones(2) for _ in range(2)), torch.tensor([math.nan, 1.0]),
                    *(torch.ones(2) for _ in range(3))])
-    monitor = SdcMonitor(DetectConfig(), 0, world, nn.Linear(2, 2), 0, local_grad_norms=local.norms)
+    monitor = SdcMonitor(DetectConfig(), 0, world, nn.Linear(2, 2), 0, gather=local)
     _warm(monitor)
     rows = [_row(loss=2.0 + 0.01 * r, norm=math.nan) for r in range(world)]
     (det,) = monitor._judge(50, rows, 2.02, True)
@@ -94,7 +98,7 @@ def test_a_flipped_attention_weight_is_blamed_on_the_rank_whose_own_gradients_ov
     assert monitor._judge(50, rows, 2.02, True)[0].suspect is None
     # Bucket 0 starts a new backward: nothing of the last one is kept beside it.
     local.keep(0, clean)
-    assert local.norms() == [float(torch.linalg.vector_norm(t)) for t in clean]
+    assert local.local_norms() == [float(torch.linalg.vector_norm(t)) for t in clean]
 
 
 def test_two_replicas_that_differ_cannot_say_which_is_wrong_three_can():
@@ -360,3 +364,46 @@ def test_detectors_that_are_on_by_default_can_be_switched_off_from_the_command_l
     assert cfg.detect.fingerprint == "off" and HarnessConfig().detect.fingerprint == "params"
     assert config_from_args(config_to_args(cfg)) == cfg
     assert config_from_args(config_to_args(HarnessConfig())) == HarnessConfig()
+
+
+def test_the_evidence_rides_on_the_gradient_gather_and_only_late_steps_add_a_collective(one_rank_group, monkeypatch):
+    """Issue 25.4: the rows travel with the gradient all-gather DDP does anyway; a collective of
+    their own only on steps that need evidence from after the update (a digest, a checkpoint)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from harness.dist import GradientGather, deterministic_allreduce_hook
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    ddp = DistributedDataParallel(model)
+    gather = GradientGather()
+    ddp.register_comm_hook(gather, deterministic_allreduce_hook)
+    opt = torch.optim.AdamW(model.parameters())
+    monitor = SdcMonitor(DetectConfig(digest_every=3), 0, 1, model, 0, gather=gather)
+    reduces = []
+    real = dist.all_reduce
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: (reduces.append(t.numel()), real(t, *a, **k))[1])
+    for step in (1, 2, 3):
+        loss = ddp(torch.ones(2, 3)).sum()
+        opt.zero_grad()
+        monitor.before_backward(step, loss.detach(), verify=False, stop=step == 2, host_s=lambda: 0.25)
+        loss.backward()
+        norm = monitor.grad_norm(model)
+        monitor.fingerprint(opt)
+        opt.step()
+        global_loss = monitor.end_step(step, loss.detach(), norm, verify=False, stop=False, host_s=0.25)
+        assert global_loss == float(loss) and monitor.detection is None
+        assert monitor.stop_votes == ([0] if step == 2 else []) and monitor.host_times == [0.25]
+        if step < 3:
+            assert not reduces  # the rows came with the gradients
+            # the averaged gradient's norm, taken in the hook, is the one the guard judges
+            assert norm == pytest.approx(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
+    assert reduces == [ROW]  # step 3: a digest step, the full row after the update
+    assert monitor.last_pass["digest"] == 3
+    # a non-finite gradient is judged from what came with the gather, at its own step
+    loss = ddp(torch.ones(2, 3)).sum() * math.inf
+    monitor.before_backward(4, loss.detach(), verify=False)
+    loss.backward()
+    monitor.end_step(4, loss.detach(), monitor.grad_norm(model), verify=False)
+    assert monitor.detection is not None and monitor.detection.detector == "nonfinite" and len(reduces) == 1
