@@ -101,7 +101,7 @@ INTEGRATION_ORDER = (
     "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency", "test_warm_start",
     "test_toy_family",
     # one to two and a half minutes
-    "test_net_heal", "test_netns",
+    "test_net_heal", "test_netns", "test_stall_throttle",
     None,  # modules not listed here
     # longer
     "test_process_faults", "test_scale_from_runs", "test_sdc", "test_storage", "test_power",
