@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from chaos.cli import cli
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.metrics import FaultMetrics
 from chaos.faults.power.metrics import power_metrics
+from chaos.metrics import FaultMetrics
 from chaos.report.comparison import comparison_rows, write_comparison
 from chaos.scenario import load_scenario, load_suite
 from chaos.variants import VariationError, parse_variation
