@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from chaos.cluster.base import ResolvedTarget
 from chaos.registry import PLUGINS_ENV, Registry
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
-    from chaos.cluster.base import InjectionContext
+    # Not at run time: chaos.cluster.base imports chaos.model, whose targets load the plugin
+    # registries, and a plugin imports this module back (it must find FaultType defined).
+    from chaos.cluster.base import InjectionContext, ResolvedTarget
     from chaos.workload import Workload
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "FaultType",
     "NoParams",
     "ParamsContext",
-    "ResolvedTarget",
     "UnknownFaultType",
     "known_types",
     "lookup",
