@@ -84,6 +84,19 @@ class _Ranks:
         return best
 
 
+def _count_after_kill(cgroup: str, before: int, wait_s: float = 0.1) -> int:
+    """The cgroup's OOM-kill counter once this OOM's kill is counted: the notification comes
+    when the kernel decides, a moment before it kills and counts (read at once, a fresh-clone
+    CI run saw 0). Waits a few ms in practice, ``wait_s`` at most (an OOM the kernel resolved
+    without a kill)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        count = oom_kills(cgroup)
+        if count > before or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.002)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.cluster.oomwatch")
     parser.add_argument("--cgroup", required=True)
@@ -102,18 +115,20 @@ def main(argv: list[str] | None = None) -> int:
             limit_mb = int(fh.read()) >> 20
     except (OSError, ValueError):
         pass
+    killed = oom_kills(args.cgroup)
     while True:
         os.read(efd, 8)  # blocks until the cgroup runs out of memory
-        victim = ranks.biggest()
+        victim = ranks.biggest()  # first: once the kill is counted, the victim is gone
+        killed = _count_after_kill(args.cgroup, killed)
         if victim is None:
             continue  # not a rank (the agent itself): nothing the job's attribution needs
         pid, rank, rss_kb = victim
-        # At once: the notification comes as the kill is decided, before the rank is gone
-        # and before its peers can notice a broken collective.
+        # Within milliseconds of the kill (the wait above), before its peers can notice a
+        # broken collective.
         probe.emit("detected", by=f"kernel-node-{args.node}", suspect=f"rank-{rank}", failure_class="oom",
                    reason=(f"the kernel's OOM killer killed pid {pid} (rank {rank}, {rss_kb >> 10} MiB resident) "
                            f"in node {args.node}'s memory cgroup (limit {limit_mb} MiB)"),
-                   oom_kills=oom_kills(args.cgroup))
+                   oom_kills=killed)
 
 
 if __name__ == "__main__":

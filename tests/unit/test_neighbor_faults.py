@@ -218,3 +218,20 @@ def test_an_oom_is_attributed_and_recovery_counts_from_the_kill_not_the_leak() -
     assert (fm.last_step_before, fm.resumed_from, fm.lost_steps) == (140, 120, 20)
     assert m.false_detections == 0
 
+
+
+def test_the_oom_watcher_reports_the_kill_count_once_the_kernel_has_counted_it(tmp_path) -> None:
+    import threading
+
+    from chaos.cluster.oomwatch import _count_after_kill
+
+    control = tmp_path / "memory.oom_control"
+    control.write_text("oom_kill_disable 0\nunder_oom 1\noom_kill 0\n")
+    # The eventfd fires when the kernel decides; the counter moves when it kills, a moment later.
+    timer = threading.Timer(0.05, lambda: control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"))
+    timer.start()
+    try:
+        assert _count_after_kill(str(tmp_path), 0, wait_s=5) == 1
+    finally:
+        timer.join()
+    assert _count_after_kill(str(tmp_path), 1, wait_s=0.05) == 1, "no new kill: the count as it is"
