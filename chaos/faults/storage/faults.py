@@ -298,10 +298,11 @@ class IoSlow(_RuleFault):
             # Drawn per operation by the layer (chaos.storage.latency), seeded by the rule.
             metadata = p.get("metadata_latency_ms")
             rule["latency_s"] = 0.0
-            rule["latency_dist"] = {"distribution": p.get("distribution", "fixed"), "data_ms": float(p.get("latency_ms", 0.0)),
-                               "metadata_ms": float(metadata if metadata is not None else p.get("latency_ms", 0.0)),
-                               "spread": p.get("spread", 0.5), "sigma": p.get("sigma", 0.5),
-                               "alpha": p.get("alpha", 2.0), "max_ms": p.get("max_ms")}
+            # params arrive with the model's defaults filled in: no second copy of them here.
+            rule["latency_dist"] = {"distribution": p["distribution"], "data_ms": float(p["latency_ms"]),
+                                    "metadata_ms": float(metadata if metadata is not None else p["latency_ms"]),
+                                    "spread": p["spread"], "sigma": p["sigma"], "alpha": p["alpha"],
+                                    "max_ms": p["max_ms"]}
         return rule
 
 
