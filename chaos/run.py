@@ -12,6 +12,9 @@ A failure of trainchaos itself (a fault whose ``inject`` raised, a target with n
 process at injection time, a failed revert or teardown, a crash of this runner) ends the run
 as ``tool_error``: its journal says what failed and it gets no verdict, because nothing was
 learned about the training stack.
+
+The runner's other halves: ``chaos.runstate`` (each fault's state; the event intake and the
+clock the triggers read) and ``chaos.runmeasure`` (the finished run's faults, metrics, verdict).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import sys
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,24 +41,18 @@ from chaos.faults.family import planned_mounts
 from chaos.freshness import CheckpointReader
 from chaos.interrupts import Interrupted
 from chaos.lifecycle import FaultLifecycle, Injection
-from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
+from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
-from chaos.plan import PlannedFault, make_plan, plan_seed, probe_instructions
-from chaos.precision import landing
-from chaos.record import (
-    FaultOutcome,
-    RunStart,
-    build_run_record,
-    fault_outcome,
-    write_run_start,
-)
+from chaos.plan import make_plan, plan_seed, probe_instructions
+from chaos.record import RunStart, build_run_record, write_run_start
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
+from chaos.runmeasure import RunMeasure
+from chaos.runstate import FaultState, RunObserver, RunProgress
 from chaos.telemetry import EventTailer
 from chaos.triggers import form_of
-from chaos.verdict import judge
 from chaos.wakeup import Wakeup
 from chaos.workload import workload_for
 
@@ -70,66 +67,6 @@ _PEERS_AT_STEP_S = 1.0
 _HUNG_QUIET_S = 20.0
 
 
-@dataclass
-class RunProgress:
-    """Callbacks for a live display; all optional."""
-
-    on_step: Any = None
-    on_note: Any = None
-
-    def step(self, step: int, target: int) -> None:
-        if self.on_step:
-            self.on_step(step, target)
-
-    def note(self, text: str) -> None:
-        if self.on_note:
-            self.on_note(text)
-
-
-@dataclass
-class _FaultState:
-    planned: PlannedFault
-    fired: bool = False
-    step_seen_at_inject: int | None = None
-    injection: Injection | None = None
-    """The fault as it went through the lifecycle (None: never handed to the engine)."""
-    unresolved: str | None = None
-    """Why its target could not be resolved when it was due."""
-    deferred_since: float | None = None
-    """A repeated fault due while its target had no live process (the job restarting from
-    the previous one): when it first waited."""
-    t_planned: float | None = None
-    """The time a timed or event trigger named (unix seconds): its lag is measured from it."""
-    step_reached: float | None = None
-    """When the first targeted rank reached a step trigger's step (monotonic)."""
-
-    @property
-    def t_inject(self) -> float | None:
-        return self.injection.t_inject if self.injection else None
-
-    @property
-    def t_revert(self) -> float | None:
-        return self.injection.t_revert if self.injection else None
-
-    @property
-    def record(self) -> dict[str, Any]:
-        return self.injection.record if self.injection else {}
-
-    @property
-    def resolved(self) -> ResolvedTarget | None:
-        """The target as resolved against live processes when the fault was injected."""
-        return self.injection.target if self.injection else None
-
-    @property
-    def error(self) -> str | None:
-        inj = self.injection
-        if inj is not None and inj.revert_error:
-            return f"revert failed: {inj.revert_error}"
-        if inj is not None and inj.inject_error:
-            return f"inject failed: {inj.inject_error}"
-        return self.unresolved and f"target unavailable: {self.unresolved}"
-
-
 def _versions() -> dict[str, str]:
     import torch
 
@@ -141,7 +78,7 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class _Runner:
+class _Runner(RunObserver, RunMeasure):
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
                  progress: RunProgress | None, repeat_index: int = 0,
                  baseline_run: dict[str, Any] | None = None) -> None:
@@ -157,10 +94,10 @@ class _Runner:
         self.workload = workload_for(scenario.workload)
         self.plan_seed = plan_seed(seed, repeat_index)
         self.plan = make_plan(scenario, self.plan_seed) if with_faults else []
-        self.states = [_FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
+        self.states = [FaultState(p) for p in self.plan if p.fires and not p.fault.in_process]
         # The occurrence before each of a repeated trigger (poisson): they fire in order.
-        self.previous: dict[int, _FaultState] = {}
-        last: dict[int, _FaultState] = {}
+        self.previous: dict[int, FaultState] = {}
+        last: dict[int, FaultState] = {}
         for st in self.states:
             if st.planned.spec.index in last:
                 self.previous[id(st)] = last[st.planned.spec.index]
@@ -191,45 +128,8 @@ class _Runner:
         self.tool_errors.append(message)
         self.status = "tool_error"
 
-    # -- event intake ---------------------------------------------------------------------
-    def _take(self, events: list[Event]) -> None:
-        for ev in events:
-            kind = ev.get("kind")
-            self.event_times_seen.setdefault(kind, []).append(ev["t"])
-            if kind == "rank_start":
-                self.cluster.note_event(ev)
-                if isinstance(ev.get("node"), int):
-                    self.ever_hosted.add(ev["node"])
-                    if isinstance(ev.get("rank"), int) and isinstance(ev.get("world_size"), int):
-                        self.rank_node[ev["rank"]] = ev["node"]
-                        self.group_size = ev["world_size"]
-            elif kind == "step_end":
-                step = int(ev["step"])
-                if self.t_first_step is None:
-                    self.t_first_step, self.t_first_step_wall = time.monotonic(), time.time()
-                src = str(ev.get("src", ""))
-                if src.startswith("rank-"):
-                    self.step_by_rank[int(src[5:])] = step
-                if step > self.max_step or src.startswith("rank-0"):
-                    self.t_last_progress = time.monotonic()
-                if step > self.max_step:
-                    self.max_step = step
-                    self.progress.step(step, self.steps_target)
-            elif kind == "ckpt_save_end" and self.reader is not None:
-                self.reader.offer(ev)
-            elif kind == "fault_injected" and ev.get("src") != "injector":
-                self.progress.note(f"{ev.get('fault')} injected in-process at step {ev.get('step')} on {ev.get('src')}")
-            elif kind == "fault_error":
-                # An in-process fault the probe could not apply (a tensor name a command's
-                # model does not have): trainchaos failed to inject, the job is not to blame.
-                self._tool_error(f"{ev.get('fault')} on {ev.get('src')}: {ev.get('error')}")
-            elif kind == "detected":
-                self.progress.note(
-                    f"detected by {ev.get('by')}: {ev.get('failure_class')} of {ev.get('suspect')}"
-                )
-
     # -- triggers -------------------------------------------------------------------------
-    def _due(self, st: _FaultState) -> bool:
+    def _due(self, st: FaultState) -> bool:
         previous = self.previous.get(id(st))
         if previous is not None and not previous.fired:
             return False
@@ -274,19 +174,6 @@ class _Runner:
             wait = min(wait, t_revert - time.monotonic())
         return max(wait, 0.0), groups
 
-    # The run as the triggers read it (chaos.triggers.RunClock).
-    def step_seen(self, ranks: tuple[int, ...]) -> int:
-        return max((self.step_by_rank.get(r, 0) for r in ranks), default=self.max_step)
-
-    def event_times(self, kind: str) -> list[float]:
-        return self.event_times_seen.get(kind, [])
-
-    def since_first_step(self) -> float | None:
-        return None if self.t_first_step is None else time.monotonic() - self.t_first_step
-
-    def first_step_time(self) -> float | None:
-        return self.t_first_step_wall
-
     @property
     def lifecycle(self) -> FaultLifecycle:
         """The faults' lifecycle over this run's context and fault journal."""
@@ -294,20 +181,20 @@ class _Runner:
             self._lifecycle = FaultLifecycle(self.ctx, self.fault_journal)
         return self._lifecycle
 
-    def _confirm(self, st: _FaultState, outcome: str) -> None:
+    def _confirm(self, st: FaultState, outcome: str) -> None:
         """Release the ranks holding at the fault's step (``chaos.hold``): it is in effect, or
         it is never coming (failed, unresolved, the run stopping)."""
         if form_of(st.planned.spec.trigger).exact_step:
             hold.confirm(self.rundir.holds, st.planned.fault_id, outcome)
 
-    def _inject(self, st: _FaultState) -> None:
+    def _inject(self, st: FaultState) -> None:
         try:
             self._inject_fault(st)
         finally:
             if st.fired:
                 self._confirm(st, "failed" if st.error else "in_effect")
 
-    def _inject_fault(self, st: _FaultState) -> None:
+    def _inject_fault(self, st: FaultState) -> None:
         fault = st.planned.fault
         try:
             resolved: ResolvedTarget | None = self.lifecycle.resolve(fault, self.cluster)
@@ -486,56 +373,6 @@ class _Runner:
             self._tool_error(f"stopping the nodes failed: {type(exc).__name__}: {exc}")
         for failure in self.resources.release_all():
             self._tool_error(f"teardown failed: {failure}")
-
-    def _fault_records(self, events: list[Event]) -> list[FaultRecord]:
-        records = []
-        injected = {e.get("fault"): e for e in events if e.get("kind") == "fault_injected" and e.get("src") != "injector"}
-        by_state = {st.planned.fault_id: st for st in self.states}
-        for planned in self.plan:
-            if not planned.fires:
-                continue
-            fault = planned.fault
-            st = by_state.get(planned.fault_id)
-            ev = injected.get(fault.fault_id)
-            t_inject = st.t_inject if st else (ev["t"] if ev else None)
-            resolved = st.resolved if st and st.resolved is not None else fault.target
-            records.append(FaultRecord(
-                fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
-                family=fault.family,
-                also_classes=tuple(fault.also_detected_as),
-                target_srcs=resolved.srcs(), t_inject=t_inject,
-                t_revert=st.t_revert if st else None, planned_step=planned.spec.trigger.at_step,
-            ))
-        return records
-
-    def measure(self, events: list[Event], t_end: float) -> tuple[list[FaultOutcome], dict[str, Any], dict[str, Any] | None]:
-        """What each fault did, the run's metrics and its verdict (None: not judged)."""
-        records = self._fault_records(events)
-        world = self.scenario.topology.world_size
-        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=self.start.t_start,
-                      t_end=t_end, steps_target=self.steps_target, world_size=world,
-                      timeout_s=self.scenario.timeout_s, t_stop=self.t_stop)
-        baseline = getattr(self, "baseline_info", None)
-        metrics = compute_metrics(events, records, run, baseline)
-        # The fault-free baseline is a reference, not an experiment, and a run trainchaos
-        # itself broke taught nothing about the training stack: neither gets a verdict.
-        judged = self.with_faults and self.status != "tool_error"
-        verdict = judge(self.scenario.targets, metrics, run.status) if judged else None
-        faults_out = []
-        states = {st.planned.fault_id: st for st in self.states}
-        for planned, rec in zip([p for p in self.plan if p.fires], records, strict=True):
-            st = states.get(planned.fault_id)
-            landed = landing(planned, events, rec.t_inject, st.t_planned if st else None)
-            faults_out.append(fault_outcome(
-                rec, step_at_inject=landed.step, precision=landed.precision, lag_ms=landed.lag_ms,
-                hold=landed.hold,
-                mechanism="probe" if planned.fault.in_process else "injector",
-                fidelity=planned.fault.fidelity,
-                details=st.record if st else {}, error=st.error if st else None,
-                target_spec=dict(planned.fault.target_spec),
-                resolved_target=st.resolved.to_dict() if st and st.resolved else None,
-            ))
-        return faults_out, metrics.to_dict(), verdict.to_dict() if verdict else None
 
 
 def _scenario_dict(scenario: Scenario) -> dict[str, Any]:

@@ -36,8 +36,8 @@ CONCRETE_BACKENDS = tuple(f"chaos.cluster.{name}" for name in (
 """Modules of a concrete backend: only ``chaos.cluster`` itself may import them (everything
 else asks for a backend by name through the registry and for abilities by capability)."""
 
-RUNNER = ("chaos.run", "chaos.aborted", "chaos.suite", "chaos.cli", "chaos.gameday", "chaos.scale",
-          "chaos.pytest_plugin")
+RUNNER = ("chaos.run", "chaos.runstate", "chaos.runmeasure", "chaos.aborted", "chaos.suite", "chaos.cli",
+          "chaos.gameday", "chaos.scale", "chaos.pytest_plugin")
 """The engine that drives runs: it uses the backends and the faults, never the reverse."""
 
 LOWER_LAYERS = ("chaos.cluster", "chaos.storage")
