@@ -20,7 +20,8 @@ Events reach the controller through the bind-mounted run directory (the probe ap
 ``node * 2**22 + pid inside its container`` (pid namespaces overlap, so the bare pid is
 ambiguous); a rank is signalled inside its container (``docker exec``), a node with
 ``docker kill`` (the container's init and every process in it): that part is
-``chaos.cluster.docker_procs``.
+``chaos.cluster.docker_procs``. The options and their preflight are
+``chaos.cluster.docker_options``.
 
 Remote hosts (``ssh://``, ``tcp://``) need a real image (``image:``) and the run directory
 at the same path on that host (a shared filesystem, ``shared_run_dir: true``): the probe's
@@ -42,8 +43,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
-
 from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import ClusterBackend, NodeStatus
@@ -54,10 +53,10 @@ from chaos.cluster.docker_engine import (
     client,
     container_of,
     default_host,
-    engine_problem,
     is_local_host,
     owned,
 )
+from chaos.cluster.docker_options import DockerOptions, preflight_problems
 from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle, split_handle
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import scratch_base, tmp_dir_for
@@ -71,33 +70,6 @@ __all__ = ["DockerCluster", "DockerOptions", "PID_STRIDE", "handle", "split_hand
 
 NODE_HOST_OFFSET = 10
 _POLL_EVERY_S = 0.2
-
-
-class DockerOptions(StrictModel):
-    """``backend: {docker: {...}}``: where the node containers run and what they run."""
-
-    hosts: list[str] = Field(default_factory=list)
-    """Docker engines, as the docker CLI names them (``unix:///var/run/docker.sock``,
-    ``ssh://staging-2``, ``tcp://10.0.0.5:2376``); nodes are placed round-robin. Empty: the
-    engine of ``DOCKER_HOST``, else the local socket."""
-    image: str | None = None
-    """The training image (already on every host: nothing is pulled). Null: an empty image
-    of the run's own that runs this machine's Python, virtualenv and project through
-    read-only bind mounts (local engines only)."""
-    python: str | None = None
-    """The interpreter inside the image that runs torchrun and the harness. Null: this
-    controller's interpreter (without ``image``), else ``python``."""
-    mounts: list[str] = Field(default_factory=list)
-    """Further host paths bind-mounted read-only at the same path (a dataset, a CA bundle)."""
-    cpus: float | None = Field(None, gt=0)
-    """CPU limit of each node container (``--cpus``); null: none. Faults may change it live."""
-    memory: str | None = None
-    """Memory limit of each node container (``--memory``, e.g. ``2g``); null: none."""
-    shm_size: str = "256m"
-    """Size of each container's /dev/shm (DataLoader workers pass tensors through it)."""
-    shared_run_dir: bool = False
-    """Remote hosts see the controller's run directory at the same path (NFS, a cluster
-    filesystem): required for any non-local host, whose events are files there."""
 
 
 @register_backend
@@ -130,29 +102,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
     # -- before anything starts -------------------------------------------------------------
     @classmethod
     def preflight(cls, scenario: Scenario) -> list[str]:
-        options = DockerOptions.model_validate(scenario.backend.options or {})
-        hosts = list(options.hosts) or [default_host()]
-        problems = []
-        for host in hosts:
-            problem = engine_problem(host)
-            if problem:
-                problems.append(f"docker: {problem}")
-                continue
-            if not is_local_host(host):
-                if options.image is None:
-                    problems.append(f"docker.image: host {host} is remote: it needs a training image "
-                                    "(the default image runs this machine's Python through bind mounts)")
-                if not options.shared_run_dir:
-                    problems.append(f"docker.shared_run_dir: host {host} is remote: the run directory "
-                                    "must be on a filesystem it shares at the same path (events are "
-                                    "files); set shared_run_dir: true once it is")
-            elif options.image is not None:
-                try:
-                    client(host).images.get(options.image)
-                except Exception:
-                    problems.append(f"docker.image: {options.image!r} is not on {host} (nothing is "
-                                    "pulled: `docker load` or build it there first)")
-        return problems
+        return preflight_problems(scenario)
 
     # -- names ------------------------------------------------------------------------------
     def host_of(self, node: int) -> str:

@@ -16,11 +16,13 @@ condition or a failed check, 2 refused by the blast-radius guard or a preconditi
 Ctrl-C). Faults are
 journaled before they act in ``<out>/fault_journal.jsonl`` and the exercise is registered
 like a run, so ``trainchaos cleanup`` reverts what a SIGKILLed game day left.
+
+The operator's side of the loop is ``chaos.gameday.dialogue``; the stop conditions' watch and
+the live panel's status, ``chaos.gameday.monitor``.
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import threading
@@ -42,27 +44,22 @@ from chaos.errors import (
 )
 from chaos.faults.base import lookup
 from chaos.gameday.attach import AttachedRun, Resolution, find_run
+from chaos.gameday.dialogue import OperatorDialogue, Stop
+from chaos.gameday.monitor import StopMonitor
 from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Condition, Plan, Step, parse_condition
 from chaos.gameday.report import write_report
-from chaos.gameday.view import LiveStatus, LiveView, PlainView
+from chaos.gameday.view import LiveView, PlainView
 from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.rollback import FaultJournal, register_run, unregister_run
 
 __all__ = ["EXIT_INTERRUPTED", "GameDay"]
 
 EXIT_INTERRUPTED = 130
-MONITOR_EVERY_S = 0.5
-
-
-class _Stop(Exception):  # noqa: N818 (a control-flow signal: the exercise stops here)
-    def __init__(self, status: str, reason: str, exit_code: int) -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.exit_code = status, reason, exit_code
 
 
 @dataclass
-class GameDay:
+class GameDay(OperatorDialogue, StopMonitor):
     plan: Plan
     plan_path: str
     out_dir: str
@@ -200,7 +197,7 @@ class GameDay:
                 self._run_step(i, step, res)
             if any(e.get("outcome") == "failed" for e in self.timeline):
                 status, reason, code = "checks_failed", "a check failed (on_fail: continue)", EXIT_TARGET_MISSED
-        except _Stop as stop:
+        except Stop as stop:
             status, reason, code = stop.status, stop.reason, stop.exit_code
         except (KeyboardInterrupt, interrupts.Interrupted):
             if self.tripped:
@@ -277,7 +274,7 @@ class GameDay:
             if res.unmet:
                 line = self._unmet_line(i, step, res)
                 if not step.skip_if_absent:
-                    raise _Stop("precondition_failed", line, EXIT_BAD_INPUT)
+                    raise Stop("precondition_failed", line, EXIT_BAD_INPUT)
                 self._skip(i, name, what, "; ".join(res.unmet))
                 return
             if not self._confirm(i, what):
@@ -317,57 +314,18 @@ class GameDay:
             metric = parse_condition(c.condition).metric
             self._say(f"  check {c.condition}: {'passed' if ok else 'FAILED'} ({metric}={snap[metric]:g})")
             if not ok and c.on_fail == "abort":
-                raise _Stop("check_failed", f"check failed: {c.condition}", EXIT_TARGET_MISSED)
+                raise Stop("check_failed", f"check failed: {c.condition}", EXIT_TARGET_MISSED)
         elif step.revert is not None:
             names = list(self.active) if step.revert == "all" else [step.revert]
             errors = [err for n in reversed(names) if (err := self._revert(n))]
             self._event("revert", what, step=i, outcome="error" if errors else "done")
             if errors:
                 # A fault that would not revert is left in effect: stop, and say so loudly.
-                raise _Stop("tool_error", f"revert failed: {'; '.join(errors)}", EXIT_TOOL_FAILED)
+                raise Stop("tool_error", f"revert failed: {'; '.join(errors)}", EXIT_TOOL_FAILED)
         elif step.ask is not None:
             answer = self._prompt(f"  {step.ask}\n  answer> ")
             self.notes.append({"t": time.time(), "step": i, "text": answer, "question": step.ask})
             self._event("ask", step.ask, step=i, outcome="answered")
-
-    def _skip(self, i: int, name: str, what: str, reason: str) -> None:
-        self.skipped.append({"t": time.time(), "step": i, "name": name, "reason": reason})
-        self._event("skip", what, step=i, outcome=f"skipped: {reason}")
-        self._say(f"  skipped step {i} ({name}): {reason}")
-
-    def _skipped_with(self, i: int, name: str, what: str, since: str | None) -> bool:
-        """A check or wait counting from a skipped inject has nothing to count: skipped too."""
-        if since is None or not any(s["name"] == since for s in self.skipped):
-            return False
-        self._skip(i, name, what, f"it counts from step {since}, which was skipped")
-        return True
-
-    def _confirm(self, i: int, what: str) -> bool:
-        self._say(f"step {i}: {what}")
-        if self.yes:
-            self.decisions.append({"t": time.time(), "step": i, "decision": "yes", "by": "--yes"})
-            return True
-        while True:
-            answer = self._prompt("  proceed? [y]es / [s]kip / [a]bort, or type a note: ").strip()
-            low = answer.lower()
-            if low in ("y", "yes"):
-                self.decisions.append({"t": time.time(), "step": i, "decision": "yes", "by": "operator"})
-                return True
-            if low in ("s", "skip"):
-                self.decisions.append({"t": time.time(), "step": i, "decision": "skip", "by": "operator"})
-                return False
-            if low in ("a", "abort"):
-                self.decisions.append({"t": time.time(), "step": i, "decision": "abort", "by": "operator"})
-                raise _Stop("aborted", "aborted by the operator", EXIT_TARGET_MISSED)
-            if answer:
-                self.notes.append({"t": time.time(), "step": i, "text": answer})
-                self._say("  noted.")
-
-    def _prompt(self, text: str) -> str:
-        try:
-            return self.view.ask(text)
-        except EOFError:
-            raise _Stop("aborted", "no operator answer (end of input)", EXIT_TARGET_MISSED) from None
 
     # -- faults ------------------------------------------------------------------------------
     def _inject(self, i: int, name: str, step: Step, res: Resolution) -> None:
@@ -438,51 +396,6 @@ class GameDay:
     def _take_events(self) -> None:
         with self._lock:
             self.observer.take(self.run.poll_events())
-
-    def _say(self, line: str) -> None:
-        self.view.echo(line)
-
-    def _live_status(self) -> LiveStatus:
-        snap = self.observer.snapshot()
-        now = time.monotonic()
-        held = dict(self._held)
-        stops = [(str(c), snap[c.metric], str(c) in held, now - held[str(c)] if str(c) in held else 0.0)
-                 for c in self.stop_conditions]
-        step, since = self._current
-        return LiveStatus(plan=self.plan.name, run_id=self.run.spec.run_id, elapsed_s=time.time() - self.t0,
-                          metrics=snap, containers=dict(self.run.states), stops=stops, step=step,
-                          step_s=now - since)
-
-    def _monitor(self) -> None:
-        since = self._held
-        """Condition -> when it began to hold (a stop with ``for`` trips after that long)."""
-        while not self._stop_monitor.wait(MONITOR_EVERY_S):
-            try:
-                if self._lock.acquire(timeout=0.2):
-                    try:
-                        self._refresh()
-                    finally:
-                        self._lock.release()
-                snap = self.observer.snapshot()
-                now = time.monotonic()
-                for c in self.stop_conditions:
-                    if c.holds(snap):
-                        since.setdefault(str(c), now)
-                    else:
-                        since.pop(str(c), None)
-                held = next((c for c in self.stop_conditions
-                             if str(c) in since and now - since[str(c)] >= c.for_s), None)
-            except Exception as exc:  # a monitor that cannot see the run must not go quiet
-                self.tripped = f"the run cannot be observed: {type(exc).__name__}: {exc}"
-                _thread.interrupt_main()
-                return
-            if held is not None and not self._stop_monitor.is_set():
-                self.tripped = f"{held} ({held.metric}={snap[held.metric]:g})"
-                self._say(f"\nSTOP: {self.tripped}; reverting everything")
-                # As a SIGINT in the main thread: it interrupts a wait or a prompt, and waits
-                # for an inject or a revert under way (``chaos.lifecycle``).
-                _thread.interrupt_main()
-                return
 
     def _event(self, action: str, what: str, step: int | None = None, outcome: str = "", **extra: Any) -> None:
         now = time.time()

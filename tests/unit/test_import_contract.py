@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "chaos"
 
 CONCRETE_BACKENDS = tuple(f"chaos.cluster.{name}" for name in (
-    "local", "netns", "docker", "docker_engine", "slurm", "slurm_node", "slurm_signal", "slurm_testbed"))
+    "local", "netns", "docker", "docker_engine", "docker_options", "slurm", "slurm_node", "slurm_signal", "slurm_testbed"))
 """Modules of a concrete backend: only ``chaos.cluster`` itself may import them (everything
 else asks for a backend by name through the registry and for abilities by capability)."""
 
