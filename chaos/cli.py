@@ -55,7 +55,7 @@ def cli() -> None:
               help="A scenario that expects to fail (expect: {fail: ...}) but met every target "
                    "(XPASS) fails the run too (exit 1), as pytest's xfail_strict.")
 @click.option("--crash-points", is_flag=True,
-              help="Instead of the scenario's faults: one power loss (lose_unfsynced) at each "
+              help="Instead of the scenario's faults: one power loss (unfsynced writes lost) at each "
                    "durability boundary (fsync, rename) of one checkpoint save, each in a run of "
                    "its own; lists every boundary and its outcome (docs/checkers.md).")
 @click.option("--crash-save-step", type=click.IntRange(1), default=None, metavar="N",

@@ -38,7 +38,9 @@ from typing import Any
 
 import yaml
 
+from chaos.errors import ToolError
 from chaos.events import Event, read_events
+from chaos.faults.family import CrashSweep, crash_sweep
 from chaos.model import Scenario
 from chaos.run import RunProgress, run_baseline, run_scenario_once
 from chaos.rundir import RunDir
@@ -113,19 +115,29 @@ def _variant(scenario: Scenario, name: str, faults: list[dict[str, Any]]) -> Sce
     return parse_scenario(doc, scenario.path)
 
 
+def _sweep() -> CrashSweep:
+    """The sweep's fault types, from the family that has them (the storage layer's)."""
+    sweep = crash_sweep()
+    if sweep is None:
+        raise ToolError("no fault family provides the crash-point sweep's faults (FamilySpec.crash_sweep)")
+    return sweep
+
+
 def _arm(save_step: int, after: int) -> dict[str, Any]:
-    return {"type": "crash_point", "target": {"node": WRITER_NODE}, "trigger": {"at_step": 1},
+    return {"type": _sweep().arm_type, "target": {"node": WRITER_NODE}, "trigger": {"at_step": 1},
             "params": {"tier": "shared", "save_step": save_step, "after": after}}
 
 
-_POWER_LOSS = {"type": "lose_unfsynced", "target": {"node": WRITER_NODE},
-               "trigger": {"after_event": {"event": "crash_point"}}, "params": {"tier": "shared"}}
+def _power_loss() -> dict[str, Any]:
+    sweep = _sweep()
+    return {"type": sweep.power_loss_type, "target": {"node": WRITER_NODE},
+            "trigger": {"after_event": {"event": sweep.event}}, "params": {"tier": "shared"}}
 
 
 def classify(journal: dict[str, Any], events: list[Event], audit: Any, save_step: int,
              twin_digest: str | None) -> tuple[list[str], str, int | None]:
     """(outcomes, detail, resumed step) of one crash run (module docstring)."""
-    crash = next((e for e in events if e.get("kind") == "crash_point"), None)
+    crash = next((e for e in events if e.get("kind") == _sweep().event), None)
     if crash is None:
         return ["not_reached"], "the crash point never froze the layer", None
     t_crash = float(crash["t"])
@@ -196,7 +208,7 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
     results: list[BoundaryOutcome] = []
     for after in range(0, len(boundaries) + 1):
         name = f"{scenario.name}-crash-{after:02d}"
-        journal = run_scenario_once(_variant(scenario, name, [_arm(save_step, after), dict(_POWER_LOSS)]),
+        journal = run_scenario_once(_variant(scenario, name, [_arm(save_step, after), _power_loss()]),
                                     os.path.join(out_dir, f"crash-{after:02d}"), scenario.seed, twin, progress)
         rundir = RunDir(journal["run_dir"])
         events = read_events(rundir.events)
@@ -255,7 +267,7 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
     if dry_run:
         for sc in scenarios:
             echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then one power "
-                 "loss (lose_unfsynced) per durability boundary of it")
+                 f"loss ({_sweep().power_loss_type}) per durability boundary of it")
         return EXIT_OK
     preflight(scenarios)
     code = EXIT_OK

@@ -8,6 +8,7 @@ from typing import Any
 
 from chaos.cluster import lookup_backend
 from chaos.errors import ScenarioError, ValidationIssue
+from chaos.faults.base import lookup
 from chaos.metrics import BaselineInfo
 from chaos.model import Scenario
 from chaos.report import (
@@ -50,10 +51,12 @@ class SuiteOutcome:
 
 
 def preflight(scenarios: list[Scenario]) -> None:
-    """What this machine lacks for each scenario's backend, as located input errors (exit 2),
-    before anything starts."""
+    """What this machine lacks for each scenario's backend, and what a fault needs of the
+    backend's options (``FaultType.preflight``), as located input errors (exit 2), before
+    anything starts."""
     issues = [ValidationIssue(sc.path, "backend", problem)
-              for sc in scenarios for problem in lookup_backend(sc.backend.name).preflight(sc)]
+              for sc in scenarios for problem in lookup_backend(sc.backend.name).preflight(sc)
+              + [p for fault in sc.faults for p in lookup(fault.type).preflight(fault, sc)]]
     if issues:
         raise ScenarioError(issues)
 

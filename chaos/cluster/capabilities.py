@@ -113,6 +113,11 @@ class Scheduler(Protocol):
     def return_node(cls, change: dict[str, Any]) -> None:
         """Undo one ``take_node_out`` from its record alone."""
 
+    @classmethod
+    def requeue_refusal(cls, options: dict[str, Any]) -> str | None:
+        """Why a job run with these backend options cannot be requeued, as the rest of a
+        sentence after "... requeues the job" (``": submit it requeueable"``); None: it can."""
+
 
 @dataclass(frozen=True)
 class PowerCut:

@@ -54,6 +54,7 @@ from chaos.cluster.slurm_cli import (
     node_states,
     parse_kv,
     preflight_problems,
+    requeue_refusal,
     resume_node,
     set_node_state,
     slurm,
@@ -346,6 +347,10 @@ class SlurmCluster(LocalCluster):
     def return_node(cls, change: dict[str, Any]) -> None:
         """RESUME a node ``take_node_out`` took out, from its record alone."""
         resume_node(change["slurm_node"], change.get("slurm_conf"))
+
+    @classmethod
+    def requeue_refusal(cls, options: dict[str, Any]) -> str | None:
+        return requeue_refusal(options)
 
     def requeue_job(self, why: str) -> dict[str, Any]:
         """``scontrol requeue``: Slurm SIGTERMs every task, SIGKILLs them after KillWait and

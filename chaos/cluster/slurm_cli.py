@@ -21,8 +21,8 @@ from chaos.errors import ToolError
 from chaos.schema.types import StrictModel
 
 __all__ = ["ACTIVE_STATES", "NODE_REASON_PREFIX", "POLL_SCHEDULER_S", "PREFIX", "node_out_of_service",
-           "node_states", "parse_kv", "partitions", "preflight_problems", "resume_node", "set_node_state",
-           "slurm", "SlurmOptions"]
+           "node_states", "parse_kv", "partitions", "preflight_problems", "requeue_refusal", "resume_node",
+           "set_node_state", "slurm", "SlurmOptions"]
 
 PREFIX = "trainchaos-"
 POLL_SCHEDULER_S = 0.5
@@ -149,6 +149,18 @@ class SlurmOptions(StrictModel):
 # --------------------------------------------------------------------------- the backend
 
 
+def requeue_refusal(options: dict[str, Any]) -> str | None:
+    """Why a job run with these options cannot be requeued (``Scheduler.requeue_refusal``:
+    a fault that requeues it says so at preflight); None: it can."""
+    parsed = SlurmOptions.model_validate(options or {})
+    if parsed.jobid is not None:
+        return (f", and a run inside an existing allocation (slurm.jobid: {parsed.jobid}) has no "
+                "job of its own")
+    if not parsed.requeue:
+        return ": submit it requeueable (backend: {slurm: {requeue: true}})"
+    return None
+
+
 def preflight_problems(scenario: Any) -> list[str]:
     """What keeps ``scenario`` from running on this Slurm cluster (the backend's
     ``preflight``): its options against its topology and faults, the client commands, the
@@ -159,16 +171,6 @@ def preflight_problems(scenario: Any) -> list[str]:
     if topo.spares and not options.no_kill:
         problems.append("slurm: spares need no_kill: true (backend: {slurm: {no_kill: true}}): "
                         "without it Slurm ends the whole job when a node fails, spares included")
-    for fault in scenario.faults:
-        if fault.type != "preempt_job":
-            continue
-        index = fault.index
-        if options.jobid is not None:
-            problems.append(f"faults[{index}]: preempt_job requeues the job, and a run inside an "
-                            f"existing allocation (slurm.jobid: {options.jobid}) has no job of its own")
-        elif not options.requeue:
-            problems.append(f"faults[{index}]: preempt_job requeues the job: submit it requeueable "
-                            "(backend: {slurm: {requeue: true}})")
     for command in ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo"):
         if shutil.which(command) is None:
             problems.append(f"slurm: {command} is not on PATH (install the Slurm client "

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     # Not at run time: chaos.cluster.base imports chaos.model, whose targets load the plugin
     # registries, and a plugin imports this module back (it must find FaultType defined).
     from chaos.cluster.base import InjectionContext, ResolvedTarget
+    from chaos.model import FaultSpec, Scenario
     from chaos.workload import Workload
 
 __all__ = [
@@ -31,9 +32,11 @@ __all__ = [
     "NoParams",
     "ParamsContext",
     "UnknownFaultType",
+    "example_of",
     "known_types",
     "lookup",
     "register",
+    "types_standing_for",
 ]
 
 FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom"]
@@ -96,6 +99,15 @@ class FaultType(ABC):
     backends: ClassVar[tuple[str, ...] | None] = None
     """A further narrowing by backend name, for a plugin's type that predates ``requires``;
     None: every backend with the capabilities."""
+    stands_for: ClassVar[tuple[str, ...]] = ()
+    """Interruption classes of ``trainchaos simulate`` (by name: the Llama 3 table's,
+    ``chaos.scale.llama3``) whose recovery this type's runs measure: ``--from-runs`` pools
+    its samples into each class's figures (``types_standing_for``)."""
+    also_stands_for: ClassVar[tuple[str, ...]] = ()
+    """Classes where the type is a second way the same failure shows (it is listed after the
+    types of ``stands_for``)."""
+    example_of_class: ClassVar[bool] = False
+    """The type messages name as the example of its failure class (one type per class)."""
 
     fault_id: str
     target: ResolvedTarget
@@ -133,6 +145,13 @@ class FaultType(ABC):
         """Checks of the params that need more than one field or the workload (a tensor
         name against the harness's model); ``(location under params, message)`` each.
         Run by ``trainchaos validate`` after ``params_model`` accepted them."""
+        return []
+
+    @classmethod
+    def preflight(cls, fault: FaultSpec, scenario: Scenario) -> list[str]:
+        """What keeps ``fault`` from running with the scenario's backend as it is configured
+        (its options), said before anything starts (``chaos.suite.preflight``, beside the
+        backend's own); empty: nothing."""
         return []
 
     @classmethod
@@ -218,3 +237,17 @@ def lookup(name: str) -> type[FaultType]:
 
 def known_types() -> dict[str, type[FaultType]]:
     return FAULT_TYPES.known()
+
+
+def types_standing_for(interruption: str) -> tuple[str, ...]:
+    """The fault types whose runs measure the interruption class ``interruption``
+    (``FaultType.stands_for``, then ``also_stands_for``; each group in name order)."""
+    types = known_types()
+    return (tuple(sorted(n for n, cls in types.items() if interruption in cls.stands_for))
+            + tuple(sorted(n for n, cls in types.items() if interruption in cls.also_stands_for)))
+
+
+def example_of(failure_class: str) -> str | None:
+    """The fault type messages name as the example of ``failure_class`` (``example_of_class``)."""
+    return next((n for n, cls in known_types().items()
+                 if cls.example_of_class and cls.failure_class == failure_class), None)

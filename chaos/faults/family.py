@@ -19,6 +19,8 @@ engine naming it:
 - the probe actions its in-process types fire (``chaos.probe`` actions, by name);
 - what users call the failures its types express (``meanings``: ``trainchaos validate``'s
   did-you-mean for an unknown type, ``chaos.schema.suggest``).
+- the faults ``trainchaos run --crash-points`` writes (``crash_sweep``: the family whose
+  fault layer can freeze at a durability boundary and lose power there).
 
 The backend capabilities it acts through are its types' ``requires`` (``requires()`` here
 gathers them), declared once, on the type that uses them.
@@ -47,8 +49,9 @@ if TYPE_CHECKING:
     from chaos.metrics.family import MetricFamily
     from chaos.workload.base import StorageLayout
 
-__all__ = ["FAMILIES", "FamilySpec", "Meaning", "MountPlanner", "families", "load_fault_types",
-           "load_metric_families", "load_resource_kinds", "planned_mounts", "register_family"]
+__all__ = ["FAMILIES", "CrashSweep", "FamilySpec", "Meaning", "MountPlanner", "crash_sweep", "families",
+           "load_fault_types", "load_metric_families", "load_resource_kinds", "planned_mounts",
+           "register_family"]
 
 MountPlanner = Callable[[dict[str, Any], "StorageLayout | None", str], "tuple[StorageMount, ...]"]
 """``(scenario as plain dicts, the workload's storage layout, run dir) -> mounts``."""
@@ -57,6 +60,19 @@ Meaning = tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, str], ...]]
 """``(phrases, ((type, why), ...))``: a phrase is a set of canonical words (``("storage",
 "slow")``, the tokens of ``chaos.schema.suggest``) that must all appear in the unknown type
 a user wrote for the family's types to be suggested, each with one line of why."""
+
+
+@dataclass(frozen=True)
+class CrashSweep:
+    """The fault types of the checkpoint durability sweep (``chaos.crashsweep``): one arms
+    the fault layer to freeze right after one durability boundary of a save and report it as
+    the event ``event``; the other, triggered by that event, is the power loss there."""
+
+    arm_type: str
+    """Params ``tier``, ``save_step``, ``after`` (-1: count the boundaries, freeze at none)."""
+    power_loss_type: str
+    """Params ``tier``; a node target."""
+    event: str
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,8 @@ class FamilySpec:
     """The ``chaos.probe`` actions its in-process fault types fire."""
     meanings: tuple[Meaning, ...] = ()
     """What users call the failures its types express, for did-you-mean."""
+    crash_sweep: CrashSweep | None = None
+    """The types ``trainchaos run --crash-points`` writes; None: the family has none."""
     docs: str = ""
     """Its page under docs/ (``network.md``)."""
 
@@ -136,6 +154,11 @@ def load_resource_kinds() -> None:
     for spec in families().values():
         for module in spec.resource_modules:
             importlib.import_module(module)
+
+
+def crash_sweep() -> CrashSweep | None:
+    """The crash-point sweep's fault types, from the family that has them (None: none does)."""
+    return next((spec.crash_sweep for spec in families().values() if spec.crash_sweep is not None), None)
 
 
 def planned_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir: str

@@ -19,9 +19,11 @@ and spares (``docs/scale.md``): ``process`` (the job's processes only: host memo
 the node survive), ``device`` (one GPU: the node is taken out for repair), ``node``.
 
 ``fault_types`` is the mapping used by ``--from-runs``: the trainchaos fault types whose
-measured detection and restart stand for the class (a configuration may override it). A
-class with no fault type that exercises it (silent data corruption: detection of a bit flip
-needs the corruption family) must get its figures by hand or from ``class_defaults``.
+measured detection and restart stand for the class (a configuration may override it). Each
+fault type says which classes it stands for (``FaultType.stands_for``, with the reasons
+there), so a family that adds a type extends the mapping without an edit here. A class with
+no fault type that exercises it (silent data corruption: detection of a bit flip needs the
+corruption family) must get its figures by hand or from ``class_defaults``.
 """
 
 from __future__ import annotations
@@ -52,36 +54,34 @@ class Llama3Class:
     per: str
     """``device`` or ``node``: what the rate is counted per."""
     scope: str
-    fault_types: tuple[str, ...]
+
+    @property
+    def fault_types(self) -> tuple[str, ...]:
+        """The fault types whose runs measure this class (``FaultType.stands_for``)."""
+        from chaos.faults.base import types_standing_for
+
+        return types_standing_for(self.name)
 
 
-# Mapping notes (fault_types): a GPU that faults or loses memory surfaces in PyTorch as a
-# CUDA error in the rank (device_error; kill_rank when the process dies at once); a software
-# bug or a broken dependency crashes a process (kill_rank; crash_during_checkpoint hits the
-# same restart path); a switch, cable or NIC failure and an NCCL watchdog timeout stall the
-# collectives until a watchdog fires (hang_rank); host-side hardware takes the whole node
-# down (kill_node).
 LLAMA3_CLASSES: tuple[Llama3Class, ...] = (
-    Llama3Class("faulty_gpu", "Faulty GPU", 148, "device", "device", ("device_error", "kill_rank")),
-    Llama3Class("gpu_hbm3_memory", "GPU HBM3 Memory", 72, "device", "device", ("device_error",)),
-    Llama3Class("software_bug", "Software Bug", 54, "device", "process",
-                ("kill_rank", "crash_during_checkpoint")),
-    Llama3Class("network_switch_cable", "Network Switch/Cable", 35, "node", "node", ("hang_rank",)),
-    Llama3Class("host_maintenance", "Host Maintenance (unplanned)", 32, "node", "node", ("kill_node",)),
-    Llama3Class("gpu_sram_memory", "GPU SRAM Memory", 19, "device", "device", ("device_error",)),
-    Llama3Class("gpu_system_processor", "GPU System Processor", 17, "device", "device", ("device_error",)),
-    Llama3Class("nic", "NIC", 7, "node", "node", ("hang_rank",)),
-    Llama3Class("nccl_watchdog_timeouts", "NCCL Watchdog Timeouts", 7, "device", "process", ("hang_rank",)),
-    Llama3Class("silent_data_corruption", "Silent Data Corruption", 6, "device", "device", ()),
-    Llama3Class("gpu_thermal_interface_sensor", "GPU Thermal Interface + Sensor", 6, "device", "device",
-                ("device_error",)),
-    Llama3Class("ssd", "SSD", 3, "node", "node", ("kill_node",)),
-    Llama3Class("power_supply", "Power Supply", 3, "node", "node", ("kill_node",)),
-    Llama3Class("server_chassis", "Server Chassis", 2, "node", "node", ("kill_node",)),
-    Llama3Class("io_expansion_board", "IO Expansion Board", 2, "node", "node", ("kill_node",)),
-    Llama3Class("dependency", "Dependency", 2, "device", "process", ("kill_rank",)),
-    Llama3Class("cpu", "CPU", 2, "node", "node", ("kill_node",)),
-    Llama3Class("system_memory", "System Memory", 2, "node", "node", ("kill_node",)),
+    Llama3Class("faulty_gpu", "Faulty GPU", 148, "device", "device"),
+    Llama3Class("gpu_hbm3_memory", "GPU HBM3 Memory", 72, "device", "device"),
+    Llama3Class("software_bug", "Software Bug", 54, "device", "process"),
+    Llama3Class("network_switch_cable", "Network Switch/Cable", 35, "node", "node"),
+    Llama3Class("host_maintenance", "Host Maintenance (unplanned)", 32, "node", "node"),
+    Llama3Class("gpu_sram_memory", "GPU SRAM Memory", 19, "device", "device"),
+    Llama3Class("gpu_system_processor", "GPU System Processor", 17, "device", "device"),
+    Llama3Class("nic", "NIC", 7, "node", "node"),
+    Llama3Class("nccl_watchdog_timeouts", "NCCL Watchdog Timeouts", 7, "device", "process"),
+    Llama3Class("silent_data_corruption", "Silent Data Corruption", 6, "device", "device"),
+    Llama3Class("gpu_thermal_interface_sensor", "GPU Thermal Interface + Sensor", 6, "device", "device"),
+    Llama3Class("ssd", "SSD", 3, "node", "node"),
+    Llama3Class("power_supply", "Power Supply", 3, "node", "node"),
+    Llama3Class("server_chassis", "Server Chassis", 2, "node", "node"),
+    Llama3Class("io_expansion_board", "IO Expansion Board", 2, "node", "node"),
+    Llama3Class("dependency", "Dependency", 2, "device", "process"),
+    Llama3Class("cpu", "CPU", 2, "node", "node"),
+    Llama3Class("system_memory", "System Memory", 2, "node", "node"),
 )
 
 _HOURS = LLAMA3_DAYS * 24

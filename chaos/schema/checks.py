@@ -23,7 +23,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from chaos import model as records
-from chaos.faults.base import FaultType, ParamsContext, UnknownFaultType, known_types, lookup
+from chaos.faults.base import (
+    FaultType,
+    ParamsContext,
+    UnknownFaultType,
+    example_of,
+    known_types,
+    lookup,
+)
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
 from chaos.schema.models import (
@@ -437,7 +444,7 @@ class _Checker:
                 self.add(("targets", key), f"nothing in this scenario can be detected: "
                          f"{', '.join(sorted(set(written)))} only stretches steps (no error is "
                          "raised, so no detector fires); drop detection_s, or add a fault that "
-                         "fails (kill_rank, device_error, hang_rank...)")
+                         f"fails ({_failing_examples()}...)")
 
     def fault_names(self, faults: list[tuple[int, dict[str, Any]]]) -> None:
         first: dict[str, int] = {}
@@ -468,3 +475,8 @@ def _first_names(names: list[str], room: int = 300) -> str:
             return f"{', '.join(shown)} and {len(names) - len(shown)} more (`trainchaos faults` lists them)"
         shown.append(name)
     return ", ".join(shown)
+
+
+def _failing_examples() -> str:
+    """A type of each class a detector fires on, as the types say (``example_of_class``)."""
+    return ", ".join(filter(None, map(example_of, ("crash", "device", "hang"))))

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from chaos import probe
-from chaos.faults.base import known_types
-from chaos.faults.family import FAMILIES, families
+from chaos.events import KINDS
+from chaos.faults.base import example_of, known_types
+from chaos.faults.family import FAMILIES, crash_sweep, families
 from chaos.metrics.registry import families as metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,24 +113,6 @@ SAME_WORD_OTHER_THING = {
     ("chaos/faults/storage/__init__.py", "bandwidth"): "a word of a did-you-mean phrase",
     ("chaos/cluster/cgroups.py", "oom_kill"): "the kernel's OOM-kill counter in memory.oom_control",
 }
-# References to a type that are not yet routed through its family (docs/design.md, "Where the
-# code is short of these seams"):
-NOT_YET_ROUTED = {
-    ("chaos/scale/llama3.py", "device_error"): "Llama 3's interruption classes -> the types that stand for them",
-    ("chaos/scale/llama3.py", "kill_rank"): "(the default classes of trainchaos simulate)",
-    ("chaos/scale/llama3.py", "crash_during_checkpoint"): "",
-    ("chaos/scale/llama3.py", "hang_rank"): "",
-    ("chaos/scale/llama3.py", "kill_node"): "",
-    ("chaos/crashsweep.py", "lose_unfsynced"): "the crash-point sweep writes storage scenarios",
-    ("chaos/crashsweep.py", "crash_point"): "",
-    ("chaos/cli.py", "lose_unfsynced"): "run --crash-points' help",
-    ("chaos/cluster/slurm_cli.py", "preempt_job"): "the backend's preflight of a requeue",
-    ("chaos/schema/checks.py", "kill_rank"): "an example in a message",
-    ("chaos/schema/checks.py", "device_error"): "",
-    ("chaos/schema/checks.py", "hang_rank"): "",
-}
-
-
 def _type_spellings() -> set[tuple[str, str]]:
     """(file, type name) for each code string outside the type's family package that is the
     name, or, for a name with an underscore (never an English word), holds it as a word."""
@@ -151,8 +134,36 @@ def _type_spellings() -> set[tuple[str, str]]:
 
 def test_no_family_spells_a_fault_type_outside_its_package() -> None:
     found = _type_spellings()
-    unexpected = found - set(SAME_WORD_OTHER_THING) - set(NOT_YET_ROUTED)
+    unexpected = found - set(SAME_WORD_OTHER_THING)
     assert unexpected == set(), ("route it through the family's spec or its type (a classmethod, "
                                  "a FamilySpec field) instead of naming the type")
-    stale = (set(SAME_WORD_OTHER_THING) | set(NOT_YET_ROUTED)) - found
+    stale = set(SAME_WORD_OTHER_THING) - found
     assert stale == set(), "remove the allowance: the spelling is gone"
+
+
+# What the engine asks the families instead of naming their types:
+
+
+def test_each_failure_class_has_at_most_one_example_type_and_messages_name_it() -> None:
+    examples = [cls.failure_class for cls in known_types().values() if cls.example_of_class]
+    assert len(examples) == len(set(examples))
+    for failure_class in ("crash", "device", "hang"):  # chaos.schema.checks names these
+        assert known_types()[example_of(failure_class)].failure_class == failure_class
+
+
+def test_one_family_provides_the_crash_point_sweeps_types() -> None:
+    providers = [spec for spec in families().values() if spec.crash_sweep is not None]
+    assert len(providers) == 1 and crash_sweep() is providers[0].crash_sweep
+    sweep = providers[0].crash_sweep
+    assert {sweep.arm_type, sweep.power_loss_type} <= set(providers[0].fault_types())
+    assert sweep.event in KINDS
+
+
+def test_the_classes_a_type_stands_for_are_simulates_classes() -> None:
+    from chaos.scale.llama3 import LLAMA3_CLASSES
+
+    names = {c.name for c in LLAMA3_CLASSES}
+    for type_name, cls in known_types().items():
+        assert set(cls.stands_for) | set(cls.also_stands_for) <= names, type_name
+        assert not set(cls.stands_for) & set(cls.also_stands_for), type_name
+

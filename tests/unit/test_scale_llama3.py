@@ -20,6 +20,20 @@ def test_the_table_adds_up_to_the_published_total():
     assert "arXiv:2407.21783" in LLAMA3_SOURCE and "Table 5" in LLAMA3_SOURCE
 
 
+def test_each_class_is_measured_by_the_fault_types_that_say_they_stand_for_it():
+    """The ``--from-runs`` mapping (docs/scale.md's table) comes from the types' own
+    ``stands_for``: the types that stand for a class fully first, then those that show it
+    another way (a faulty GPU that kills the process at once; a crash in a checkpoint)."""
+    gpu = ("gpu_hbm3_memory", "gpu_sram_memory", "gpu_system_processor", "gpu_thermal_interface_sensor")
+    host = ("host_maintenance", "ssd", "power_supply", "server_chassis", "io_expansion_board", "cpu",
+            "system_memory")
+    expected = {"faulty_gpu": ("device_error", "kill_rank"), "software_bug": ("kill_rank", "crash_during_checkpoint"),
+                "dependency": ("kill_rank",), "silent_data_corruption": (),
+                **dict.fromkeys(gpu, ("device_error",)), **dict.fromkeys(host, ("kill_node",)),
+                **dict.fromkeys(("network_switch_cable", "nic", "nccl_watchdog_timeouts"), ("hang_rank",))}
+    assert {c.name: c.fault_types for c in LLAMA3_CLASSES} == expected
+
+
 @pytest.fixture(scope="module")
 def llama3() -> dict:
     return run_simulation(str(LLAMA3), trials=1000, search=False).summary

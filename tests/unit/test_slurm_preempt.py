@@ -20,6 +20,7 @@ from chaos.errors import ScenarioError
 from chaos.faults.base import lookup
 from chaos.plan import resolve_target
 from chaos.scenario import parse_scenario
+from chaos.suite import preflight
 
 
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,10 +82,14 @@ def test_preempt_job_is_refused_on_local() -> None:
 ])
 def test_preflight_refuses_a_preemption_slurm_cannot_requeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             options: dict, needle: str) -> None:
+    """The fault asks the backend's Scheduler capability (``requeue_refusal``); the run's
+    preflight (``chaos.suite.preflight``) says it beside the backend's own problems."""
     _fake_slurm(tmp_path, monkeypatch)
-    problems = SlurmCluster.preflight(_scenario(backend={"slurm": options}))
-    assert any(needle in p for p in problems), problems
+    with pytest.raises(ScenarioError) as exc:
+        preflight([_scenario(backend={"slurm": options})])
+    assert needle in _messages(exc.value)
     assert SlurmCluster.preflight(_scenario()) == []
+    preflight([_scenario()])  # requeueable, a job of its own: nothing to refuse
 
 
 def _cluster(tmp_path: Path, options: dict) -> SlurmCluster:

@@ -71,6 +71,11 @@ class KillRank(FaultType):
     type_name: ClassVar[str] = "kill_rank"
     family: ClassVar[str] = "process"
     failure_class: ClassVar[str] = "crash"
+    # Llama 3's interruption classes (chaos.scale.llama3): a software bug or a broken
+    # dependency crashes a process; a faulty GPU too, when the process dies at once.
+    stands_for: ClassVar[tuple[str, ...]] = ("software_bug", "dependency")
+    also_stands_for: ClassVar[tuple[str, ...]] = ("faulty_gpu",)
+    example_of_class: ClassVar[bool] = True
     summary: ClassVar[str] = "Kill the worker process of one or more ranks with a signal."
     fidelity: ClassVar[str] = (
         "Stands for a rank dying abruptly (Xid 79 GPU off the bus, OOM kill, segfault, host "
@@ -95,6 +100,10 @@ class KillNode(FaultType):
     type_name: ClassVar[str] = "kill_node"
     family: ClassVar[str] = "process"
     failure_class: ClassVar[str] = "crash"
+    # Llama 3's host-side hardware takes the whole node down.
+    stands_for: ClassVar[tuple[str, ...]] = (
+        "host_maintenance", "ssd", "power_supply", "server_chassis", "io_expansion_board", "cpu",
+        "system_memory")
     summary: ClassVar[str] = "Kill a whole simulated node: its torchrun agent and all of its ranks."
     fidelity: ClassVar[str] = (
         "Stands for a host going down (kernel panic, hardware reset, preemption without "
@@ -122,6 +131,10 @@ class HangRank(FaultType):
     type_name: ClassVar[str] = "hang_rank"
     family: ClassVar[str] = "process"
     failure_class: ClassVar[str] = "hang"
+    # Llama 3: a switch, cable or NIC failure and an NCCL watchdog timeout stall the
+    # collectives until a watchdog fires.
+    stands_for: ClassVar[tuple[str, ...]] = ("network_switch_cable", "nic", "nccl_watchdog_timeouts")
+    example_of_class: ClassVar[bool] = True
     summary: ClassVar[str] = "Freeze a rank (SIGSTOP) for a duration or until the run ends."
     fidelity: ClassVar[str] = (
         "Stands for a rank that stops making progress without dying: a GPU hang, a deadlocked "
@@ -171,6 +184,11 @@ class DeviceError(_ProbeFault):
     type_name: ClassVar[str] = "device_error"
     family: ClassVar[str] = "process"
     failure_class: ClassVar[str] = "device"
+    # Llama 3: a GPU that faults or loses memory surfaces in PyTorch as a CUDA error in the rank.
+    stands_for: ClassVar[tuple[str, ...]] = (
+        "faulty_gpu", "gpu_hbm3_memory", "gpu_sram_memory", "gpu_system_processor",
+        "gpu_thermal_interface_sensor")
+    example_of_class: ClassVar[bool] = True
     summary: ClassVar[str] = "At step N the rank fails the way a CUDA/Xid error surfaces in PyTorch."
     fidelity: ClassVar[str] = (
         "Stands for an uncorrectable device error (Xid 48/79, illegal memory access) that "
@@ -206,6 +224,8 @@ class CrashDuringCheckpoint(_ProbeFault):
     type_name: ClassVar[str] = "crash_during_checkpoint"
     family: ClassVar[str] = "process"
     failure_class: ClassVar[str] = "crash"
+    # Llama 3's software bug: the same restart path as a crash anywhere else.
+    also_stands_for: ClassVar[tuple[str, ...]] = ("software_bug",)
     summary: ClassVar[str] = (
         "The rank that writes checkpoints dies half-way through writing the first one at or "
         "after step N, leaving a partial file."

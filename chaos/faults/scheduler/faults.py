@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from chaos.cluster import backend_of
-from chaos.cluster.capabilities import Scheduler
+from chaos.cluster import backend_of, lookup_backend
+from chaos.cluster.capabilities import Scheduler, has
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, FaultType, register
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
+    from chaos.model import FaultSpec, Scenario
 
 __all__ = ["DrainNode", "NodeDown", "PreemptJob"]
 
@@ -185,6 +186,13 @@ class PreemptJob(FaultType):
         "requeueable (backend option requeue: true)."
     )
     mechanism: ClassVar[str] = "scontrol requeue JOBID"
+
+    @classmethod
+    def preflight(cls, fault: FaultSpec, scenario: Scenario) -> list[str]:
+        """The job must be one the scheduler can put back in the queue, as submitted."""
+        backend = lookup_backend(scenario.backend.name)
+        refusal = backend.requeue_refusal(dict(scenario.backend.options)) if has(backend, Scheduler) else None
+        return [f"faults[{fault.index}]: {cls.type_name} requeues the job{refusal}"] if refusal else []
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         return ctx.require(Scheduler).requeue_job(self.fault_id)

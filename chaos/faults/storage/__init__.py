@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from chaos.faults.family import FamilySpec, Meaning, register_family
+from chaos.faults.family import CrashSweep, FamilySpec, Meaning, register_family
 from chaos.faults.storage.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -63,4 +63,6 @@ FAMILY = register_family(FamilySpec(
     meanings=MEANINGS,
     metrics=METRICS,
     mounts=_plan_mounts,
+    # the layer's crash point (chaos.storage.crashpoints) reports the event it is named after
+    crash_sweep=CrashSweep(arm_type="crash_point", power_loss_type="lose_unfsynced", event="crash_point"),
     docs="storage.md"))
