@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from chaos import probe as probe_mod
+from chaos import probe_core
 from chaos.bitflip import (
     BitFlipError,
     bit_index,
@@ -331,7 +332,7 @@ def test_actions_are_a_registry_and_an_unknown_one_lists_the_known(tmp_path):
     with pytest.raises(ValueError, match="registered twice"):
         probe_mod.register_action("test-note")(lambda *a: None)
     pr.close()
-    probe_mod._ACTIONS.pop("test-note")
+    probe_core._ACTIONS.pop("test-note")
 
 
 def test_the_probe_module_imports_no_torch():

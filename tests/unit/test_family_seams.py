@@ -87,8 +87,8 @@ def test_no_fault_asks_the_backend_with_hasattr_or_getattr() -> None:
 # with why. Shrink-only: an entry whose string is gone fails too, so it cannot outlive it.
 # Other namespaces that share a word with a type (not a reference to the type):
 SAME_WORD_OTHER_THING = {
-    ("chaos/probe.py", "device_error"): "the probe action the process family's type fires",
-    ("chaos/probe.py", "bitflip"): "the probe action the sdc family's type fires",
+    ("chaos/probe_actions.py", "device_error"): "the probe action the process family's type fires",
+    ("chaos/probe_actions.py", "bitflip"): "the probe action the sdc family's type fires",
     ("chaos/bitflip.py", "bitflip"): "the rank-side mechanics of the sdc bitflip (loaded by the probe, "
                                      "which may import nothing of chaos.faults)",
     ("chaos/events.py", "crash_point"): "an event kind (the storage layer's report of a crash point)",

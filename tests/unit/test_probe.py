@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import probe
+from chaos import probe, probe_core
 
 
 class FakeClock:
@@ -29,8 +29,8 @@ def test_two_slowed_ranks_do_not_compound_each_others_delay(tmp_path: Path, monk
     as the peer's stretched one; a delay taken from that measured step would grow every step
     (0.2 s -> 39 s was seen). It must stay (factor - 1) x the pre-fault step time."""
     clock = FakeClock()
-    monkeypatch.setattr(probe.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(probe.time, "sleep", clock.sleep)
+    monkeypatch.setattr(probe_core.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(probe_core.time, "sleep", clock.sleep)
     faults = tmp_path / "faults.json"
     faults.write_text(json.dumps([{"id": "f0-straggler", "type": "straggler", "ranks": [1], "at_step": 5,
                                    "action": "slowdown", "point": "step_end",

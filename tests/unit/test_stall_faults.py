@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import probe
+from chaos import probe, probe_core
 from chaos.faults.base import lookup
 from chaos.scenario import ScenarioError, parse_scenario
 from tests.unit.test_probe import FakeClock
@@ -74,9 +74,9 @@ def test_the_probe_stalls_at_the_exact_step_and_reports_the_end(tmp_path: Path) 
 def test_a_thermal_ramp_stretches_steps_as_the_factor_climbs_holds_and_recovers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(probe.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(probe.time, "monotonic", clock.perf_counter)
-    monkeypatch.setattr(probe.time, "sleep", clock.sleep)
+    monkeypatch.setattr(probe_core.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(probe_core.time, "monotonic", clock.perf_counter)
+    monkeypatch.setattr(probe_core.time, "sleep", clock.sleep)
     faults = tmp_path / "faults.json"
     faults.write_text(json.dumps([{"id": "f0-thermal", "type": "thermal_throttle", "ranks": [0], "at_step": 5,
                                    "action": "slowdown", "point": "step_end",
