@@ -348,9 +348,7 @@ class SlurmCluster(LocalCluster):
         """RESUME a node ``take_node_out`` took out, from its record alone."""
         resume_node(change["slurm_node"], change.get("slurm_conf"))
 
-    @classmethod
-    def requeue_refusal(cls, options: dict[str, Any]) -> str | None:
-        return requeue_refusal(options)
+    requeue_refusal = staticmethod(requeue_refusal)  # Scheduler: whether the job can be requeued
 
     def requeue_job(self, why: str) -> dict[str, Any]:
         """``scontrol requeue``: Slurm SIGTERMs every task, SIGKILLs them after KillWait and

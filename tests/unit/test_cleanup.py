@@ -20,8 +20,7 @@ from chaos.rollback import active_runs, state_dir
 
 
 @pytest.fixture(autouse=True)
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_machine: Path) -> Path:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def state(tmp_path: Path, own_machine: Path) -> Path:
     return tmp_path / "state"
 
 

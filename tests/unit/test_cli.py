@@ -216,7 +216,6 @@ def test_run_nonexistent_path_exits_2(tmp_path: Path) -> None:
 def test_usage_errors_exit_2_and_point_at_help(
     argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
     code, out, err = _main(argv, monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT
@@ -302,16 +301,14 @@ def test_help_and_version_exit_0_through_main(monkeypatch: pytest.MonkeyPatch, c
     assert code == 0 and out.startswith("trainchaos")
 
 
-def test_cleanup_with_nothing_registered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_machine: Path) -> None:
+def test_cleanup_with_nothing_registered(own_machine: Path) -> None:
     # In-process: a `trainchaos cleanup` subprocess would sweep the whole machine (see own_machine).
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     result = CliRunner().invoke(cli, ["cleanup"])
     assert result.exit_code == EXIT_OK, result.output
     assert "nothing to clean up" in result.output
 
 
-def test_dry_run_prints_the_seeded_plan_and_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_dry_run_prints_the_seeded_plan_and_starts_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["run", str(SMOKE), str(REPO / "tests" / "scenarios" / "good"), "--dry-run", "--out", str(out)]
     first = CliRunner().invoke(cli, args)
@@ -332,7 +329,6 @@ def test_preflight_on_a_docker_scenario_with_no_engine_is_one_line_exit_2(
         command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     code, out, err = _main([*command, str(REPO / "scenarios" / "docker" / "kill-rank.yaml")],
                            monkeypatch, capsys)
     assert code == EXIT_BAD_INPUT, (out, err)
@@ -344,8 +340,7 @@ def test_preflight_on_a_docker_scenario_with_no_engine_is_one_line_exit_2(
     assert code == EXIT_OK and "1 scenario(s) valid" in out
 
 
-def test_dry_run_prints_each_faults_resolved_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_dry_run_prints_each_faults_resolved_params() -> None:
     result = CliRunner().invoke(cli, ["run", str(SMOKE / "kill-rank.yaml"), "--dry-run"])
     assert result.exit_code == EXIT_OK, result.output
     assert "      params: signal=SIGKILL" in result.output

@@ -67,7 +67,6 @@ def test_bad_options_are_located_input_errors(tmp_path: Path, monkeypatch: pytes
 
 def test_no_engine_is_exit_2_with_a_clear_line_and_nothing_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     sock = tmp_path / "no-such.sock"
     path = _write(tmp_path, f"{{docker: {{hosts: ['unix://{sock}']}}}}")
     code, out = _main(["run", path, "--out", str(tmp_path / "out")], monkeypatch, capsys)

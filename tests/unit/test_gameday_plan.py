@@ -87,7 +87,6 @@ def test_gameday_without_a_live_run_is_exit_2(tmp_path: Path, monkeypatch: pytes
                                               capsys: pytest.CaptureFixture[str]) -> None:
     from chaos.cli import main
 
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     path = _plan_file(tmp_path, "name: p\nrun: latest\nsteps:\n  - observe: {seconds: 1}\n")
     monkeypatch.setattr(sys, "argv", ["trainchaos", "gameday", path, "--dry-run"])
     with pytest.raises(SystemExit) as exc:
@@ -199,8 +198,7 @@ def _report(tmp_path: Path) -> dict[str, Any]:
     return json.loads((tmp_path / "out" / "report.json").read_text())
 
 
-def test_stop_condition_reverts_everything_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_stop_condition_reverts_everything_and_exits_1(tmp_path: Path) -> None:
     gd = _session(tmp_path, """\
 name: s
 stop_when: ["dead_s > 0.5"]
@@ -217,8 +215,7 @@ steps:
     assert [d["by"] for d in report["decisions"]] == ["--yes", "--yes"]
 
 
-def test_ctrl_c_reverts_everything_and_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_ctrl_c_reverts_everything_and_exits_130(tmp_path: Path) -> None:
     gd = _session(tmp_path, """\
 name: c
 steps:
@@ -233,8 +230,7 @@ steps:
     assert (tmp_path / "out" / "report.md").exists()
 
 
-def test_skip_injects_nothing_and_abort_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def test_skip_injects_nothing_and_abort_stops(tmp_path: Path) -> None:
     gd = _session(tmp_path, """\
 name: k
 steps:
@@ -248,11 +244,10 @@ steps:
 
 
 def test_a_detection_within_200ms_of_injection_passes_the_check_and_the_report_agrees(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """Issue 26: the job noticed 0.12 s after the outage began, while the fault was still
     being applied; the check must see it, counted from the inject's start, and the metrics
     rows and the Faults table must tell the same count."""
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
     gd = _session(tmp_path, """\
 name: d
 steps:
@@ -280,8 +275,7 @@ def test_detections_go_to_the_newest_fault_injected_before_them() -> None:
 
 
 def test_an_absent_target_stops_before_the_engine_with_one_located_line(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+        tmp_path: Path) -> None:
     said: list[str] = []
     gd = _session(tmp_path, """\
 name: p
@@ -302,8 +296,7 @@ steps:
 
 
 def test_an_absent_target_with_skip_if_absent_is_skipped_with_its_reason(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+        tmp_path: Path) -> None:
     gd = _session(tmp_path, """\
 name: k
 steps:

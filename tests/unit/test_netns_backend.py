@@ -41,8 +41,7 @@ def test_subnet_is_in_the_benchmarking_range_and_avoids_subnets_in_use(monkeypat
 
 
 def test_agent_runs_in_its_namespace_against_the_bridge_store_with_gloo_on_its_link(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))  # node_env makes its TMPDIR
+        tmp_path: Any) -> None:
     assert lookup_backend("netns") is NetnsCluster
     spec = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path), topology=Topology(nodes=2, ranks_per_node=1),
                    worker_argv=["-m", "harness"])

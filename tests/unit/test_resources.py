@@ -26,8 +26,7 @@ RUN_ID = "trainchaos-unit-resources"
 
 
 @pytest.fixture(autouse=True)
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+def state(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
