@@ -18,7 +18,8 @@
    of what a cold-starting job pays, in the same run.
 7. Injection precision (``--only precision``): ``kill_rank`` planned at step N, repeated
    (goal: the killed rank's last step is N, journaled ``exact``, every repeat); the lag of
-   time-triggered faults from their planned time to in effect (goal: p50 and p99 <= 10 ms).
+   100 time-triggered faults from their planned time to in effect (goal: p50 and p99
+   <= 10 ms; p99 by nearest rank leaves the largest one out).
 
 Timings on a shared 2-core machine are noisy: every figure is a median over repeats, and
 the ratios compare measurements taken in the same run.
@@ -119,7 +120,7 @@ def bench_kill_recovery(out: str, repeats: int) -> dict:
     return {f"kill_{k}_median": round(statistics.median(v), 3) for k, v in parts.items()}
 
 
-def bench_precision(out: str, repeats: int, kill_step: int = 8) -> dict:
+def bench_precision(out: str, repeats: int, kill_step: int = 8, time_faults: int = 100) -> dict:
     """Where external faults land: a kill at a step (the targeted rank holds there until
     it is in effect), and time-triggered faults (the controller wakes at their time)."""
     exact = 0
@@ -143,33 +144,34 @@ def bench_precision(out: str, repeats: int, kill_step: int = 8) -> dict:
         exact += fault["precision"] == "exact" and last == kill_step
         kill_lags.append(fault["lag_ms"])
     # Time triggers: one run, many short freezes of one rank (SIGSTOP for 20 ms, then
-    # SIGCONT), each occurrence of a Poisson trigger planned at its own time.
+    # SIGCONT), each occurrence of a Poisson trigger planned at its own time. The run ends at
+    # its timeout, the faults long done (about 15 s after the first step; the rest is start).
     sc = _scenario("precision-time", {"steps": 100_000, "model": {"name": "mlp"}, "step_delay_s": 0.02,
                                       "checkpoint": {"every_steps": 0}},
                    [{"type": "hang_rank", "target": {"rank": 1}, "params": {"duration_s": 0.02},
-                     "trigger": {"poisson": {"mtbf_s": 0.15, "max_faults": 100}}}],
-                   nodes=2, ranks_per_node=1, timeout_s=20)
+                     "trigger": {"poisson": {"mtbf_s": 0.15, "max_faults": time_faults}}}],
+                   nodes=2, ranks_per_node=1, timeout_s=40)
     run_dir = os.path.join(out, "precision-time")
-    journal = run_scenario_once(sc, run_dir, 1)  # ends at its timeout, the faults long done
+    journal = run_scenario_once(sc, run_dir, 1)
     fired = [f for f in journal["faults"] if f["lag_ms"] is not None]
     lags = sorted(f["lag_ms"] for f in fired)
-    # The lag split at the fault journal's record (taken before its fsync, which the safety
-    # contract puts before every fault): the controller's wake-up, then the journal's fsync
-    # and the signal. A loaded disk shows in the second part.
+    # ``lag_ms`` ends at the clock read right before the signal; the fault is in effect once
+    # the signal was sent, when the ``applied`` record is stamped: the lag to that moment is
+    # the figure (it adds the inject's own time).
     applied_at = {r["fault_id"]: r["t"] for r in read_records(os.path.join(run_dir, "fault_journal.jsonl"))
-                  if r["op"] == "apply"}
-    wake = sorted(f["lag_ms"] - (f["t_inject"] - applied_at[f["fault_id"]]) * 1000 for f in fired)
+                  if r["op"] == "applied"}
+    in_effect = sorted(f["lag_ms"] + (applied_at[f["fault_id"]] - f["t_inject"]) * 1000 for f in fired)
     return {
         "precision_kill_at_step": kill_step,
         "precision_kill_exact": f"{exact} of {repeats}",
         "precision_kill_last_steps": last_steps,
         "precision_kill_hold_ms_median": round(statistics.median(kill_lags), 2),
-        "precision_time_faults": len(lags),
-        "precision_time_lag_ms_p50": round(_percentile(lags, 50), 2) if lags else None,
-        "precision_time_lag_ms_p99": round(_percentile(lags, 99), 2) if lags else None,
-        "precision_time_lag_ms_max": round(lags[-1], 2) if lags else None,
-        "precision_time_wake_ms_p50": round(_percentile(wake, 50), 2) if wake else None,
-        "precision_time_wake_ms_p99": round(_percentile(wake, 99), 2) if wake else None,
+        "precision_time_faults": f"{len(fired)} of {time_faults}",
+        "precision_time_lag_ms_p50": round(_percentile(in_effect, 50), 2) if fired else None,
+        "precision_time_lag_ms_p99": round(_percentile(in_effect, 99), 2) if fired else None,
+        "precision_time_lag_ms_max": round(in_effect[-1], 2) if fired else None,
+        "precision_time_lag_to_inject_call_ms_p50": round(_percentile(lags, 50), 2) if fired else None,
+        "precision_time_lag_to_inject_call_ms_p99": round(_percentile(lags, 99), 2) if fired else None,
     }
 
 

@@ -51,9 +51,18 @@ def write_aborted_record(run_dir: str, reason: str) -> str | None:
 def _fault_records(rundir: RunDir) -> list[FaultRecord]:
     """Faults as the fault journal saw them applied (targets resolved at injection)."""
     records: dict[str, FaultRecord] = {}
-    for rec in FaultJournal(rundir.fault_journal).records():
+    journal = FaultJournal(rundir.fault_journal).records()
+    applied = {rec.get("fault_id"): rec for rec in journal if rec.get("op") == "applied"}
+    for rec in journal:
         if rec.get("op") != "apply" or "unresolved" in (rec.get("target") or {}):
             continue
+        if "armed" in rec:
+            # Journaled ahead of its time (chaos.lifecycle.arm): injected only if its
+            # ``applied`` followed, which says what it hit and when.
+            done = applied.get(rec["fault_id"])
+            if done is None:
+                continue
+            rec = {**rec, "target": done.get("target") or rec.get("target"), "t": done.get("t_inject", done.get("t"))}
         try:
             fault_type = lookup(rec["type"])
             failure_class, also = fault_type.failure_class, tuple(fault_type.also_detected_as)

@@ -2,8 +2,12 @@
 
 ``<run>/fault_journal.jsonl`` holds ``apply`` (before injecting), ``applied`` (with what the
 fault did: pids, rules) and ``reverted`` records, each fsynced: a controller killed between
-two lines must leave enough for ``trainchaos cleanup`` to undo what it did. Active runs are
-also registered in a state directory so that cleanup finds them without being told where.
+two lines must leave enough for ``trainchaos cleanup`` to undo what it did. Only ``apply`` is
+waited for; with a ``JournalWriter`` (the run loop's) the others are synced from its thread,
+and an ``apply`` may be written ahead of the fault's time (``armed``, see
+``chaos.lifecycle.FaultLifecycle.arm``): its ``applied`` record then carries the target as
+resolved and the time the fault took effect. Active runs are also registered in a state
+directory so that cleanup finds them without being told where.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from typing import Any
 
 from chaos import contract
+from chaos.journal_writer import JournalWriter
 from chaos.procs import controller_alive, controller_tag
 
 __all__ = ["FaultJournal", "active_runs", "append_record", "read_records", "run_is_live",
@@ -92,21 +97,56 @@ def read_records(path: str) -> list[dict[str, Any]]:
 
 
 class FaultJournal:
-    def __init__(self, path: str) -> None:
+    """One run's (or game day's) fault journal. Without a ``writer`` every record is synced
+    before its method returns; with one, only ``apply`` waits (unless armed ahead)."""
+
+    def __init__(self, path: str, writer: JournalWriter | None = None) -> None:
         self.path = path
+        self.writer = writer
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
-    def _append(self, record: dict[str, Any]) -> None:
-        append_record(self.path, record)
+    def _append(self, record: dict[str, Any], durable: bool = False) -> int:
+        """Append ``record``; its sequence number for ``wait`` (0: on disk already)."""
+        if self.writer is None:
+            append_record(self.path, record)
+            return 0
+        seq = self.writer.append(record)
+        if durable:
+            self.writer.wait(seq)
+        return seq
 
-    def apply(self, fault_id: str, fault_type: str, target: dict[str, Any]) -> None:
-        self._append({"op": "apply", "fault_id": fault_id, "type": fault_type, "target": target})
+    def apply(self, fault_id: str, fault_type: str, target: dict[str, Any], armed: float | None = None,
+              wait: bool = True) -> int:
+        """The fault may be in effect from now on: on disk when this returns (``wait``), else
+        once ``wait(seq)`` returns. ``armed``: written ahead for a fault planned at that time,
+        ``target`` being the planned one (the ``applied`` record tells what it hit)."""
+        record: dict[str, Any] = {"op": "apply", "fault_id": fault_id, "type": fault_type, "target": target}
+        if armed is not None:
+            record["armed"] = armed
+        return self._append(record, durable=wait)
 
-    def applied(self, fault_id: str, details: dict[str, Any]) -> None:
-        self._append({"op": "applied", "fault_id": fault_id, "details": details})
+    def wait(self, seq: int) -> None:
+        """Until record ``seq`` (an ``apply``'s number) is on disk."""
+        if self.writer is not None and seq:
+            self.writer.wait(seq)
 
-    def reverted(self, fault_id: str, error: str | None = None) -> None:
-        self._append({"op": "reverted", "fault_id": fault_id, "error": error})
+    def applied(self, fault_id: str, details: dict[str, Any], target: dict[str, Any] | None = None,
+                t_inject: float | None = None) -> None:
+        record: dict[str, Any] = {"op": "applied", "fault_id": fault_id, "details": details}
+        if target is not None:  # an armed fault: its apply named the planned target only
+            record.update(target=target, t_inject=t_inject)
+        self._append(record)
+
+    def reverted(self, fault_id: str, error: str | None = None, note: str | None = None) -> None:
+        record: dict[str, Any] = {"op": "reverted", "fault_id": fault_id, "error": error}
+        if note:
+            record["note"] = note
+        self._append(record)
+
+    def close(self) -> None:
+        """Every record on disk; raises ``JournalWriteError`` if one could not be written."""
+        if self.writer is not None:
+            self.writer.close()
 
     def records(self) -> list[dict[str, Any]]:
         return read_records(self.path)

@@ -40,6 +40,7 @@ from chaos.events import Event, read_events
 from chaos.faults.family import planned_mounts
 from chaos.freshness import CheckpointReader
 from chaos.interrupts import Interrupted
+from chaos.journal_writer import JournalWriter
 from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
@@ -65,6 +66,10 @@ _MIN_GAP_S = 0.002
 _PEERS_AT_STEP_S = 1.0
 # A run that made no step progress for this long before its timeout is "hung", not slow.
 _HUNG_QUIET_S = 20.0
+# A fault due within this long (a timed trigger), or at the step after the one its ranks
+# reached (a step trigger), has its journal ``apply`` written now (FaultLifecycle.arm): its
+# disk sync, 100-300 ms on a busy shared disk, is over before the fault is due.
+_ARM_AHEAD_S = 1.0
 
 
 def _versions() -> dict[str, str]:
@@ -174,6 +179,28 @@ class _Runner(RunObserver, RunMeasure):
             wait = min(wait, t_revert - time.monotonic())
         return max(wait, 0.0), groups
 
+    def _arm_ahead(self) -> None:
+        """Journal the ``apply`` of each fault due soon, while nothing is due."""
+        now = time.time()
+        for st in self.states:
+            if st.fired or st.planned.fault_id in self.lifecycle.armed:
+                continue
+            trigger = st.planned.spec.trigger
+            form = form_of(trigger)
+            if form.exact_step:
+                soon = self.step_seen(st.planned.fault.target.ranks) >= (trigger.at_step or 0) - 1
+                t_due = None
+            else:
+                t_due = form.planned_time(trigger, st.planned.offset_s, self)
+                soon = t_due is not None and t_due - now <= _ARM_AHEAD_S
+            if soon:
+                self.lifecycle.arm(st.planned.fault, t_due)
+
+    def _fire_due(self) -> None:
+        for st in self.states:
+            if not st.fired and self.status == "running" and self._due(st):
+                self._inject(st)
+
     @property
     def lifecycle(self) -> FaultLifecycle:
         """The faults' lifecycle over this run's context and fault journal."""
@@ -256,7 +283,9 @@ class _Runner(RunObserver, RunMeasure):
         log_progress = self.workload.progress(events_dir)
         topology = self.scenario.topology
         log_progress.global_rank = lambda node, rank: launch.launcher.global_rank(node, rank, topology)
-        self.fault_journal = FaultJournal(self.rundir.fault_journal)
+        # Synced from a thread of its own: only an ``apply`` is waited for, and that is
+        # written ahead of the fault's time where it is known (_arm_ahead).
+        self.fault_journal = FaultJournal(self.rundir.fault_journal, JournalWriter(self.rundir.fault_journal))
         injector = probe.Probe(events_dir, "injector", 0)
         twin = getattr(self, "baseline_info", None)
         if self.with_faults and twin is not None and twin.digests:
@@ -292,12 +321,13 @@ class _Runner(RunObserver, RunMeasure):
             wakeup.watch(self.rundir.holds, "holds")
             wakeup.watch(events_dir, "events")
             while self.status == "running":
+                # What is due at the time the wait ended on goes first, before reading what
+                # the job wrote meanwhile; then what that reading made due.
+                self._fire_due()
                 self._take(tailer.poll())
                 logs = self.cluster.node_logs()
                 self._take(log_progress.poll(logs))
-                for st in self.states:
-                    if not st.fired and self.status == "running" and self._due(st):
-                        self._inject(st)
+                self._fire_due()
                 self._reverted(self.lifecycle.due_reverts())
                 if self.status != "running":
                     break  # a tool error: stop here, nothing more can be learned
@@ -311,6 +341,7 @@ class _Runner(RunObserver, RunMeasure):
                     break
                 for log in logs.values():
                     wakeup.watch(os.path.dirname(log), "logs")
+                self._arm_ahead()
                 wakeup.wait(*self._wait_s(deadline))
         except (Interrupted, KeyboardInterrupt):
             self.status = "interrupted"
@@ -326,6 +357,10 @@ class _Runner(RunObserver, RunMeasure):
             self.ctx.stopping = True
             injector.emit("job_stop", status=self.status)
             self._teardown()
+            try:
+                self.fault_journal.close()
+            except OSError as exc:
+                self._tool_error(f"fault journal not written: {exc}")
             if self.reader is not None and not self.reader.close():
                 self.progress.note("checkpoint reader still busy at the end: later checkpoints unchecked")
             injector.emit("job_end", status=self.status)

@@ -15,6 +15,7 @@ import pytest
 from chaos import interrupts
 from chaos.cluster.base import ResolvedTarget
 from chaos.faults.base import FaultType
+from chaos.journal_writer import JournalWriter
 from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.rollback import FaultJournal
 
@@ -110,3 +111,50 @@ def test_what_is_left_is_reverted_newest_first_and_once(tmp_path: Path) -> None:
     assert all(i.t_revert is not None and i.t_inject is not None and i.t_inject <= i.t_revert
                for i in lifecycle.history)
     assert [f["fault"] for kind, f in ctx.emitted if kind == "fault_reverted"] == ["f1", "f2", "f0"]
+
+
+def _queued_lifecycle(tmp_path: Path) -> tuple[FaultLifecycle, FaultJournal]:
+    LOG.clear()
+    path = str(tmp_path / "fault_journal.jsonl")
+    journal = FaultJournal(path, JournalWriter(path))
+    return FaultLifecycle(_Ctx(), journal), journal  # type: ignore[arg-type]
+
+
+def test_an_armed_fault_is_journaled_before_it_is_due_and_injected_without_a_second_apply(tmp_path: Path) -> None:
+    lifecycle, journal = _queued_lifecycle(tmp_path)
+    injection = _injection("f0")
+    lifecycle.arm(injection.fault, planned=1234.5)
+    lifecycle.arm(injection.fault, planned=1234.5)  # once per fault
+    journal.wait(lifecycle.armed["f0"])
+    # From here on cleanup after a killed controller reverts it (nothing done: no details).
+    assert journal.pending() == [{"fault_id": "f0", "type": "test_lifecycle_fault", "details": {}}]
+    lifecycle.inject(injection)
+    journal.close()
+    apply, applied = journal.records()
+    assert (apply["op"], apply["armed"], apply["target"]) == ("apply", 1234.5, {"rank": 1})
+    # What it hit and when it took effect come with the record written after it.
+    assert applied["op"] == "applied" and applied["details"] == {"done": "f0"}
+    assert applied["target"]["pids"] == {"1": 4242} and applied["t_inject"] == injection.t_inject
+    assert not lifecycle.armed and journal.pending()[0]["details"] == {"done": "f0"}
+
+
+def test_teardown_closes_armed_faults_that_never_came(tmp_path: Path) -> None:
+    lifecycle, journal = _queued_lifecycle(tmp_path)
+    came, never = _injection("f0"), _injection("f1")
+    lifecycle.arm(came.fault)
+    lifecycle.arm(never.fault)
+    lifecycle.inject(came)
+    assert lifecycle.revert_all() == [came]
+    journal.close()
+    assert journal.pending() == []
+    assert [(r["op"], r["fault_id"], r.get("note")) for r in journal.records() if r["op"] == "reverted"] == [
+        ("reverted", "f0", None), ("reverted", "f1", "armed, never injected")]
+
+
+def test_an_armed_fault_whose_target_was_gone_is_closed_with_its_one_apply(tmp_path: Path) -> None:
+    lifecycle, journal = _queued_lifecycle(tmp_path)
+    fault = _injection("f0").fault
+    lifecycle.arm(fault)
+    lifecycle.never_applied(fault, "rank 1 has no live process")
+    journal.close()
+    assert [r["op"] for r in journal.records()] == ["apply", "reverted"] and journal.pending() == []

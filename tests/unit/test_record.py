@@ -159,6 +159,22 @@ def test_aborted_and_tool_error_records_come_from_the_one_constructor(tmp_path):
         assert not list(_validator().iter_errors(record)), record["status"]
 
 
+def test_an_aborted_record_counts_an_armed_fault_only_once_its_applied_followed(tmp_path):
+    run_dir = tmp_path / "aborted"
+    _start(run_dir)
+    # Two faults journaled ahead of their time (chaos.lifecycle.arm); the controller was
+    # killed after the first was injected and before the second was due.
+    Path(RunDir(str(run_dir)).fault_journal).write_text("".join(json.dumps(r) + "\n" for r in (
+        {"op": "apply", "fault_id": "f0#1", "type": "hang_rank", "t": 1004.0, "target": {"rank": 1}, "armed": 1005.0},
+        {"op": "apply", "fault_id": "f0#2", "type": "hang_rank", "t": 1004.1, "target": {"rank": 1}, "armed": 1007.0},
+        {"op": "applied", "fault_id": "f0#1", "t": 1005.01, "details": {"stopped_pids": [42]},
+         "target": {"ranks": [1], "nodes": [0], "pids": {"1": 42}}, "t_inject": 1005.002})))
+    Path(RunDir(str(run_dir)).events).mkdir()
+    aborted = json.loads(Path(write_aborted_record(str(run_dir), "gone")).read_text())
+    assert [(f["fault_id"], f["t_inject"], f["target_srcs"]) for f in aborted["faults"]] == [
+        ("f0#1", 1005.002, ["rank-1", "node-0"])]
+
+
 def test_aborted_record_from_a_previous_version_run_json(tmp_path):
     run_dir = tmp_path / "0"
     run_dir.mkdir()
