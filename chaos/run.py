@@ -66,9 +66,9 @@ _MIN_GAP_S = 0.002
 _PEERS_AT_STEP_S = 1.0
 # A run that made no step progress for this long before its timeout is "hung", not slow.
 _HUNG_QUIET_S = 20.0
-# A fault due within this long (a timed trigger), or at the step after the one its ranks
-# reached (a step trigger), has its journal ``apply`` written now (FaultLifecycle.arm): its
-# disk sync, 100-300 ms on a busy shared disk, is over before the fault is due.
+# A fault due within about this long (chaos.triggers ``near``) has its journal ``apply``
+# written now (FaultLifecycle.arm): its disk sync, 100-300 ms on a busy shared disk, is
+# over before the fault is due.
 _ARM_AHEAD_S = 1.0
 
 
@@ -181,20 +181,11 @@ class _Runner(RunObserver, RunMeasure):
 
     def _arm_ahead(self) -> None:
         """Journal the ``apply`` of each fault due soon, while nothing is due."""
-        now = time.time()
         for st in self.states:
-            if st.fired or st.planned.fault_id in self.lifecycle.armed:
-                continue
-            trigger = st.planned.spec.trigger
-            form = form_of(trigger)
-            if form.exact_step:
-                soon = self.step_seen(st.planned.fault.target.ranks) >= (trigger.at_step or 0) - 1
-                t_due = None
-            else:
-                t_due = form.planned_time(trigger, st.planned.offset_s, self)
-                soon = t_due is not None and t_due - now <= _ARM_AHEAD_S
-            if soon:
-                self.lifecycle.arm(st.planned.fault, t_due)
+            trigger, offset_s = st.planned.spec.trigger, st.planned.offset_s
+            if not st.fired and st.planned.fault_id not in self.lifecycle.armed and \
+                    form_of(trigger).near(trigger, offset_s, st.planned.fault.target.ranks, self, _ARM_AHEAD_S):
+                self.lifecycle.arm(st.planned.fault, form_of(trigger).planned_time(trigger, offset_s, self))
 
     def _fire_due(self) -> None:
         for st in self.states:

@@ -4,7 +4,8 @@ A fault's ``trigger:`` is one of ``at_step``, ``at_time``, ``after_event``, ``ra
 ``poisson``; the record the runner reads is ``chaos.model.Trigger`` (``kind`` and that
 kind's fields). Every reader asks the kind's form instead of testing ``kind``: building the
 record from the document (``build``), validation (``check``, ``exact_step``), the plan
-(``occurrences``: the seeded times, drawn once), the run loop (``due``), the dry run's words
+(``occurrences``: the seeded times, drawn once), the run loop (``due``, and ``near`` for
+journaling a fault ahead of its time), the dry run's words
 (``describe``) and what a due fault does when its target is not alive (``waits_for_target``).
 """
 
@@ -78,6 +79,14 @@ class TriggerForm:
         first = clock.first_step_time()
         return None if first is None or offset_s is None else first + offset_s
 
+    @classmethod
+    def near(cls, trigger: Trigger, offset_s: float | None, ranks: tuple[int, ...], clock: RunClock,
+             ahead_s: float) -> bool:
+        """Whether it is due within about ``ahead_s`` (the run loop journals such a fault's
+        ``apply`` ahead, ``chaos.lifecycle.FaultLifecycle.arm``)."""
+        planned = cls.planned_time(trigger, offset_s, clock)
+        return planned is not None and planned - time.time() <= ahead_s
+
     @staticmethod
     def describe(trigger: Trigger, offset_s: float | None) -> str:
         """When it fires, in words (``trainchaos run --dry-run``)."""
@@ -123,6 +132,11 @@ class AtStep(TriggerForm):
     @staticmethod
     def planned_time(trigger: Trigger, offset_s: float | None, clock: RunClock) -> float | None:
         return None  # the step's end, read from the events (chaos.precision)
+
+    @classmethod
+    def near(cls, trigger: Trigger, offset_s: float | None, ranks: tuple[int, ...], clock: RunClock,
+             ahead_s: float) -> bool:
+        return clock.step_seen(ranks) >= (trigger.at_step or 0) - 1  # the step before
 
     @staticmethod
     def describe(trigger: Trigger, offset_s: float | None) -> str:

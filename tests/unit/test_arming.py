@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from chaos import triggers
 from chaos.lifecycle import FaultLifecycle
 from chaos.rollback import FaultJournal
 from chaos.run import _ARM_AHEAD_S, _Runner
@@ -25,15 +26,24 @@ def _runner(tmp_path: Path, triggers: list[dict]) -> tuple[_Runner, FaultJournal
     return runner, journal
 
 
+NOW = 1_000_000.0
+
+
+def _frozen_clock(monkeypatch) -> None:
+    """The triggers read the wall clock: stopped here, a fault's distance to its time is exact."""
+    monkeypatch.setattr(triggers, "time", SimpleNamespace(time=lambda: NOW))
+
+
 def _armed(journal: FaultJournal) -> list[tuple[str, float | None]]:
     return [(r["fault_id"], r.get("armed")) for r in journal.records() if r["op"] == "apply"]
 
 
-def test_timed_faults_are_armed_once_due_within_the_horizon(tmp_path: Path) -> None:
+def test_timed_faults_are_armed_once_due_within_the_horizon(tmp_path: Path, monkeypatch) -> None:
+    _frozen_clock(monkeypatch)
     runner, journal = _runner(tmp_path, [{"at_time": 5}, {"at_time": 5 + 3 * _ARM_AHEAD_S}])
     runner._arm_ahead()
     assert _armed(journal) == []  # no first step yet: no time is known
-    first = time.time() - 5 + _ARM_AHEAD_S / 2
+    first = NOW - 5 + _ARM_AHEAD_S / 2
     runner.t_first_step, runner.t_first_step_wall = time.monotonic(), first
     runner._arm_ahead()
     runner._arm_ahead()
@@ -44,9 +54,10 @@ def test_timed_faults_are_armed_once_due_within_the_horizon(tmp_path: Path) -> N
     assert [fid for fid, _ in _armed(journal)] == ["f0-hang_rank", "f1-hang_rank"]
 
 
-def test_a_poisson_trigger_arms_each_occurrence_due_within_the_horizon(tmp_path: Path) -> None:
+def test_a_poisson_trigger_arms_each_occurrence_due_within_the_horizon(tmp_path: Path, monkeypatch) -> None:
+    _frozen_clock(monkeypatch)
     runner, journal = _runner(tmp_path, [{"poisson": {"mtbf_s": 0.2 * _ARM_AHEAD_S, "max_faults": 50}}])
-    runner.t_first_step, runner.t_first_step_wall = time.monotonic(), time.time()
+    runner.t_first_step, runner.t_first_step_wall = time.monotonic(), NOW
     runner._arm_ahead()
     soon = [st.planned.fault_id for st in runner.states if st.planned.offset_s <= _ARM_AHEAD_S]
     assert soon and len(soon) < len(runner.states)
