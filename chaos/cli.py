@@ -61,10 +61,14 @@ def cli() -> None:
 @click.option("--crash-save-step", type=click.IntRange(1), default=None, metavar="N",
               help="With --crash-points: the save whose boundaries are swept [default: the "
                    "harness's second, 2 x checkpoint.every_steps].")
+@click.option("--crash-after", "crash_after", default=None, metavar="K,K,...",
+              help="With --crash-points: lose power only after these boundaries (0: before the "
+                   "first), e.g. to re-check the ones a sweep found wrong [default: every one].")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
         update_baseline: bool, tolerances_path: str | None, compare_spec: str | None,
-        check_host: bool, strict: bool, crash_points: bool, crash_save_step: int | None) -> None:
+        check_host: bool, strict: bool, crash_points: bool, crash_save_step: int | None,
+        crash_after: str | None) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.scenario import load_suite
     from chaos.suite import preflight, run_suite
@@ -72,10 +76,11 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
 
     if (update_baseline or tolerances_path) and not baseline_dir:
         raise click.UsageError("--update-baseline and --tolerances need --baseline-from DIR")
-    if crash_save_step is not None and not crash_points:
-        raise click.UsageError("--crash-save-step needs --crash-points")
+    for given, option in ((crash_save_step, "--crash-save-step"), (crash_after, "--crash-after")):
+        if given is not None and not crash_points:
+            raise click.UsageError(f"{option} needs --crash-points")
     if crash_points:
-        _crash_points(paths, out_dir, crash_save_step, dry_run)
+        _crash_points(paths, out_dir, crash_save_step, _boundaries(crash_after), dry_run)
         return
     try:
         variation = parse_variation(compare_spec) if compare_spec else None
@@ -114,14 +119,26 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     sys.exit(code)
 
 
-def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | None, dry_run: bool) -> None:
+def _boundaries(text: str | None) -> list[int] | None:
+    """``--crash-after 0,3,4``: boundary numbers, 0 or more."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() for item in items):
+        raise click.UsageError(f"--crash-after {text!r}: give boundary numbers (0 or more) separated by "
+                               "commas, e.g. 0,3,4")
+    return [int(item) for item in items]
+
+
+def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | None,
+                  points: list[int] | None, dry_run: bool) -> None:
     """``run --crash-points``: the durability sweep of each scenario (chaos.crashsweep)."""
     from chaos.crashsweep import run_sweeps
     from chaos.interrupts import installed
 
     out_dir = out_dir or os.path.join("reports", _suite_name(paths) + "-crash-points")
     with installed():
-        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo))
+        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points))
 
 
 def _exit_code(outcome: object) -> int:

@@ -9,7 +9,9 @@ checkpointer (docs/checkers.md).
 3. One run per boundary ``k`` (and ``k = 0``, before the first): the layer freezes right after
    boundary ``k``, and a ``lose_unfsynced`` of the writer's node, triggered by that
    ``crash_point`` event, kills its ranks and drops every unfsynced write there. The layer
-   keeps the crash image; the job restarts and trains on to the end.
+   keeps the crash image; the job restarts and trains on to the end. ``points`` narrows
+   this to chosen boundaries (``--crash-after``: re-check the ones a full sweep found wrong,
+   or one boundary of each kind where the full sweep costs too much); the trace is whole.
 
 Each boundary's outcome (``ok`` or what went wrong, several at once possible):
 
@@ -23,7 +25,8 @@ Each boundary's outcome (``ok`` or what went wrong, several at once possible):
 - ``lost_interval``: it lost more than one checkpoint interval of steps;
 - ``stale`` / ``wrong_result`` / ``failed``: a checkpoint not the twin's state at its step,
   final weights unlike the twin's, or a job that did not complete;
-- ``not_reached``: the crash point never froze (the save took another path than traced).
+- ``not_reached``: the crash point never froze (the save took another path than traced), or
+  a chosen boundary the trace did not find (not run).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -190,8 +193,10 @@ def classify(journal: dict[str, Any], events: list[Event], audit: Any, save_step
 
 
 def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
-                      note: Callable[[str], None] = lambda _text: None) -> SweepResult:
-    """Twin, trace, one crash run per boundary; writes ``<out_dir>/crash_points.json``."""
+                      note: Callable[[str], None] = lambda _text: None,
+                      points: Sequence[int] | None = None) -> SweepResult:
+    """Twin, trace, one crash run per boundary (each of ``points`` only, when given: 0 is
+    before the first); writes ``<out_dir>/crash_points.json``."""
     started = time.monotonic()
     workload = workload_for(scenario.workload)
     progress = RunProgress(on_note=None)
@@ -206,7 +211,12 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
     note(f"trace: {trace_journal['status']}, {len(boundaries)} durability boundaries in the save of "
          f"step {save_step}")
     results: list[BoundaryOutcome] = []
-    for after in range(0, len(boundaries) + 1):
+    for after in (range(0, len(boundaries) + 1) if points is None else sorted(set(points))):
+        if after > len(boundaries):
+            results.append(BoundaryOutcome(after=after, op="", path="", outcomes=["not_reached"],
+                                           detail=f"not run: the trace found {len(boundaries)} boundaries"))
+            note(f"crash after boundary {after}: not run, the save has {len(boundaries)} boundaries")
+            continue
         name = f"{scenario.name}-crash-{after:02d}"
         journal = run_scenario_once(_variant(scenario, name, [_arm(save_step, after), _power_loss()]),
                                     os.path.join(out_dir, f"crash-{after:02d}"), scenario.seed, twin, progress)
@@ -234,8 +244,10 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
 
 def sweep_table(result: SweepResult) -> list[str]:
     """The sweep as text: one row per boundary tried, its outcome."""
+    every = len(result.boundaries) + 1
+    losses = f"{len(result.results)}" + ("" if len(result.results) == every else f" of {every}")
     rows = [f"crash-point sweep of {result.scenario}: the save of step {result.save_step}, "
-            f"{len(result.boundaries)} boundaries, {len(result.results)} power losses, {result.wall_s:.0f} s",
+            f"{len(result.boundaries)} boundaries, {losses} power losses, {result.wall_s:.0f} s",
             f"{'after':>5}  {'boundary':<42} {'outcome':<22} detail"]
     for r in result.results:
         where = f"{r.op} {r.path}"
@@ -247,9 +259,10 @@ def sweep_table(result: SweepResult) -> list[str]:
 
 
 def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: bool,
-               echo: Callable[[str], None]) -> int:
-    """``trainchaos run --crash-points PATHS``: each scenario's sweep, its table; the exit
-    code (1 when a boundary is not ``ok``; 2, nothing started, when a save cannot be chosen)."""
+               echo: Callable[[str], None], points: Sequence[int] | None = None) -> int:
+    """``trainchaos run --crash-points PATHS``: each scenario's sweep (of ``points`` only,
+    ``--crash-after``, when given), its table; the exit code (1 when a boundary is not
+    ``ok``; 2, nothing started, when a save cannot be chosen)."""
     from chaos.errors import EXIT_OK, EXIT_TARGET_MISSED, ScenarioError, ValidationIssue
     from chaos.scenario import load_suite
     from chaos.suite import preflight
@@ -265,15 +278,17 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
                 "before the last step): give --crash-save-step N, a step the job checkpoints")])
         steps[sc.name] = step
     if dry_run:
+        where = ("per durability boundary of it" if points is None else
+                 "after each of its durability boundaries " + ", ".join(map(str, sorted(set(points)))))
         for sc in scenarios:
             echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then one power "
-                 f"loss ({_sweep().power_loss_type}) per durability boundary of it")
+                 f"loss ({_sweep().power_loss_type}) {where}")
         return EXIT_OK
     preflight(scenarios)
     code = EXIT_OK
     for sc in scenarios:
         result = crash_point_sweep(sc, os.path.join(out_dir, sc.name), steps[sc.name],
-                                   note=lambda text: echo(f"  {text}"))
+                                   note=lambda text: echo(f"  {text}"), points=points)
         for line in sweep_table(result):
             echo(line)
         echo(f"journal: {os.path.join(out_dir, sc.name, SWEEP_FILE)}")

@@ -22,10 +22,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from chaos.contract import STATE_DIR_ENV
+from chaos.model import Scenario
 
-__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "machine_cleanup_lock", "missing", "state_dir_env"]
+__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "load_warm", "machine_cleanup_lock", "missing",
+           "state_dir_env", "warm_copy"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,6 +53,35 @@ def state_dir_env(path: Path) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STATE_DIR_ENV, str(path))
         yield path
+
+
+# ----------------------------------------------------------------------------- warm starts
+# A restart under harness.warm_start forks the ranks from each node's zygote, which imported
+# torch once: kill -> next step about 3 s here instead of about 11 s cold (docs of the
+# option). Tests whose runs restart ranks and assert nothing about a cold launch (its
+# timing, the process tree of a plain torchrun) run the shipped scenario this way.
+
+def _warm_doc(scenario: Path) -> dict:
+    doc = yaml.safe_load(scenario.read_text())
+    doc["workload"]["harness"]["warm_start"] = True
+    return doc
+
+
+def warm_copy(scenario: Path, into: Path) -> Path:
+    """A copy of ``scenario`` (a harness workload) in ``into``, its ranks started warm: for
+    a test that runs it through the ``trainchaos`` command."""
+    into.mkdir(parents=True, exist_ok=True)
+    copy = into / scenario.name
+    copy.write_text(yaml.safe_dump(_warm_doc(scenario), sort_keys=False))
+    return copy
+
+
+def load_warm(scenario: str | os.PathLike[str]) -> Scenario:
+    """``scenario`` (a harness workload) loaded as ``load_scenario`` does, its ranks started
+    warm: for a test that runs it in this process."""
+    from chaos.scenario import parse_scenario
+
+    return parse_scenario(_warm_doc(Path(scenario)), str(scenario))
 
 
 # ----------------------------------------------------------------------------- machine-wide cleanup

@@ -167,3 +167,32 @@ def test_the_sweep_refuses_what_it_cannot_sweep_before_starting_anything(tmp_pat
     assert not (tmp_path / "o").exists()
     result = CliRunner().invoke(cli, ["run", "--crash-save-step", "20", str(scenario)])
     assert result.exit_code == 2 and "needs --crash-points" in result.output
+
+
+def test_a_narrowed_sweep_says_how_many_of_the_power_losses_it_ran():
+    from chaos.crashsweep import BoundaryOutcome, SweepResult, sweep_table
+
+    trace = [{"seq": k, "op": "fsync", "path": f"f{k}"} for k in range(1, 9)]
+    outcome = {0: ["ok"], 3: ["torn"], 4: ["dangling_pointer", "torn"], 7: ["ok"], 12: ["not_reached"]}
+    result = SweepResult("s", 20, trace, [BoundaryOutcome(k, "fsync", f"f{k}", o, "") for k, o in outcome.items()],
+                         1.0, "completed", "completed")
+    table = sweep_table(result)
+    assert "8 boundaries, 5 of 9 power losses" in table[0]
+    assert table[-1] == "2/5 boundaries ok; problems after boundaries 3, 4, 12"
+
+
+def test_crash_after_takes_boundary_numbers_and_only_with_the_sweep(tmp_path):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {harness: {steps: 30, checkpoint: {every_steps: 10}}}\n"
+                        "topology: {nodes: 2, ranks_per_node: 1}\nfaults: []\n")
+    result = CliRunner().invoke(cli, ["run", "--crash-points", "--crash-after", "0,x", str(scenario)])
+    assert result.exit_code == 2 and "--crash-after '0,x': give boundary numbers" in result.output
+    result = CliRunner().invoke(cli, ["run", "--crash-after", "1", str(scenario)])
+    assert result.exit_code == 2 and "--crash-after needs --crash-points" in result.output
+    result = CliRunner().invoke(cli, ["run", "--crash-points", "--crash-after", "4,0,4", "--dry-run", str(scenario)])
+    assert result.exit_code == 0, result.output
+    assert "then one power loss (lose_unfsynced) after each of its durability boundaries 0, 4" in result.output
