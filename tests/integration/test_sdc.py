@@ -8,7 +8,10 @@ Only what holds on every machine is asserted: exact steps where a detector guara
 by construction (a bitwise comparison of the replicas before the update, an overflow), and
 for a quiet flip nobody compares, the invariant that an undetected corruption is never a
 silent pass. Whether later updates round a quiet flip away is a property of the machine's
-floating-point kernels (benchmarks/sdc_escape.py measures it), never asserted here."""
+floating-point kernels (benchmarks/sdc_escape.py measures it), never asserted here.
+
+The ranks start warm (``harness.warm_start``): every detection here rolls the group back
+through a torchrun restart, and nothing here is about a cold launch."""
 
 from __future__ import annotations
 
@@ -20,8 +23,7 @@ from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.report._format import outcome
 from chaos.run import run_baseline, run_scenario_once
-from chaos.scenario import load_scenario
-from tests.integration._support import state_dir_env
+from tests.integration._support import load_warm, state_dir_env
 
 SDC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "sdc")
 
@@ -29,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def _scenario(name: str):
-    return load_scenario(os.path.join(SDC, f"{name}.yaml"))
+    return load_warm(os.path.join(SDC, f"{name}.yaml"))
 
 
 @pytest.fixture(scope="module")
