@@ -29,6 +29,7 @@ collective, as on a real digest step.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing
 import os
@@ -90,16 +91,20 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
 
     steps_run = dict.fromkeys(monitors, 0)
 
+    cpu: dict[str, list[float]] = collections.defaultdict(list)
+
     def step(name: str) -> float:
         trainer.sdc = monitors[name]
         steps_run[name] += 1
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         trainer.train_step(verify=False)
         trainer.step += 1
+        cpu[name].append(time.process_time() - c0)
         return time.perf_counter() - t0
 
     for _ in range(30):
         step("every_step+golden")  # warm-up: the first steps of a process are slower
+    cpu.clear()
     diffs: dict[str, list[float]] = {f"{a}->{b}": [] for a, b in COMPARISONS}
     base: list[float] = []
     for r in range(repeats):
@@ -122,7 +127,7 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
         with open(out, "w", encoding="utf-8") as fh:
             json.dump({"diffs": diffs, "base": base, "checksum": checksum, "pairs": pairs,
                        "repeats": repeats, "own": {n: m.detector_seconds() for n, m in monitors.items()},
-                       "steps_run": steps_run}, fh)
+                       "steps_run": steps_run, "cpu": cpu}, fh)
     dist.barrier()
     os._exit(0)
 
@@ -181,6 +186,11 @@ def bench(repeats: int, pairs: int) -> dict:
         "sdc_one_fingerprint_params_ms": _own_ms(raw, "fingerprint"),
         "sdc_one_fingerprint_update_ms": _own_ms(raw, "fingerprint_update"),
         "sdc_one_grad_norm_ms": _own_ms(raw, "nonfinite", "grad_norm"),
+        # The process's CPU time a step (its threads, gloo's included), off and with every
+        # step's detectors: what the wall-clock A/B measures, read without the machine's
+        # load, which stretches both sides' steps but not their CPU time.
+        "sdc_cpu_ms_step_detectors_off": round(statistics.median(raw["cpu"]["off"]) * 1000, 3),
+        "sdc_cpu_ms_step_every_step": round(statistics.median(raw["cpu"]["every_step"]) * 1000, 3),
         # The same A/B with nothing changed: how far from 0 a difference can be by chance.
         "sdc_null_ab_pct": round(d["off->off"] / base * 100, 2),
         "sdc_pairs_per_comparison": raw["pairs"] * raw["repeats"],

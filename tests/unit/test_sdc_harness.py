@@ -140,6 +140,32 @@ def test_a_flip_of_any_single_bit_changes_the_exact_checksum():
     assert bits_checksum([weight.t()]) == bits_checksum([weight.t().contiguous()])
 
 
+def test_the_checksum_kept_across_steps_sees_what_the_one_off_sees(monkeypatch):
+    """The fingerprint's checksum of every step reads large tensors where they lie and copies
+    the small ones into a buffer it keeps: which tensor goes where must not change the sum,
+    and a flip in either kind, or a tensor swapped for another, must show."""
+    import harness.sdc_checksum as checksum
+
+    torch.manual_seed(0)
+    tensors = [torch.randn(300, 100), torch.randn(3).double(), torch.randn(5).half(), torch.randn(7),
+               torch.randn(40_000)[1:33_001], torch.randn(20_000)]
+    reference = bits_checksum(tensors)
+    for in_place_from in (8, 1 << 40):  # everything whole in place; everything copied
+        monkeypatch.setattr(checksum, "_SUMMED_IN_PLACE", in_place_from)
+        assert bits_checksum(tensors) == reference
+    kept = checksum.BitsChecksum()
+    assert kept(tensors) == kept(tensors) == reference
+    for tensor, index in ((tensors[0], 7), (tensors[3], 0), (tensors[2], 4)):
+        flip_(tensor, index, 0)
+        assert kept(tensors) != reference and kept(tensors) == bits_checksum(tensors)
+        flip_(tensor, index, 0)
+    assert kept(tensors) == reference
+    tensors[5] = tensors[5].clone()  # swapped, equal bits
+    assert kept(tensors) == reference
+    tensors[5][0] += 1
+    assert kept(tensors) == bits_checksum(tensors) != reference
+
+
 def test_checksum_words_are_exact_in_float64():
     for value in (0, 1, (1 << 64) - 1, 0x8000_0000_0000_0001, 123456789 << 30):
         high, low = words_of(value)

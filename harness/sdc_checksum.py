@@ -1,0 +1,140 @@
+"""Exact checksums and digests of tensors: what the replica comparisons of the silent-
+corruption detectors compare (harness.sdc).
+
+``param_digest`` is the sha256 of the parameters (the ``digest`` detector, and a checkpoint's
+``param_sha256``); ``bits_checksum`` / ``BitsChecksum`` is the exact integer checksum of the
+bits of any tensors (the ``fingerprint`` detector, every step): cheap enough to run every
+step, and still certain to see one flipped bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+__all__ = ["BitsChecksum", "bits_checksum", "digest_words", "optimizer_tensors", "param_digest",
+           "update_fingerprint", "words_of"]
+
+DIGEST_WORDS = 4
+"""A sha256 digest in the evidence row: its first 4 x 48 bits."""
+_WORD_BYTES = 6  # 48-bit words: exact in a float64
+_CHECKSUM_BITS = 64
+_WORD = 8  # bytes of one checksum word
+_SUMMED_IN_PLACE = 1 << 16
+"""Bytes from which a tensor is summed where it lies rather than copied with the small ones."""
+_CHECKSUM_WORD_BITS = 32  # two 32-bit words per checksum: exact in a float64
+
+
+def param_digest(model: nn.Module) -> bytes:
+    """sha256 over every parameter's bytes, in name order."""
+    digest = hashlib.sha256()
+    for _, param in sorted(model.named_parameters()):
+        data = param.detach()
+        if not data.is_contiguous():
+            data = data.contiguous()
+        digest.update(data.reshape(-1).view(torch.uint8).numpy())
+    return digest.digest()
+
+
+def bits_checksum(tensors: Iterable[torch.Tensor]) -> int:
+    """The sum of the tensors' bits read as 64-bit integer words, mod 2^64.
+
+    The words: a tensor whose size is a whole number of words is read as words on its own;
+    the bytes of the others, one after the other in the order given, zero-padded to a whole
+    word, are read as words together (each tensor in its logical order, whatever its
+    layout in memory). The sum is taken with two's-complement wrap-around: addition mod 2^64
+    is exact in any order, so equal tensors give equal checksums on every machine, whatever
+    its kernels, and every byte is read once, whatever the dtypes. One flipped bit (bit k of
+    a word) changes the sum by exactly +-2^k, never 0 mod 2^64: a single flip is always
+    seen, and so are several bits of one word (the lowest of them decides). Flips in
+    different words can cancel (bit k set in one and cleared in another); the sha256 digest
+    before checkpoints covers that.
+    """
+    return BitsChecksum()(list(tensors))
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+class BitsChecksum:
+    """``bits_checksum`` for tensors that are checksummed again and again (the parameters
+    every step), at about the cost of reading their bytes once.
+
+    The byte views are made once and kept: the optimizer and ``load_state_dict`` write into
+    the tensors in place, so a view keeps seeing their bits; a tensor whose storage was
+    swapped (``param.data = ...``, a gradient made afresh) or that is not contiguous (its
+    flat view is a copy) is viewed afresh. Large tensors are summed where they lie; the
+    small ones are copied into one buffer made once and summed together: summing each on
+    its own costs a few dispatches apiece, and a fresh buffer each step a page fault per
+    4 KiB -- for a model of many small tensors, most of the time."""
+
+    def __init__(self) -> None:
+        self._key: list[tuple[int, bool]] | None = None
+        self._direct: list[torch.Tensor] = []
+        self._packed: list[torch.Tensor] = []
+        self._buffer = torch.zeros(0, dtype=torch.uint8)
+        self._target = self._buffer
+
+    def __call__(self, tensors: list[torch.Tensor]) -> int:
+        key = [(t.data_ptr(), t.is_contiguous()) for t in tensors]
+        if key != self._key or not all(contiguous for _, contiguous in key):
+            self._plan(tensors)
+            self._key = key
+        if self._packed:
+            torch.cat(self._packed, out=self._target)
+        total = self._buffer.view(torch.int64).sum()
+        for words in self._direct:
+            total += words.sum()  # in int64: wraps around, mod 2^64
+        return int(total) % (1 << _CHECKSUM_BITS)
+
+    def _plan(self, tensors: list[torch.Tensor]) -> None:
+        direct, packed, rest = [], [], []
+        for view in (_bytes_of(t) for t in tensors):
+            if view.numel() % _WORD:
+                rest.append(view)
+            elif view.numel() >= _SUMMED_IN_PLACE and view.data_ptr() % _WORD == 0:
+                direct.append(view.view(torch.int64))
+            else:
+                packed.append(view)
+        # whole-word tensors first: each of them starts at a word in the buffer too, so
+        # where it is summed does not change the words
+        self._direct, self._packed = direct, packed + rest
+        size = sum(v.numel() for v in self._packed)
+        if self._buffer.numel() != -(-size // _WORD) * _WORD:
+            # zeros: the pad after the last byte is never written, and must read as 0
+            self._buffer = torch.zeros(-(-size // _WORD) * _WORD, dtype=torch.uint8)
+        self._target = self._buffer[:size]
+
+
+def update_fingerprint(params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor] | None = None,
+                       optim_state: Iterable[torch.Tensor] | None = None) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer state) checksums (``bits_checksum``); a part not
+    given is 0."""
+    return (bits_checksum(params), bits_checksum(grads) if grads is not None else 0,
+            bits_checksum(optim_state) if optim_state is not None else 0)
+
+
+def words_of(checksum: int) -> list[float]:
+    """A 64-bit checksum as two 32-bit words, each exact in a float64 (the evidence table)."""
+    mask = (1 << _CHECKSUM_WORD_BITS) - 1
+    return [float(checksum >> _CHECKSUM_WORD_BITS), float(checksum & mask)]
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's floating state (exp_avg, exp_avg_sq...), in a fixed order."""
+    out = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for _key, value in sorted(optimizer.state.get(param, {}).items()):
+                if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() > 0:
+                    out.append(value)
+    return out
+
+
+def digest_words(digest: bytes) -> list[float]:
+    return [float(int.from_bytes(digest[i * _WORD_BYTES:(i + 1) * _WORD_BYTES], "big"))
+            for i in range(DIGEST_WORDS)]

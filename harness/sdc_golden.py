@@ -1,0 +1,51 @@
+"""The golden self-test of the silent-corruption detectors (harness.sdc, ``golden``): a test
+of a rank's arithmetic, not of its weights."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["GOLDEN_BATCH", "GoldenSelfTest"]
+
+GOLDEN_BATCH = 2
+"""Sequences in the golden self-test's fixed batch."""
+
+
+class GoldenSelfTest:
+    """A fixed batch through forward and backward with frozen initial weights, compared
+    bitwise with the result this rank computed at start.
+
+    Runs through the live model's modules (``torch.func.functional_call`` swaps the golden
+    weights in), so whatever corrupts this rank's arithmetic -- a faulty core, or an
+    injected fault hooked on a module -- corrupts the self-test too; the training weights
+    are not involved, so a corrupted weight does not fail it.
+    """
+
+    def __init__(self, model: nn.Module, initial: nn.Module, tokens: torch.Tensor, seq_len: int,
+                 batch: int = GOLDEN_BATCH) -> None:
+        self.model = model
+        self.params = {name: p.detach().clone().requires_grad_(True)
+                       for name, p in initial.named_parameters()}
+        n = batch * seq_len
+        self.x = tokens[:n].reshape(batch, seq_len)
+        self.y = tokens[1:n + 1].reshape(batch, seq_len)
+        self.reference = self._run()
+
+    def _run(self) -> bytes:
+        from torch.func import functional_call
+
+        logits = functional_call(self.model, self.params, (self.x,))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
+        grads = torch.autograd.grad(loss, list(self.params.values()))
+        digest = hashlib.sha256(struct.pack("<d", float(loss.detach())))
+        for grad in grads:
+            digest.update(grad.contiguous().reshape(-1).view(torch.uint8).numpy())
+        return digest.digest()
+
+    def passes(self) -> bool:
+        return self._run() == self.reference
