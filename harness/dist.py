@@ -14,6 +14,7 @@ Every blocking call gets a timeout.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -29,6 +30,7 @@ from harness.health import PeerAddress
 
 __all__ = ["DistEnv", "GradientGather", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
 
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 # gloo's own default: what a job that never set a timeout gets.
 _GLOO_DEFAULT_TIMEOUT = timedelta(minutes=30)
 
@@ -136,7 +138,7 @@ class GradientGather:
         self.seconds = 0.0
         """Time spent on the averaged gradient's norm (a detector's cost)."""
         self._parts: dict[int, list[torch.Tensor]] = {}
-        self._norms: dict[int, torch.Tensor] = {}
+        self._norms: dict[int, float] = {}
         self._outgoing: Callable[[], torch.Tensor] | None = None
         self.rows: list[torch.Tensor] | None = None
         """Every rank's row (float64) of the last backward; None when none travelled."""
@@ -162,7 +164,7 @@ class GradientGather:
     def _averaged(self, bucket_index: int, total: torch.Tensor, rows: list[torch.Tensor] | None) -> None:
         if self.track_norm:
             t0 = time.perf_counter()
-            self._norms[bucket_index] = torch.linalg.vector_norm(total)
+            self._norms[bucket_index] = float(torch.linalg.vector_norm(total))
             self.seconds += time.perf_counter() - t0
         if rows is not None:
             self.rows = rows
@@ -172,7 +174,12 @@ class GradientGather:
         it: over the buckets' norms); None when not tracked."""
         if not self._norms or len(self._norms) != len(self._parts):
             return None
-        return float(torch.linalg.vector_norm(torch.stack([self._norms[i] for i in sorted(self._norms)])))
+        # The buckets' norms combined in Python (a stack and a norm of two numbers cost more
+        # dispatches than the arithmetic), overflowing where get_total_norm's float32 sum of
+        # squares does: a norm past float32's range is inf there, and a non-finite norm is
+        # what the NaN/Inf guard judges. NaN stays NaN.
+        squares = math.fsum(norm * norm for norm in self._norms.values())
+        return math.sqrt(squares) if math.isnan(squares) or squares <= _FLOAT32_MAX else math.inf
 
     def local_norms(self) -> list[float] | None:
         """Each rank's local gradient 2-norm (inf or nan where its gradients are not finite
