@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-__all__ = ["BitsChecksum", "bits_checksum", "digest_words", "optimizer_tensors", "param_digest",
+__all__ = ["BitsChecksum", "ParamDigest", "bits_checksum", "digest_words", "optimizer_tensors", "param_digest",
            "update_fingerprint", "words_of"]
 
 DIGEST_WORDS = 4
@@ -30,13 +30,26 @@ _CHECKSUM_WORD_BITS = 32  # two 32-bit words per checksum: exact in a float64
 
 def param_digest(model: nn.Module) -> bytes:
     """sha256 over every parameter's bytes, in name order."""
-    digest = hashlib.sha256()
-    for _, param in sorted(model.named_parameters()):
-        data = param.detach()
-        if not data.is_contiguous():
-            data = data.contiguous()
-        digest.update(data.reshape(-1).view(torch.uint8).numpy())
-    return digest.digest()
+    return ParamDigest(model)()
+
+
+class ParamDigest:
+    """``param_digest`` of one model, again and again (every ``digest_every`` steps): the
+    parameters' name order and their byte views are made once and kept, as
+    ``BitsChecksum`` keeps them, so a digest costs the hashing and little more."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._params = [param for _, param in sorted(model.named_parameters())]
+        self._views = [_bytes_of(p) for p in self._params]
+
+    def __call__(self) -> bytes:
+        digest = hashlib.sha256()
+        for i, param in enumerate(self._params):
+            view = self._views[i]
+            if view.data_ptr() != param.data_ptr() or not param.is_contiguous():
+                view = self._views[i] = _bytes_of(param)
+            digest.update(view.numpy())
+        return digest.digest()
 
 
 def bits_checksum(tensors: Iterable[torch.Tensor]) -> int:

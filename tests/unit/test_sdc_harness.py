@@ -370,6 +370,29 @@ def test_without_checksums_the_rotten_bytes_are_loaded_silently(tmp_path):
     assert info.step == 20 and state["w"][130].item() != 150.0
 
 
+def test_a_checkpoint_whose_file_reads_back_other_bytes_is_refused_on_save(tmp_path, monkeypatch):
+    import io
+
+    import harness.ckpt_writer as writer
+
+    real_open = open
+
+    def rotten_on_the_way(path, mode="r", *args, **kwargs):  # the file system returns one bit off
+        f = real_open(path, mode, *args, **kwargs)
+        if mode == "rb" and str(path).endswith(writer.STATE_FILE):
+            data = bytearray(f.read())
+            f.close()
+            data[len(data) // 2] ^= 1
+            return io.BytesIO(bytes(data))
+        return f
+
+    monkeypatch.setattr(writer, "open", rotten_on_the_way, raising=False)
+    options = {"verified": None, "durable": False, "fsync_enabled": False, "fault_point": None}
+    with pytest.raises(writer.CheckpointError, match="reads back different bytes than were written"):
+        writer.write_files(str(tmp_path), 10, _state(10), verify_checksum=True, **options)
+    assert writer.write_files(str(tmp_path), 10, _state(10), verify_checksum=False, **options)["step"] == 10
+
+
 def test_quarantine_takes_suspect_checkpoints_out_of_reach_and_logs_why(tmp_path):
     manager = _manager(tmp_path)
     for step in (10, 20, 30):
