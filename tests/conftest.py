@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -32,6 +33,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--stress-nice", type=int, default=0, metavar="N",
                     help="niceness of the hogs: 0 competes as an equal, a negative value "
                          "(root only) takes the CPU ahead of the tests")
+    parser.getgroup("trainchaos order").addoption(
+        "--timeline", default=None, metavar="FILE",
+        help="write when each test ran and on which worker (TSV: worker, start, end, seconds, "
+             "test), to see what a suite's wall time waits on")
 
 
 def _die_with_parent(nice: int) -> None:
@@ -62,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     start = count and worker is None
     config._trainchaos_hogs = _start_hogs(count, config.getoption("--stress-nice")) if start else []
     config._trainchaos_tmpdir = _own_tmpdir(worker) if worker else None
+    if worker is None and (path := config.getoption("--timeline")):
+        config.pluginmanager.register(Timeline(path), "trainchaos-timeline")
 
 
 def _own_tmpdir(worker: str) -> str:
@@ -72,6 +79,29 @@ def _own_tmpdir(worker: str) -> str:
     os.environ["TMPDIR"] = path
     tempfile.tempdir = None  # gettempdir() caches: read TMPDIR again
     return path
+
+
+class Timeline:
+    """Each test's span (setup to teardown) and the worker that ran it, from the reports the
+    main process receives; written at the end of the session, in order of start."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.spans: dict[str, tuple[str, float, float]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        worker = gateway.id if gateway is not None else "main"
+        _, start, stop = self.spans.get(report.nodeid, (worker, report.start, report.stop))
+        self.spans[report.nodeid] = (worker, min(start, report.start), max(stop, report.stop))
+
+    def pytest_sessionfinish(self) -> None:
+        rows = sorted(self.spans.items(), key=lambda kv: kv[1][1])
+        t0 = rows[0][1][1] if rows else 0.0
+        with open(self.path, "w", encoding="utf-8") as fh:
+            fh.write("worker\tstart_s\tend_s\tseconds\ttest\n")
+            for nodeid, (worker, start, stop) in rows:
+                fh.write(f"{worker}\t{start - t0:.1f}\t{stop - t0:.1f}\t{stop - start:.1f}\t{nodeid}\n")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -91,32 +121,37 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # ----------------------------------------------------------------------------- order
 # `make test` surfaces failures early: every unit test first (about 1.5 min), then the
-# integration modules from the quickest to the slowest, by their wall time on a 2-core
-# machine (a module not listed runs between the quick and the slow ones). Modules stay
-# whole and keep their own order: module-scoped fixtures (one dockerd job, one Slurm
-# testbed) are set up once, and test_gameday's tests follow the job's life in file order.
-INTEGRATION_ORDER = (
-    # under a minute each
-    "test_storage_mount", "test_net_faults", "test_engine", "test_pytest_plugin", "test_user_command",
-    "test_triggers", "test_toxi_store", "test_preempt", "test_net_latency", "test_warm_start",
-    "test_toy_family",
-    # one to two and a half minutes
-    "test_net_heal", "test_netns", "test_stall_throttle",
-    None,  # modules not listed here
-    # longer
-    "test_process_faults", "test_scale_from_runs", "test_sdc", "test_storage", "test_power",
-    "test_hardening", "test_harness", "test_report_gate", "test_checkers", "test_safety", "test_slurm",
-    # the longest: one dockerd, its image built, then two modules' runs in containers
-    "test_gameday", "test_docker",
-)
+# integration modules. Modules stay whole and keep their own order: module-scoped fixtures
+# (one dockerd job, one Slurm testbed) are set up once, and test_gameday's tests follow the
+# job's life in file order.
+#
+# What each integration module costs, in seconds of wall time (fixtures included) in a full
+# `make test` on 3 workers of a 2-core machine (`--durations=0` of a run on 2026-12-02, scaled
+# to a 22.5-minute run): the serial run goes from the quickest to the slowest, the workers take
+# the slowest first (below). A module not listed counts as UNLISTED_S. Refresh them from a
+# run's `--durations=0` (or `--timeline`) when a module's cost changes by much: they only
+# order and plan, nothing fails on them.
+MODULE_SECONDS: dict[str, float] = {
+    "test_slurm": 380, "test_checkers": 295, "test_docker": 225, "test_sdc": 220, "test_power": 190,
+    "test_netns": 175, "test_hardening": 170, "test_preempt": 165, "test_gameday": 160,
+    "test_safety": 145, "test_storage": 140, "test_report_gate": 130, "test_harness": 125,
+    "test_data_checker": 115, "test_toxi_store": 110, "test_process_faults": 95,
+    "test_net_heal": 80, "test_stack_torchft": 75, "test_stack_accelerate": 75,
+    "test_net_latency": 75, "test_stack_lightning": 75, "test_engine": 70, "test_pytest_plugin": 65,
+    "test_stack_dcp": 60, "test_stack_nvrx": 60, "test_warm_start": 60, "test_scale_from_runs": 55,
+    "test_toy_family": 50, "test_triggers": 50, "test_bench_stacks": 45, "test_neighbor": 40,
+    "test_stall_throttle": 40, "test_user_command": 20, "test_net_faults": 15,
+    "test_storage_mount": 5,
+}
+UNLISTED_S = 60.0
+UNIT_TEST_S = 0.1
 
 # With workers (`make test TEST_JOBS=N`, pytest-xdist `-n N`), integration tests run side
 # by side: most of a test's wall time is waiting (timeouts, paced steps, restarts), not CPU.
 # An integration module is handed to one worker whole, its tests in file order (module-scoped
 # fixtures: one run, one dockerd job, one Slurm testbed, set up once); modules that share a
-# session fixture go together (named here), so it is set up once. The slowest modules are
-# handed out first: the suite's wall time is then the work spread over the workers, not a
-# long module that started last. Unit tests still come first, one at a time to any worker.
+# session fixture go together (named here), so it is set up once. Unit tests still come
+# first, one at a time to any worker.
 SHARED_GROUPS = {
     "test_docker": "docker",  # one dockerd (docker_host), whose leftovers `cleanup` scans
     "test_gameday": "docker",
@@ -130,17 +165,52 @@ def _module_name(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(INTEGRATION_ORDER)}
-    unlisted = rank[None]
     longest_first = _xdist_worker(config) is not None
 
-    def key(item: pytest.Item) -> tuple[int, int]:
+    def key(item: pytest.Item) -> tuple[int, float]:
         if item.get_closest_marker("integration") is None:
-            return (0, 0)
-        module_rank = rank.get(_module_name(item), unlisted)
-        return (1, -module_rank if longest_first else module_rank)
+            return (0, 0.0)
+        seconds = MODULE_SECONDS.get(_module_name(item), UNLISTED_S)
+        return (1, -seconds if longest_first else seconds)
 
     items.sort(key=key)  # stable: a module's tests keep their file order
+
+
+def _unit_of(nodeid: str) -> str:
+    """The work unit of a test: itself (a unit test), or its integration module's name (or
+    its SHARED_GROUPS group's)."""
+    path = nodeid.split("::", 1)[0]
+    if "/integration/" not in path:
+        return nodeid
+    module = path.rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED_GROUPS.get(module, module)
+
+
+def unit_seconds(unit: str) -> float:
+    """The expected wall time of a work unit (a group costs what its modules cost)."""
+    if "::" in unit:
+        return UNIT_TEST_S
+    modules = [m for m, group in SHARED_GROUPS.items() if group == unit] or [unit]
+    return sum(MODULE_SECONDS.get(m, UNLISTED_S) for m in modules)
+
+
+def plan_next(free_at: dict[str, float], asking: str, units: list[str]) -> str:
+    """Which of ``units`` (not empty) the worker ``asking`` should get now, given when each
+    worker is expected to be free (``free_at``: seconds from now; the asking one is busy
+    with its last test until then).
+
+    The longest units go first to whichever worker frees first (longest processing time
+    first): the remaining units are planned that way over the workers' free times, and the
+    asking worker gets the first unit the plan gives it. If the plan gives it none (it frees
+    last and the work runs out before), it gets the shortest: whatever it gets now waits
+    behind its last test."""
+    free = dict(free_at)
+    for unit in sorted(units, key=unit_seconds, reverse=True):
+        worker = min(free, key=lambda w: (free[w], w != asking))
+        if worker == asking:
+            return unit
+        free[worker] += unit_seconds(unit)
+    return min(units, key=unit_seconds)
 
 
 try:
@@ -151,15 +221,86 @@ except ImportError:  # pytest-xdist not installed: only the serial run
 if LoadScopeScheduling is not None:
     class ModuleScheduling(LoadScopeScheduling):
         """Work units: each unit test alone, each integration module (or SHARED_GROUPS
-        group) whole; handed out in collection order. (pytest-xdist's own `loadgroup`
-        names a group by rewriting the test's node id, which pytest 9 no longer allows.)"""
+        group) whole. A free worker takes the next unit in collection order: unit tests,
+        then the integration units, the slowest first. (pytest-xdist's own `loadgroup` names
+        a group by rewriting the test's node id, which pytest 9 no longer allows.)
+
+        A worker runs a test only once it knows the one after (pytest's ``nextitem``), so
+        its last test waits until it is handed more, and what it is handed waits behind
+        that test. pytest-xdist hands a worker more while 2 tests are still pending there:
+        integration modules queued behind a long last test (or a whole one-test module)
+        while other workers ran out of work. Here a worker still running an integration
+        test is handed one unit test held back for this (FILLERS of them), which waits
+        there at no cost; its next integration unit it gets when it is free. Without a
+        filler left (an integration-only run), ``plan_next`` chooses what waits there."""
+
+        FILLERS = 200
+
+        def __init__(self, config: pytest.Config, log: object = None) -> None:
+            super().__init__(config, log)
+            self._clock = time.monotonic
+            self._fillers: set[str] | None = None
+            # worker -> {unit: when it began (None: queued behind another unit there)}
+            self._began: dict[object, dict[str, float | None]] = {}
 
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if "/integration/" not in path:
-                return nodeid
-            module = path.rsplit("/", 1)[-1].removesuffix(".py")
-            return SHARED_GROUPS.get(module, module)
+            return _unit_of(nodeid)
+
+        def _pending(self, node: object) -> list[str]:
+            return [nodeid for unit in self.assigned_work.get(node, {}).values()
+                    for nodeid, done in unit.items() if not done]
+
+        def _free_in(self, node: object, now: float) -> float:
+            """Seconds until ``node`` is expected to have run what it holds."""
+            left = 0.0
+            for unit, began in self._began.get(node, {}).items():
+                elapsed = now - began if began is not None else 0.0
+                left += max(unit_seconds(unit) - elapsed, 1.0)
+            return left
+
+        def mark_test_complete(self, node: object, item_index: int, duration: float = 0) -> None:
+            nodeid = self.registered_collections[node][item_index]
+            unit = self._split_scope(nodeid)
+            self.assigned_work[node][unit][nodeid] = True
+            if all(self.assigned_work[node][unit].values()):
+                began = self._began[node]
+                began.pop(unit, None)
+                if began and None in began.values():  # the next unit there begins
+                    began[next(u for u, t in began.items() if t is None)] = self._clock()
+            self._reschedule(node)
+
+        def _reschedule(self, node: object) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            pending = self._pending(node)
+            running_integration = any("/integration/" in nodeid for nodeid in pending)
+            # Unit tests take milliseconds: one more queued keeps the worker busy. Behind an
+            # integration test, only what it needs to run its last one.
+            if len(pending) > (1 if running_integration else 2):
+                return
+            self._assign_work_unit(node, running_integration)
+
+        def _assign_work_unit(self, node: object, busy: bool = False) -> None:
+            if self._fillers is None:  # the last unit tests, held back
+                tests = [u for u in self.workqueue if "::" in u]
+                self._fillers = set(tests[-self.FILLERS:]) if len(tests) > self.FILLERS else set()
+            fillers = [u for u in self.workqueue if u in self._fillers]
+            others = [u for u in self.workqueue if u not in self._fillers]
+            if busy and fillers:
+                unit = fillers[0]
+            elif busy and others:
+                now = self._clock()
+                unit = plan_next({n: self._free_in(n, now) for n in self.nodes}, node, others)
+            else:
+                unit = (others or fillers)[0]
+            work = self.workqueue.pop(unit)
+            self.assigned_work.setdefault(node, {})[unit] = work
+            self._began.setdefault(node, {})[unit] = None if busy else self._clock()
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work.items() if not done])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
