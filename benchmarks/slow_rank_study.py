@@ -1,15 +1,19 @@
 """How fast the slow-rank detector names a throttled rank, and whether it ever blames a
 healthy one: a study, not a pass/fail test of timing.
 
-    python benchmarks/slow_rank_study.py [--repeats 3] [--clean-repeats 5] [--out reports/bench]
+    python benchmarks/slow_rank_study.py [--repeats 3] [--clean-repeats 5] [--twin-repeats 2] [--out reports/bench]
 
 1. ``scenarios/process/thermal-throttle.yaml`` (rank 3's factor ramps 1 -> 3 over 12 s),
    ``--repeats`` times: for each run, the steps the throttled rank completed between the
-   moment its factor passed 1.5 and the slow-rank detection (negative: named before 1.5),
-   the factor at detection, who was named. The moment is the ramp's own (``RampProfile``)
-   from the probe's ``fault_injected`` event, on the rank's clock.
-2. The same scenario without its fault, ``--clean-repeats`` times: every ``detected`` event
-   is a false detection (goal: 0 over 5 repeats).
+   moment its factor passed 1.5 and the slow-rank detection (``throttle_detection_steps``,
+   chaos/faults/process/metrics.py; negative: named before 1.5), the factor at detection,
+   who was named.
+2. ``scenarios/process/slow-rank-fault-free.yaml`` (the same job without the fault),
+   ``--clean-repeats`` times: every ``detected`` event is a false detection (goal: 0 in
+   each of 5 repeats).
+3. The throttle scenario's fault-free twin (``with_faults=False``, as ``baseline: true``
+   runs it), ``--twin-repeats`` times: the same, while rank 0 also hashes the model at
+   every step (the twin's digests): work only rank 0 does, which the detector must excuse.
 
 Writes ``slow_rank_study.json`` under ``--out`` and prints it.
 """
@@ -27,35 +31,32 @@ from chaos.probe import RampProfile
 from chaos.run import run_scenario_once
 from chaos.scenario import load_scenario
 
-SCENARIO = os.path.join(os.path.dirname(__file__), os.pardir, "scenarios", "process", "thermal-throttle.yaml")
-THRESHOLD = 1.5
+SCENARIOS = os.path.join(os.path.dirname(__file__), os.pardir, "scenarios", "process")
+THROTTLED = os.path.join(SCENARIOS, "thermal-throttle.yaml")
+FAULT_FREE = os.path.join(SCENARIOS, "slow-rank-fault-free.yaml")
 
 
-def throttled_run(run_dir: str, seed: int, scenario: object) -> dict:
-    journal = run_scenario_once(scenario, run_dir, seed)
+def throttled_run(run_dir: str, scenario: object) -> dict:
+    journal = run_scenario_once(scenario, run_dir, scenario.seed)
     events = read_events(os.path.join(run_dir, "events"))
-    fault = scenario.faults[0]
-    params = fault.params
+    params = scenario.faults[0].params
     injected = next(e for e in events if e["kind"] == "fault_injected" and e.get("src", "").startswith("rank-"))
-    target = injected["src"]
     ramp = RampProfile(injected["t"], float(params["factor"]), float(params["ramp_s"]), params.get("hold_s"),
                        float(params.get("recover_s") or 0.0))
-    t_pass = injected["t"] + ramp.passes(THRESHOLD)
     found = [e for e in events if e["kind"] == "detected"]
     slow = next((e for e in found if e.get("detector") == "slow_rank" and e["t"] >= injected["t"]), None)
-    steps = [e["t"] for e in events if e["kind"] == "step_end" and e["src"] == target]
-    out = {"status": journal["status"], "target": target, "detections": len(found),
-           "wrong": [e.get("suspect") for e in found if e.get("suspect") != target]}
+    fault = journal["metrics"]["faults"][0]
+    out = {"status": journal["status"], "passed": journal["verdict"]["passed"], "target": injected["src"],
+           "detections": len(found), "wrong": [e.get("suspect") for e in found if e.get("suspect") != injected["src"]],
+           "steps_after_1_5": fault.get("throttle_detection_steps"), "attribution": fault.get("attribution")}
     if slow is not None:
-        lo, hi = sorted((t_pass, slow["t"]))
-        between = sum(1 for t in steps if lo < t <= hi)
-        out.update(named=slow.get("suspect"), steps_after_1_5=between if slow["t"] >= t_pass else -between,
+        out.update(named=slow.get("suspect"), at_step=slow.get("step"),
                    factor_at_detection=round(ramp.factor(slow["t"]) or 1.0, 2), ratio=slow.get("ratio"))
     return out
 
 
-def clean_run(run_dir: str, seed: int, scenario: object) -> dict:
-    journal = run_scenario_once(scenario, run_dir, seed, with_faults=False)
+def clean_run(run_dir: str, scenario: object, with_faults: bool = True) -> dict:
+    journal = run_scenario_once(scenario, run_dir, scenario.seed, with_faults=with_faults)
     events = read_events(os.path.join(run_dir, "events"))
     found = [e for e in events if e["kind"] == "detected"]
     return {"status": journal["status"], "false_detections": len(found),
@@ -66,14 +67,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--clean-repeats", type=int, default=5)
+    parser.add_argument("--twin-repeats", type=int, default=2)
     parser.add_argument("--out", default="reports/bench")
     args = parser.parse_args()
-    scenario = load_scenario(SCENARIO)
+    throttle, fault_free = load_scenario(THROTTLED), load_scenario(FAULT_FREE)
     root = os.path.join(args.out, "slow-rank-study")
-    throttled = [throttled_run(os.path.join(root, f"throttled-{i}"), scenario.seed, scenario)
-                 for i in range(args.repeats)]
-    clean = [clean_run(os.path.join(root, f"clean-{i}"), scenario.seed, scenario) for i in range(args.clean_repeats)]
-    latencies = [r["steps_after_1_5"] for r in throttled if "steps_after_1_5" in r]
+    throttled = [throttled_run(os.path.join(root, f"throttled-{i}"), throttle) for i in range(args.repeats)]
+    clean = [clean_run(os.path.join(root, f"clean-{i}"), fault_free) for i in range(args.clean_repeats)]
+    twins = [clean_run(os.path.join(root, f"twin-{i}"), throttle, with_faults=False) for i in range(args.twin_repeats)]
+    latencies = [r["steps_after_1_5"] for r in throttled if r.get("steps_after_1_5") is not None]
     results = {
         "throttled_runs": throttled,
         "named_correctly": sum(1 for r in throttled if r.get("named") == r["target"]),
@@ -81,6 +83,8 @@ def main() -> int:
         "steps_after_1_5_max": max(latencies) if latencies else None,
         "clean_runs": clean,
         "false_detections_max": max(r["false_detections"] for r in clean) if clean else None,
+        "twin_runs": twins,
+        "twin_false_detections_max": max(r["false_detections"] for r in twins) if twins else None,
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "slow_rank_study.json"), "w", encoding="utf-8") as fh:

@@ -46,7 +46,7 @@ class RunMeasure:
             resolved = st.resolved if st and st.resolved is not None else fault.target
             records.append(FaultRecord(
                 fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
-                family=fault.family,
+                family=fault.family, params=dict(fault.params),
                 also_classes=tuple(fault.also_detected_as),
                 target_srcs=resolved.srcs(), t_inject=t_inject,
                 t_revert=st.t_revert if st else None, planned_step=planned.spec.trigger.at_step,

@@ -211,12 +211,16 @@ class SlowRankConfig:
 
     enabled: bool = False
     """Look for a rank slower than its peers and report it (failure class slow; training goes on). Off by default: a scenario that wants slowness judged turns it on."""
-    ratio: float = 1.5
-    """A rank is slow when its host time stayed at or above this multiple of its peers' through the whole window (the least of its window against the median of its peers' least)."""
+    ratio: float = 2.0
+    """A rank is slow when its host time stayed at or above this multiple of its peers' through the whole window (the least of its window against the median of its peers' least). 2, not less: fault-free 2 x 2 runs on a loaded 2-core host reach 1.5x between healthy ranks; a throttled rank is 4-8x by the time its step factor passes 1.5."""
     window: int = 5
     """Steps the rank must be slow at every one of (one slow step, a checkpoint snapshot or a page fault, is not a slow rank)."""
     min_excess_s: float = 0.005
     """And at least this many seconds above its peers: on very short steps a ratio alone is noise."""
+    noise_mads: float = 3.0
+    """And at least this many robust standard deviations (1.4826 x the median absolute deviation of the peers' host times in their windows) above them: a margin that widens with the host's own noise. 0: none."""
+    persist: int = 3
+    """Consecutive steps the same rank must be found slow before it is reported (one window's coincidence is not a slow rank)."""
 
     def __post_init__(self) -> None:
         if self.ratio <= 1.0:
@@ -225,6 +229,10 @@ class SlowRankConfig:
         if self.window < 3:
             raise ConfigError(f"slow_rank.window is {self.window}; at least 3: a median of fewer steps "
                               "is one slow step")
+        if self.persist < 1:
+            raise ConfigError(f"slow_rank.persist must be >= 1 (steps in a row), got {self.persist}")
+        if self.noise_mads < 0:
+            raise ConfigError(f"slow_rank.noise_mads must be >= 0 (0 = no noise margin), got {self.noise_mads}")
         if self.min_excess_s < 0:
             raise ConfigError(f"slow_rank.min_excess_s must be >= 0, got {self.min_excess_s}")
 

@@ -290,7 +290,8 @@ class Trainer(FailureHandling):
                 self.progress.beat(self.step)
             probe.step_end(self.step, self.last_loss)
             if self.env.rank == 0:
-                probe.state_digest(self.step, model=self.raw_model)  # the twin's reference only
+                with self.slow.excused():
+                    probe.state_digest(self.step, model=self.raw_model)  # the twin's reference only
             if cfg.step_delay_s:
                 time.sleep(cfg.step_delay_s)
             if late_save is not None:
@@ -299,7 +300,8 @@ class Trainer(FailureHandling):
             if saving and cfg.checkpoint.bug_late_snapshot and self.step < cfg.steps:
                 late_save = self.step  # the bug: snapshotted after the next optimizer step
             elif saving:
-                self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
+                with self.slow.excused():
+                    self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
             if self.stop is not None and self.stop.tally(self.step, self.sdc.stop_votes) and self.step < cfg.steps:
                 self.stop.leave(lambda saved=saving: self._emergency_checkpoint(saved), dist.barrier,
                                 self.watchdog.stop if self.watchdog is not None else None)

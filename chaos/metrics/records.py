@@ -90,6 +90,9 @@ class FaultRecord:
     """Other classes a correct detection may name (``FaultType.also_detected_as``)."""
     family: str | None = None
     """The fault type's family (``FaultType.family``): which metric families measure it."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The fault's parameters as planned (defaults filled in): what a family's metrics may
+    need to know of it (a throttle's ramp)."""
 
 
 @dataclass

@@ -94,13 +94,29 @@ def test_the_last_step_stops_the_watchdog() -> None:
 
 
 def test_the_slow_rank_is_the_one_far_above_its_peers() -> None:
-    assert find_slow_rank({0: 0.10, 1: 0.11, 2: 0.10, 3: 0.20}, 1.3, 0.005).rank == 3
-    assert find_slow_rank({0: 0.10, 1: 0.12, 2: 0.10, 3: 0.11}, 1.3, 0.005) is None
-    assert find_slow_rank({0: 0.001, 1: 0.002}, 1.3, 0.005) is None  # a ratio on tiny steps is noise
+    def steady(**least: float) -> dict[int, list[float]]:
+        return {int(r[1:]): [v, v + 0.01, v + 0.02] for r, v in least.items()}
+
+    assert find_slow_rank(steady(r0=0.10, r1=0.11, r2=0.10, r3=0.20), 1.3, 0.005).rank == 3
+    assert find_slow_rank(steady(r0=0.10, r1=0.12, r2=0.10, r3=0.11), 1.3, 0.005) is None
+    assert find_slow_rank(steady(r0=0.001, r1=0.002), 1.3, 0.005) is None  # a ratio on tiny steps is noise
+    # The least of a window: one slow step is no slow rank.
+    assert find_slow_rank({0: [0.1] * 3, 1: [0.1, 0.5, 0.1], 2: [0.1] * 3}, 1.3, 0.005) is None
+
+
+def test_the_margin_widens_with_the_peers_noise() -> None:
+    """3x its peers' least, but the peers themselves wander by as much: not found with a
+    noise margin, found without one."""
+    windows = {0: [0.01, 0.05, 0.09, 0.03], 1: [0.01, 0.07, 0.02, 0.08], 2: [0.03, 0.04, 0.035, 0.05],
+               3: [0.01, 0.09, 0.06, 0.02]}
+    assert find_slow_rank(windows, 2.0, 0.005, noise_mads=0).rank == 2
+    assert find_slow_rank(windows, 2.0, 0.005, noise_mads=3) is None
+    quiet = {0: [0.010, 0.011, 0.010], 1: [0.011, 0.010, 0.010], 2: [0.03, 0.031, 0.03], 3: [0.010, 0.010, 0.011]}
+    assert find_slow_rank(quiet, 2.0, 0.005, noise_mads=3).rank == 2
 
 
 def test_the_detector_reports_once_from_the_lowest_other_rank_and_rearms() -> None:
-    cfg = SlowRankConfig(enabled=True, window=3)
+    cfg = SlowRankConfig(enabled=True, window=3, persist=1)
     events = {0: [], 2: []}
     detectors = {r: SlowRankDetector(cfg, r, 3, lambda kind, r=r, **f: events[r].append(f)) for r in events}
     times = [[0.1, 0.1, 0.1]] * 3 + [[0.1, 0.3, 0.1]] * 5 + [[0.1, 0.1, 0.1]] * 3 + [[0.1, 0.3, 0.1]] * 3
@@ -111,6 +127,18 @@ def test_the_detector_reports_once_from_the_lowest_other_rank_and_rearms() -> No
     assert [(e["suspect"], e["failure_class"], e["detector"], e["step"]) for e in events[0]] == [
         ("rank-1", "slow", "slow_rank", 6), ("rank-1", "slow", "slow_rank", 14)]
     assert "rank 1 is slow" in events[0][0]["reason"]
+
+
+def test_a_rank_must_be_found_slow_several_steps_in_a_row() -> None:
+    events: list[dict] = []
+    det = SlowRankDetector(SlowRankConfig(enabled=True, window=3, persist=3), 0, 3,
+                           lambda kind, **f: events.append(f))
+    # Slow through one whole window (found at step 6 only), back to normal, then for good.
+    times = [[0.1, 0.1, 0.1]] * 3 + [[0.1, 0.3, 0.1]] * 3 + [[0.1, 0.1, 0.1]] + [[0.1, 0.3, 0.1]] * 6
+    found = [det.observe(step, row) for step, row in enumerate(times, 1)]
+    assert [e["step"] for e in events] == [12]  # found at 10, 11, 12: reported at the third
+    assert "3 steps in a row" in events[0]["reason"]
+    assert [step for step, f in enumerate(found, 1) if f is not None] == [12, 13]
 
 
 def test_the_host_time_is_taken_from_the_last_collective_to_the_first_bucket() -> None:
@@ -129,14 +157,46 @@ def test_the_host_time_is_taken_from_the_last_collective_to_the_first_bucket() -
 def test_time_spent_waiting_for_a_cpu_is_not_the_rank_s_own() -> None:
     """Four ranks on two cores: the one the scheduler runs last would look twice as slow."""
     det = SlowRankDetector(SlowRankConfig(enabled=True), 0, 2, lambda *a, **k: None)
-    queued = iter([1.0, 1.04])  # 40 ms on the run queue between the sync and the first bucket
+    # Read before and after the clock at each mark: 40 ms on the run queue between the sync
+    # and the first bucket.
+    queued = iter([1.0, 1.0, 1.04, 1.04])
     det._queued_s = lambda: next(queued)
     hook = det.timed(lambda state, bucket: None)
     det.observe(1, None)
     time.sleep(0.06)
     hook(None, None)
     assert 0.015 <= det.host_s() < 0.045
-    assert det._schedstat is None or det._schedstat.endswith("/schedstat")
+
+
+def test_a_wait_for_a_cpu_between_clock_and_delay_reads_is_counted_once() -> None:
+    """The kernel adds a wait to the delay when the thread runs again: a wait that falls
+    between the two reads shows in the second one, and the clock is read again."""
+    det = SlowRankDetector(SlowRankConfig(enabled=True), 0, 2, lambda *a, **k: None)
+    reads = iter([0.0, 0.0, 0.0, 0.5, 0.5])  # sync: agree; entry: a 0.5 s wait between, then agree
+    det._queued_s = lambda: next(reads)
+    hook = det.timed(lambda state, bucket: None)
+    det.observe(1, None)
+    time.sleep(0.02)
+    hook(None, None)
+    assert det.host_s() == pytest.approx(1e-9)  # 20 ms of which the 0.5 s wait is not the rank's: floored
+    assert next(reads, "done") == "done"
+
+
+def test_work_only_some_ranks_do_is_excused_from_the_host_time() -> None:
+    det = SlowRankDetector(SlowRankConfig(enabled=True), 0, 2, lambda *a, **k: None)
+    hook = det.timed(lambda state, bucket: None)
+    det.observe(1, None)
+    with det.excused():  # rank 0's checkpoint snapshot, a twin's digest
+        time.sleep(0.08)
+    time.sleep(0.02)
+    hook(None, None)
+    assert 0.015 <= det.host_s() < 0.06
+    det.observe(2, None)  # the next step starts with nothing excused
+    time.sleep(0.02)
+    hook(None, None)
+    assert 0.015 <= det.host_s() < 0.06
+    with SlowRankDetector(SlowRankConfig(), 0, 2, lambda *a, **k: None).excused():
+        pass  # off: nothing measured, nothing fails
 
 
 @pytest.mark.parametrize("detectors_on", [True, False])
@@ -155,6 +215,8 @@ def test_host_times_ride_on_the_evidence_all_reduce(one_rank_group, detectors_on
     ({"progress": {"timeout_s": 40}}, "progress.timeout_s (40) must be below failure.collective_timeout_s (30)"),
     ({"slow_rank": {"ratio": 1.0}}, "slow_rank.ratio must be > 1"),
     ({"slow_rank": {"window": 2}}, "slow_rank.window is 2; at least 3"),
+    ({"slow_rank": {"persist": 0}}, "slow_rank.persist must be >= 1"),
+    ({"slow_rank": {"noise_mads": -1}}, "slow_rank.noise_mads must be >= 0"),
     ({"slow_rank": {"bogus": 1}}, "harness.slow_rank.bogus: unknown option"),
 ])
 def test_bad_options_are_located(mapping: dict, says: str) -> None:

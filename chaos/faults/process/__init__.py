@@ -2,12 +2,14 @@
 and thermal throttling, death mid-save (docs/process.md).
 
 The family's ``FamilySpec`` (``chaos.faults.family``); the types are in ``faults``,
-``stall`` (stall_loop) and ``throttle`` (thermal_throttle).
+``stall`` (stall_loop) and ``throttle`` (thermal_throttle); its metric (how soon a throttled
+rank is named slow) in ``metrics``.
 """
 
 from __future__ import annotations
 
 from chaos.faults.family import FamilySpec, Meaning, register_family
+from chaos.faults.process.metrics import METRICS
 
 __all__ = ["FAMILY", "MEANINGS"]
 
@@ -43,5 +45,6 @@ FAMILY = register_family(FamilySpec(
     "rank and node kills, hangs, stalled loops, device errors, stragglers and throttling, death mid-save",
     fault_modules=("chaos.faults.process.faults", "chaos.faults.process.stall", "chaos.faults.process.throttle"),
     meanings=MEANINGS,
+    metrics=METRICS,
     probe_actions=("device_error", "slowdown", "exit", "stall"),
     docs="process.md"))
