@@ -29,7 +29,7 @@ def test_a_throttled_rank_is_named_slow_and_a_stalled_one_stalled(tmp_path, stat
             "topology": {"nodes": 2, "ranks_per_node": 2},
             "faults": [
                 {"name": "hot", "type": "thermal_throttle", "target": {"rank": 3}, "trigger": {"at_step": 10},
-                 "params": {"factor": 3, "ramp_s": 2, "hold_s": 1, "recover_s": 0}},
+                 "params": {"factor": 3, "ramp_s": 2, "hold_s": 2, "recover_s": 0}},
                 {"name": "stuck", "type": "stall_loop", "target": {"rank": 1}, "trigger": {"at_step": 65},
                  "params": {"mode": "queue"}},
             ],
@@ -48,6 +48,9 @@ def test_a_throttled_rank_is_named_slow_and_a_stalled_one_stalled(tmp_path, stat
     hot = metrics["hot"]
     assert (hot["detected_suspect"], hot["detected_class"], hot["detector"]) == ("rank-3", "slow", "slow_rank")
     assert hot["attribution"] == "correct" and not hot["restarted"]
+    # Counted in the throttled rank's steps from its factor passing 1.5 (how many is the
+    # host's pace: benchmarks/slow_rank_study.py), from the ramp the run planned.
+    assert isinstance(hot["throttle_detection_steps"], int)
     slow = [e for e in detected if e.get("detector") == "slow_rank"]
     reverted = next(e for e in events if e["kind"] == "fault_reverted" and e.get("fault") == "hot")
     assert slow[0]["t"] < reverted["t"], "named while it was still slow"
