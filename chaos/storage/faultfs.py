@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.storage.crashpoints import CrashPoint
+from chaos.storage.kcache import KernelCache
 from chaos.storage.rules import Caller, Decision, RuleSet, flip
 
 __all__ = ["FaultFS", "UnfsyncedTracker"]
@@ -108,6 +109,10 @@ class UnfsyncedTracker:
             return len(self._files)
 
 
+_PASS = Decision()
+"""The decision of every operation while no rule is armed (shared: nothing changes it)."""
+
+
 def _rel(path: str | None) -> str:
     rel = (path or "/").lstrip("/")
     return rel or "."
@@ -130,12 +135,31 @@ class FaultFS:
         self.crash: CrashPoint | None = None
         """A power loss armed at one durability boundary (``chaos.storage.crashpoints``)."""
         self._thaws = 0
+        self.kcache = KernelCache()
+        """The kernel's entry/attribute cache: on only while nothing is armed (``chaos.storage.kcache``)."""
+        self.kcache.enable()
 
     # -- rules --------------------------------------------------------------------------
     def set_rules(self, rules: RuleSet) -> None:
+        if rules.rules:
+            self._arming()
         with self._changed:
             self.rules = rules
             self._changed.notify_all()
+        self._cache_while_idle()
+
+    def _arming(self) -> None:
+        """Before a rule or a crash point acts: the kernel stops caching and forgets what it
+        holds, so every lookup and stat reaches the layer again."""
+        self.kcache.disable(self.fd)
+
+    def _cache_while_idle(self) -> None:
+        if not self.rules.rules and self.crash is None:
+            self.kcache.enable()
+
+    def destroy(self, path: str) -> None:
+        """The mount is going away (libfuse's last call): no cache notification after this."""
+        self.kcache.detach()
 
     def shutdown(self) -> None:
         """Release every stalled operation (the layer is going away)."""
@@ -148,7 +172,9 @@ class FaultFS:
         if spec is None:
             self.crash = None
         elif self.crash is None or self.crash.spec != spec:
+            self._arming()
             self.crash = CrashPoint(spec, emit)
+        self._cache_while_idle()
 
     def _frozen_wait(self) -> None:
         """Block while the node is "off"; then fail: the caller was killed with it."""
@@ -170,7 +196,7 @@ class FaultFS:
             self._frozen_wait()
         rules = self.rules
         if not rules.rules:
-            return Decision()
+            return _PASS
         decision = rules.decide(op, _rel(path), self.caller_of(), nbytes)
         for rule_id in decision.hits:
             self.hits[rule_id] = self.hits.get(rule_id, 0) + 1
@@ -285,13 +311,18 @@ class FaultFS:
         return os.open(_rel(path), flags | os.O_CREAT, mode, dir_fd=self.fd)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
-        decision = self._gate("read", path, size)
-        data = os.pread(fh, size, offset)
-        if decision.flip_bits and decision.rng is not None:
-            data = flip(data, decision.flip_bits, decision.rng)
-        return data
+        buf = bytearray(size)
+        return bytes(buf[:self.read_into(path, memoryview(buf), offset, fh)])
 
-    def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
+    def read_into(self, path: str | None, buf: memoryview, offset: int, fh: int) -> int:
+        """``read`` into the caller's buffer (the kernel's request buffer: no copy of our own)."""
+        decision = self._gate("read", path, len(buf))
+        got = os.preadv(fh, [buf], offset)
+        if decision.flip_bits and decision.rng is not None:
+            buf[:got] = flip(bytes(buf[:got]), decision.flip_bits, decision.rng)
+        return got
+
+    def write(self, path: str | None, data: bytes | memoryview, offset: int, fh: int) -> int:
         decision = self._gate("write", path, len(data))
         if decision.allow_bytes is not None:
             if decision.allow_bytes == 0:
@@ -342,6 +373,7 @@ class FaultFS:
 
     def drop_unfsynced(self, torn: dict[str, Any] | None = None) -> int:
         dropped = self.tracker.drop(torn) if self.tracker is not None else 0
+        self.kcache.forget(self.fd)  # the files changed behind the kernel's cache
         crash = self.crash
         if crash is not None and crash.frozen:
             # The power loss of an armed crash point: keep the image the crash left, then

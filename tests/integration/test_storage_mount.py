@@ -68,6 +68,30 @@ def test_rules_change_at_run_time_without_remounting(layer):
     assert state["version"] == 7 and "never" not in state.get("hits", {})
 
 
+def test_a_rule_armed_over_the_kernels_cache_acts_at_once(layer):
+    """No rule armed: the kernel keeps entries, attributes and pages (for a second). Arming a
+    rule makes it forget them first, so a read through a file handle opened before, and the
+    very next stat, reach the rule instead of the cache."""
+    path, control = layer
+    target = path / "before.txt"
+    assert control.state()["kernel_cache"] is True
+    with open(target, "rb", buffering=0) as fh:
+        assert fh.read() == b"written before the mount"  # its pages are cached now
+        control.add_rule({"rule_id": "flip", "action": "corrupt", "ops": ["read"], "bits": 8})
+        assert os.pread(fh.fileno(), 100, 0) != b"written before the mount"  # the rule, not the pages
+    control.remove_rule("flip")
+    assert control.state()["kernel_cache"] is True and target.read_bytes() == b"written before the mount"
+
+    os.stat(target)  # its entry and attributes are cached now
+    control.add_rule({"rule_id": "stat", "action": "error", "ops": ["getattr"]})
+    with pytest.raises(OSError) as info:
+        os.stat(target)
+    assert info.value.errno == errno.EIO
+    state = control.state()
+    assert state["kernel_cache"] is False and state["cache_forgets"] == 2
+    control.remove_rule("stat")
+
+
 @pytest.mark.machine_cleanup
 def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, state_dir):
     """No registry entry leads to it (a foreign state dir, an entry removed by hand): the scan
