@@ -196,7 +196,7 @@ def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: 
     step (optimizer state exists by then)."""
     import torch
 
-    from chaos.bitflip import tensor_catalog
+    from chaos.bitflip_names import tensor_catalog
     from harness.config import ModelConfig
     from harness.data import CharVocab, load_text
     from harness.model import build_model, build_optimizer

@@ -13,18 +13,8 @@ from torch import nn
 
 from chaos import probe as probe_mod
 from chaos import probe_core
-from chaos.bitflip import (
-    BitFlipError,
-    bit_index,
-    check_name,
-    compress_names,
-    flip_,
-    flip_positions,
-    force_bit_,
-    parse_spec,
-    read_bit,
-    tensor_catalog,
-)
+from chaos.bitflip_bits import BitFlipError, bit_index, flip_, flip_positions, force_bit_, read_bit
+from chaos.bitflip_names import check_name, compress_names, parse_spec, tensor_catalog
 from chaos.events import read_events
 
 INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,

@@ -17,14 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from chaos.bitflip import (
-    FLOAT_LAYOUTS,
-    BitFlipError,
-    bit_index,
-    check_name,
-    parse_spec,
-    span_elements,
-)
+from chaos.bitflip_bits import FLOAT_LAYOUTS, BitFlipError, bit_index, span_elements
+from chaos.bitflip_names import check_name, parse_spec
 from chaos.faults.base import FaultParams, FaultType, ParamsContext, known_types, register
 from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
 
