@@ -7,17 +7,14 @@ from typing import Any
 from chaos import model as records
 from chaos.faults.base import lookup
 from chaos.metrics.catalogue import target_specs
-from chaos.schema.models import (
+from chaos.schema.fault_model import FaultDoc, TriggerDoc
+from chaos.schema.models import ScenarioDoc, TopologyDoc, WorkloadDoc
+from chaos.schema.targets_model import (
     BoundDoc,
     DataBoundsDoc,
-    FaultDoc,
     FractionBoundDoc,
     LossWithinDoc,
-    ScenarioDoc,
     TargetsDoc,
-    TopologyDoc,
-    TriggerDoc,
-    WorkloadDoc,
 )
 from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import kind_of, lookup_workload

@@ -33,17 +33,10 @@ from chaos.faults.base import (
 )
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
-from chaos.schema.models import (
-    MAX_TOTAL_NODES,
-    FaultDoc,
-    ScenarioDoc,
-    TargetDoc,
-    TargetsDoc,
-    TopologyDoc,
-    TriggerDoc,
-    WorkloadDoc,
-)
+from chaos.schema.fault_model import FaultDoc, TargetDoc, TriggerDoc
+from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc, WorkloadDoc
 from chaos.schema.suggest import suggest_param, suggest_type
+from chaos.schema.targets_model import TargetsDoc
 from chaos.schema.types import close_match
 from chaos.targets import TARGET_FORMS, parse_target
 from chaos.triggers import TRIGGER_FORMS

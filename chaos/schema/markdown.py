@@ -19,21 +19,21 @@ from pydantic.fields import FieldInfo
 
 from chaos.faults.base import known_types
 from chaos.metrics.catalogue import target_specs
-from chaos.schema.models import (
+from chaos.schema.fault_model import (
     AfterEventDoc,
-    BoundDoc,
-    DataBoundsDoc,
     FaultDoc,
-    FractionBoundDoc,
-    LossWithinDoc,
     PoissonDoc,
     RandomDoc,
-    ScenarioDoc,
     TargetDoc,
-    TargetsDoc,
-    TopologyDoc,
     TriggerDoc,
-    WorkloadDoc,
+)
+from chaos.schema.models import ScenarioDoc, TopologyDoc, WorkloadDoc
+from chaos.schema.targets_model import (
+    BoundDoc,
+    DataBoundsDoc,
+    FractionBoundDoc,
+    LossWithinDoc,
+    TargetsDoc,
 )
 from chaos.schema.types import limits_text, literal_values, type_text, unwrap
 from chaos.workload import Workload, known_workloads

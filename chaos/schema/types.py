@@ -7,6 +7,7 @@ models on :class:`StrictModel` without import cycles.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import types
@@ -25,13 +26,16 @@ __all__ = [
     "NAME_RULE",
     "Expect",
     "Name",
+    "NodeList",
     "Noun",
+    "RankList",
     "StrictModel",
     "accepts_none",
     "close_match",
     "describe_value",
     "expected_text",
     "fmt_number",
+    "given_keys",
     "index_list",
     "is_model",
     "is_tagged_union",
@@ -39,6 +43,9 @@ __all__ = [
     "literal_values",
     "marker",
     "model_keys",
+    "name_or_mapping",
+    "optional_key",
+    "record_default",
     "type_text",
     "union_members",
     "unwrap",
@@ -113,6 +120,31 @@ def index_list(noun: str) -> Any:
         _no_repeats(noun),
         Expect(f"a non-empty list of {noun} numbers"),
     ]
+
+
+def record_default(record: type, name: str) -> Any:
+    """The default of a ``chaos.model`` record's field: declared there, once."""
+    (found,) = (f for f in dataclasses.fields(record) if f.name == name)
+    assert found.default is not dataclasses.MISSING, f"{record.__name__}.{name} has no plain default"
+    return found.default
+
+
+def optional_key(**constraints: Any) -> Any:
+    """A key that may be left out but not written as null (``rank: null`` is an error): the
+    None default is never validated, and the JSON Schema shows no default for it."""
+    return Field(None, **constraints)
+
+
+def given_keys(model: StrictModel) -> list[str]:
+    return [name for name in type(model).model_fields if name in model.model_fields_set]
+
+
+def name_or_mapping(value: Any) -> str:
+    return "mapping" if isinstance(value, dict) else "name"
+
+
+RankList = index_list("rank")
+NodeList = index_list("node")
 
 
 # --------------------------------------------------------------------------- annotations

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chaos.model import Topology, Trigger, TriggerKind
-from chaos.schema.models import TargetDoc, TriggerDoc
+from chaos.schema.fault_model import TargetDoc, TriggerDoc
 from chaos.targets import TARGET_FORMS, TargetUnavailable, parse_target
 from chaos.triggers import TRIGGER_FORMS, form_of
 

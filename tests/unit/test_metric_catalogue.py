@@ -31,7 +31,7 @@ from chaos.model import Bound, Targets
 from chaos.pytest_plugin import _metrics as plugin_metrics
 from chaos.report import render_junit, write_suite_report
 from chaos.report.summary import metric_rows
-from chaos.schema.models import TargetsDoc
+from chaos.schema.targets_model import TargetsDoc
 from chaos.verdict import judge
 
 # Targets that are not a metric's bound: correctness, attribution, completion.
