@@ -15,7 +15,7 @@ from chaos.cluster.base import InjectionContext, ResolvedTarget
 from chaos.cluster.capabilities import Fabric
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import lookup
-from chaos.faults.network.faults import _directed_links
+from chaos.faults.network.latency import _directed_links
 from chaos.faults.network.metrics import network_metrics, step_durations
 from chaos.model import Topology
 from chaos.net import linkemu

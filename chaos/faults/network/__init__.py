@@ -37,7 +37,8 @@ MEANINGS: tuple[Meaning, ...] = (
 FAMILY = register_family(FamilySpec(
     "network",
     "partitions, link flaps, packet loss, bandwidth, latency, TCP-service toxics",
-    fault_modules=("chaos.faults.network.faults",),
+    fault_modules=("chaos.faults.network.faults", "chaos.faults.network.latency",
+                   "chaos.faults.network.toxic"),
     meanings=MEANINGS,
     metrics=METRICS,
     docs="network.md"))

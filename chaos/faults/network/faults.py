@@ -3,7 +3,9 @@ loss, bandwidth limits, latency. They act on the job's real traffic (gloo collec
 c10d rendezvous, the harness's liveness pings) with kernel mechanisms where the kernel has
 them: nftables drops in the receiving node's namespace (``chaos.net.nft``) and tbf qdiscs on
 the node's veth link; latency, which needs ``sch_netem`` this kernel lacks, through the
-run's userspace link emulator (``chaos.net.linkemu``), on the delayed links only.
+run's userspace link emulator (``chaos.net.linkemu``), on the delayed links only
+(``chaos.faults.network.latency``). The base they share: ``chaos.faults.network.fabric``;
+Toxiproxy's toxics on TCP services: ``chaos.faults.network.toxic``.
 
 Every fault's journal record lists what it made (``tables``: [namespace, table],
 ``qdiscs``: [namespace or null, device], ``routes``: [namespace, destination, TUN device]);
@@ -15,20 +17,20 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.cluster.capabilities import Fabric, ServiceProxies
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
-from chaos.net import linkemu, nft
+from chaos.faults.base import FaultParams, ParamsContext, register
+from chaos.faults.network.fabric import NetFault, require_fabric
+from chaos.net import nft
 from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["Bandwidth", "Latency", "LinkFlap", "PacketLoss", "Partition", "ToxicFault"]
+__all__ = ["Bandwidth", "LinkFlap", "PacketLoss", "Partition"]
 
 
 class PartitionParams(FaultParams):
@@ -63,43 +65,6 @@ class BandwidthParams(FaultParams):
     """Seconds it lasts; null until the run ends."""
 
 
-class LatencyParams(FaultParams):
-    delay_ms: float = Field(ge=0, le=60000)
-    """Milliseconds each packet is held, in each delayed direction (a round trip across
-    two delayed directions takes twice this)."""
-    jitter_ms: float = Field(0.0, ge=0, le=60000)
-    """Each packet's delay is drawn uniformly from delay_ms +- jitter_ms (seeded)."""
-    reorder: bool = False
-    """false: a link stays FIFO (a packet never overtakes the one sent before it; jitter
-    then bunches packets). true: each packet leaves at its own drawn time, so jitter
-    reorders them, as netem does."""
-    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-    """Seconds it lasts; null until the run ends."""
-
-
-ToxicKind = Literal["latency", "bandwidth", "timeout", "reset_peer", "slow_close", "slicer", "limit_data", "down"]
-
-
-class ToxicParams(FaultParams):
-    toxic: ToxicKind
-    """A Toxiproxy toxic, with upstream's semantics, or ``down`` (the proxy disabled: its
-    connections closed, new connects refused)."""
-    proxy: Literal["rendezvous"] = "rendezvous"
-    """The proxied service (listed under backend: {netns: {proxy_services: [...]}})."""
-    stream: Literal["upstream", "downstream"] = "downstream"
-    """upstream: data from the clients to the service; downstream: from the service back."""
-    toxicity: float = Field(1.0, gt=0, le=1)
-    """Chance that the toxic applies to a connection (drawn per connection, as upstream)."""
-    attributes: dict[str, Annotated[int, Field(le=2**31 - 1)]] = {}
-    """The toxic's attributes, as Toxiproxy names them: latency {latency, jitter} (ms),
-    bandwidth {rate} (KB/s), timeout {timeout} (ms, 0: never closes), reset_peer {timeout}
-    (ms), slow_close {delay} (ms), slicer {average_size, size_variation} (bytes) and
-    {delay} (us), limit_data {bytes}; down takes none. Left out: 0."""
-    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-    """Seconds until the toxic is removed (or the proxy enabled again); null: until the
-    run ends."""
-
-
 class LinkFlapParams(FaultParams):
     period_s: float = Field(gt=0, le=MAX_SECONDS)
     """Seconds from one outage of the link to the next."""
@@ -120,70 +85,13 @@ def _check_nodes(lists: list[list[int]], key: str, total: int | None) -> list[tu
     return problems
 
 
-def _fabric(ctx: InjectionContext) -> Any:
-    """The backend as a ``Fabric`` (its base interface too: topology, node addresses)."""
-    return ctx.require(Fabric)
-
-
 def _addrs(cluster: Any, nodes: list[int] | tuple[int, ...]) -> str:
     return "{ " + ", ".join(cluster.node_address(n) for n in sorted(set(nodes))) + " }"
 
 
-@dataclass
-class _NetFault(FaultType):
-    family: ClassVar[str] = "network"
-    failure_class: ClassVar[str] = "network"
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    requires: ClassVar[tuple[type, ...]] = (Fabric,)
-    _made: dict[str, list[list[Any]]] = field(default_factory=lambda: {"tables": [], "qdiscs": [], "routes": []})
-
-    def _all_nodes(self, cluster: Any) -> list[int]:
-        return list(range(cluster.topology.total_nodes))
-
-    def _apply_rules(self, cluster: Any, rules: dict[int, list[str]]) -> None:
-        table = nft.table_name(self.fault_id)
-        for node, node_rules in sorted(rules.items()):
-            if not node_rules:
-                continue
-            ns = cluster.namespace(node)
-            self._made["tables"].append([ns, table])  # before: a half-made table is undone too
-            nft.add_input_drops(ns, table, node_rules)
-
-    def _schedule(self, ctx: InjectionContext) -> None:
-        if self.params.get("duration_s") is not None:
-            ctx.schedule_revert(self, float(self.params["duration_s"]))
-
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        # What inject made, also when it raised half-way (record is then empty).
-        self.revert_record({"tables": record.get("tables") or self._made["tables"],
-                            "qdiscs": record.get("qdiscs") or self._made["qdiscs"],
-                            "routes": record.get("routes") or self._made["routes"]})
-
-    @classmethod
-    def revert_record(cls, record: dict[str, Any]) -> None:
-        errors = []
-        for ns, table in record.get("tables", []):
-            try:
-                nft.delete_table(ns, table)
-            except ToolError as exc:
-                errors.append(str(exc))
-        for ns, dev in record.get("qdiscs", []):
-            try:
-                nft.tbf_del(dev, ns)
-            except ToolError as exc:
-                errors.append(str(exc))
-        for ns, dst, tun in record.get("routes", []):
-            try:
-                linkemu.del_route(ns, dst, tun)
-            except ToolError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise ToolError("; ".join(errors))
-
-
 @register
 @dataclass
-class Partition(_NetFault):
+class Partition(NetFault):
     type_name: ClassVar[str] = "partition"
     summary: ClassVar[str] = "Cut the fabric: isolate nodes, split them into groups, or drop one direction."
     mechanism: ClassVar[str] = "nftables drops on the receiving side, in each node's network namespace"
@@ -230,7 +138,7 @@ class Partition(_NetFault):
         return problems
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _fabric(ctx)
+        cluster = require_fabric(ctx)
         nodes = self._all_nodes(cluster)
         targets = list(self.target.nodes)
         shape = self.params.get("shape", "isolate")
@@ -278,7 +186,7 @@ class Partition(_NetFault):
 
 @register
 @dataclass
-class PacketLoss(_NetFault):
+class PacketLoss(NetFault):
     type_name: ClassVar[str] = "packet_loss"
     summary: ClassVar[str] = "Lose a share of the packets on the target nodes' links, both directions."
     mechanism: ClassVar[str] = "nftables numgen random drops, in the receiving node's namespace"
@@ -292,7 +200,7 @@ class PacketLoss(_NetFault):
     params_model: ClassVar[type[FaultParams]] = PacketLossParams
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _fabric(ctx)
+        cluster = require_fabric(ctx)
         nodes = self._all_nodes(cluster)
         targets = list(self.target.nodes)
         threshold = max(1, round(float(self.params["percent"]) * 100))
@@ -310,7 +218,7 @@ class PacketLoss(_NetFault):
 
 @register
 @dataclass
-class Bandwidth(_NetFault):
+class Bandwidth(NetFault):
     type_name: ClassVar[str] = "bandwidth"
     failure_class: ClassVar[str] = "slow"
     summary: ClassVar[str] = "Limit the rate of the target nodes' links, both directions."
@@ -323,7 +231,7 @@ class Bandwidth(_NetFault):
     params_model: ClassVar[type[FaultParams]] = BandwidthParams
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _fabric(ctx)
+        cluster = require_fabric(ctx)
         rate = float(self.params["rate_mbit"])
         for n in self.target.nodes:
             for ns, dev in ((cluster.namespace(n), cluster.node_interface(n)), (None, cluster.host_interface(n))):
@@ -335,7 +243,7 @@ class Bandwidth(_NetFault):
 
 @register
 @dataclass
-class LinkFlap(_NetFault):
+class LinkFlap(NetFault):
     type_name: ClassVar[str] = "link_flap"
     summary: ClassVar[str] = "Take the target nodes' links down for down_s every period_s."
     mechanism: ClassVar[str] = ("nftables drops of every packet on the link, added and removed on "
@@ -359,7 +267,7 @@ class LinkFlap(_NetFault):
         return []
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _fabric(ctx)
+        cluster = require_fabric(ctx)
         nodes = self._all_nodes(cluster)
         targets = list(self.target.nodes)
         rules: dict[int, list[str]] = {n: [] for n in nodes}
@@ -405,168 +313,3 @@ class LinkFlap(_NetFault):
         if self._thread is not None:
             self._thread.join(timeout=10)
         super().revert(ctx, record)
-
-
-def _directed_links(fault: FaultType, cluster: Any) -> list[tuple[int, int]]:
-    """The directed links a fault acts on: the target's own ``links`` when it names them,
-    else both directions of every link between a target node and any other node."""
-    named = fault.target.links
-    if named:
-        return sorted({(int(a), int(b)) for a, b in named})
-    nodes = range(cluster.topology.total_nodes)
-    targets = set(fault.target.nodes)
-    return sorted({(a, b) for a in nodes for b in nodes if a != b and (a in targets or b in targets)})
-
-
-@register
-@dataclass
-class Latency(_NetFault):
-    type_name: ClassVar[str] = "latency"
-    failure_class: ClassVar[str] = "slow"
-    summary: ClassVar[str] = "Delay (with jitter) every packet on the target links, each direction."
-    mechanism: ClassVar[str] = (
-        "the run's userspace link emulator: a route through a TUN device in the sending node's "
-        "namespace, only on delayed links and only while the fault lasts; the emulator holds "
-        "each packet and writes it to the veth unchanged")
-    fidelity: ClassVar[str] = (
-        "Stands for distance, a congested path or a deep switch buffer: every packet of the "
-        "link arrives delay_ms (+- jitter_ms) late, none is lost. Exercises step-time "
-        "sensitivity to latency (gloo's ring collectives pay it per hop) and that a slow but "
-        "healthy network raises no failure detection. Delay is added in user space on one CPU "
-        "(sub-millisecond error, throughput of a delayed link limited to what one Python "
-        "process forwards); links between nodes only, the nodes' traffic to the controller's "
-        "store is not delayed (put the store behind Toxiproxy for that).")
-    params_model: ClassVar[type[FaultParams]] = LatencyParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node", "link")
-
-    @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
-        p: LatencyParams = params  # type: ignore[assignment]
-        if p.jitter_ms > p.delay_ms:
-            return [(("jitter_ms",), f"jitter of {p.jitter_ms:g} ms around a delay of {p.delay_ms:g} ms "
-                     "would ask for negative delays: jitter_ms must not exceed delay_ms")]
-        return []
-
-    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = _fabric(ctx)
-        emulator = cluster.link_emulator()
-        links = _directed_links(self, cluster)
-        for a, b in links:
-            dst = cluster.node_address(b)
-            # The delay first, then the route: a packet the emulator gets is always delayed.
-            emulator.request(op="set", node=a, dst=dst, delay_ms=float(self.params["delay_ms"]),
-                             jitter_ms=float(self.params.get("jitter_ms") or 0),
-                             reorder=bool(self.params.get("reorder")), seed=self.seed * 1009 + a * 101 + b)
-            tun = cluster.emulator_interface(a)
-            self._made["routes"].append([cluster.namespace(a), dst, tun])
-            linkemu.add_route(cluster.namespace(a), dst, tun, cluster.node_address(a))
-        self._schedule(ctx)
-        return {"tables": [], "qdiscs": [], "routes": self._made["routes"], "links": [list(x) for x in links]}
-
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        routes = record.get("routes") or self._made["routes"]
-        self.revert_record({"routes": routes})  # the kernel path back first
-        cluster = _fabric(ctx)
-        emulator = cluster.running_link_emulator()
-        if emulator is None:
-            return
-        for ns, dst, _tun in routes:
-            node = next((n for n in range(cluster.topology.total_nodes) if cluster.namespace(n) == ns), None)
-            if node is not None:
-                try:
-                    emulator.request(op="clear", node=node, dst=dst)
-                except ToolError:
-                    pass  # emulator already gone (run end): its delays went with it
-
-
-@register
-@dataclass
-class ToxicFault(_NetFault):
-    type_name: ClassVar[str] = "toxic"
-    summary: ClassVar[str] = "Apply a Toxiproxy toxic (or take the proxy down) on a proxied TCP service."
-    mechanism: ClassVar[str] = (
-        "Toxiproxy's HTTP API through the toxiproxy-python client: TOXIPROXY_URL's server, "
-        "else the run's embedded server; the service is reached through its proxy only")
-    fidelity: ClassVar[str] = (
-        "Stands for a sick TCP service or the path to it: a store that stalls, resets, "
-        "closes slowly, trickles or cuts its replies (toxics act on the byte stream of each "
-        "connection, at the proxy), or is gone (down). Exercises the job's store timeouts, "
-        "retries and reconnects at rendezvous and restart. Acts on the proxied service's "
-        "connections only, not on packets: collectives between nodes are untouched (use the "
-        "link faults for those). Its failure class is network for down, timeout, reset_peer "
-        "and limit_data, slow for latency, bandwidth, slicer and slow_close.")
-    target_kinds: ClassVar[tuple[str, ...]] = ("job",)
-    requires: ClassVar[tuple[type, ...]] = (ServiceProxies,)
-    params_model: ClassVar[type[FaultParams]] = ToxicParams
-
-    def __post_init__(self) -> None:
-        # A stalled, reset or vanished service is a failure; a slower one is not.
-        kind = self.params.get("toxic")
-        self.failure_class = "slow" if kind in ("latency", "bandwidth", "slicer", "slow_close") else "network"  # type: ignore[misc]
-
-    @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
-        from chaos.net.toxiproxy.toxics import ATTRIBUTES
-
-        p: ToxicParams = params  # type: ignore[assignment]
-        allowed = ATTRIBUTES.get(p.toxic, ())
-        problems: list[tuple[tuple[str | int, ...], str]] = []
-        for key, value in p.attributes.items():
-            if key not in allowed:
-                problems.append((("attributes", key), f"{p.toxic} has no attribute {key!r}; "
-                                 + (f"allowed: {', '.join(allowed)}" if allowed else "it takes none")))
-            elif value < 0:
-                problems.append((("attributes", key), f"{value} is negative: {key} is at least 0"))
-        return problems
-
-    def _proxy(self, ctx: InjectionContext) -> tuple[str, Any]:
-        from chaos.net import toxiproxy as toxi
-
-        service = self.params.get("proxy", "rendezvous")
-        proxied = ctx.require(ServiceProxies).service_proxy(service)
-        if proxied is None:
-            raise ToolError(f"service {service!r} is not behind a Toxiproxy proxy in this run")
-        url, name = proxied
-        return url, toxi.find_proxy(url, name)
-
-    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        url, proxy = self._proxy(ctx)
-        kind = self.params["toxic"]
-        record: dict[str, Any] = {"tables": [], "qdiscs": [], "url": url, "proxy": proxy.name, "toxic": kind}
-        try:
-            if kind == "down":
-                proxy.disable()
-            else:
-                record["toxic_name"] = f"trainchaos-{self.fault_id}"
-                proxy.add_toxic(type=kind, name=record["toxic_name"], stream=self.params.get("stream", "downstream"),
-                                toxicity=float(self.params.get("toxicity", 1.0)),
-                                attributes=dict(self.params.get("attributes") or {}))
-        except Exception as exc:
-            raise ToolError(f"Toxiproxy at {url}: {kind} on {proxy.name}: {exc}") from exc
-        self._record = record
-        self._schedule(ctx)
-        return record
-
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        self.revert_record(record or getattr(self, "_record", {}))
-
-    @classmethod
-    def revert_record(cls, record: dict[str, Any]) -> None:
-        from chaos.net import toxiproxy as toxi
-
-        if not record.get("url") or not record.get("proxy"):
-            return
-        try:
-            proxy = toxi.client(record["url"]).get_proxy(record["proxy"])
-        except Exception:
-            return  # the server is gone (the embedded one ends with its run): nothing left
-        if proxy is None:
-            return
-        try:
-            if record.get("toxic") == "down":
-                proxy.enable()
-            elif record.get("toxic_name") and proxy.get_toxic(record["toxic_name"]) is not None:
-                proxy.destroy_toxic(record["toxic_name"])
-        except Exception as exc:
-            raise ToolError(f"Toxiproxy at {record['url']}: cannot undo {record.get('toxic')} "
-                            f"on {record['proxy']}: {exc}") from exc

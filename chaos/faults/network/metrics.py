@@ -34,7 +34,7 @@ A slow network is not a failure
     ``false_detections``), even when every node is a target.
 
 Registered as the ``network`` metric family: it measures the faults whose type's family is
-``network`` (``chaos.faults.network.faults``: partition, link_flap, latency, packet_loss, bandwidth,
+``network`` (the types of ``chaos.faults.network``: partition, link_flap, latency, packet_loss, bandwidth,
 toxic).
 """
 
