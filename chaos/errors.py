@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["ChaosError", "ScenarioError", "ValidationIssue", "ToolError", "EXIT_OK",
-           "EXIT_TARGET_MISSED", "EXIT_BAD_INPUT", "EXIT_TOOL_FAILED"]
+           "EXIT_TARGET_MISSED", "EXIT_BAD_INPUT", "EXIT_TOOL_FAILED", "EXIT_INTERRUPTED"]
 
 from dataclasses import dataclass
 
@@ -11,6 +11,8 @@ EXIT_OK = 0
 EXIT_TARGET_MISSED = 1
 EXIT_BAD_INPUT = 2
 EXIT_TOOL_FAILED = 3
+EXIT_INTERRUPTED = 130
+"""SIGINT/SIGTERM: every fault was reverted first."""
 
 
 class ChaosError(Exception):
