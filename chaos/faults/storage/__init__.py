@@ -59,7 +59,7 @@ def _plan_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir
 FAMILY = register_family(FamilySpec(
     "storage",
     "stalls, slow IO, errors, a full disk, corruption and lost writes under the checkpoint path",
-    fault_modules=("chaos.faults.storage.faults",),
+    fault_modules=("chaos.faults.storage.faults", "chaos.faults.storage.crash"),
     meanings=MEANINGS,
     metrics=METRICS,
     mounts=_plan_mounts,

@@ -1,6 +1,8 @@
 """Storage faults: stalls, slowness, errors, a full disk, corruption in the IO path and lost
 unfsynced data, applied by the FUSE fault layer (``chaos.storage``) mounted over the
-harness's checkpoint tiers. docs/storage.md has the design and each type's fidelity.
+harness's checkpoint tiers. docs/storage.md has the design and each type's fidelity. This
+module holds the faults that are one rule of the layer; the crash and power-loss faults are
+in ``chaos.faults.storage.crash``, what both share in ``chaos.faults.storage.tiers``.
 
 Every type but ``lose_unfsynced`` adds one rule to the layer of its tier (``shared``: the
 durable checkpoint directory every node sees; ``local``: the node-local fast tier of the
@@ -14,37 +16,28 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-import re
-import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from chaos.cluster.capabilities import StorageLayer
-from chaos.errors import ToolError
 from chaos.faults.base import (
     FaultParams,
     FaultType,
     ParamsContext,
     register,
 )
-from chaos.schema.types import MAX_BYTES, MAX_SECONDS, MAX_STEPS
+from chaos.faults.storage.tiers import Location, Op, Tier, check_storage, mount_controls
+from chaos.schema.types import MAX_BYTES, MAX_SECONDS
 from chaos.storage.control import MountControl
 from chaos.storage.latency import METADATA_OPS
-from chaos.storage.mounts import tier_label
 from chaos.storage.rules import errno_number
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["CrashPoint", "DiskFull", "IoCorrupt", "IoError", "IoSlow", "IoStall", "LoseUnfsynced",
-           "TornWrite"]
-
-Tier = Literal["shared", "local", "data"]
-Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir",
-             "rmdir", "readdir", "getattr", "truncate", "statfs"]
-Location = tuple[str | int, ...]
+__all__ = ["DiskFull", "IoCorrupt", "IoError", "IoSlow", "IoStall"]
 
 
 class _StorageParams(FaultParams):
@@ -127,67 +120,6 @@ class IoCorruptParams(_StorageParams):
     """Bits flipped in each hit operation's data (seeded positions)."""
 
 
-class LoseUnfsyncedParams(FaultParams):
-    tier: Tier = "local"
-    """The tier whose unfsynced data is lost (the node-local disk, normally)."""
-
-
-class TornWriteParams(LoseUnfsyncedParams):
-    keep_fraction: float | None = Field(None, ge=0.0, le=1.0)
-    """Part of each file's unfsynced extent that persists (from its start); null: a seeded random part per file."""
-
-
-_STEP_DIR = re.compile(r"(?:^|/|\*)step-(\d+)(?=/|$)")
-"""A checkpoint folder written with its step number (the harness names them step-%08d)."""
-
-
-def _check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-    errors: list[tuple[Location, str]] = []
-    path = getattr(params, "path", None)
-    if path is not None and (path.startswith("/") or ".." in path.split("/")):
-        errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
-                                  f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
-    if path is not None:
-        for digits in _STEP_DIR.findall(path):
-            if len(digits) != 8:
-                errors.append((("path",), f"{path!r} never matches: checkpoint folders are named "
-                               f"step-NNNNNNNN, 8 digits (step {int(digits)}: step-{int(digits):08d}), "
-                               f"holding state.pt; e.g. step-{int(digits):08d}/state.pt or "
-                               "step-*/state.pt"))
-                break
-    layout = context.workload.storage() if context.workload is not None else None
-    if layout is None:
-        errors.append((("tier",), "storage faults need workload.harness: the tiers are the "
-                                  "harness's checkpoint directories"))
-    elif params.tier == "local" and not layout.node_local_checkpoints:
-        errors.append((("tier",), "the workload does not use the local tier (set "
-                                  "workload.harness.checkpoint.local_every_steps > 0, or a "
-                                  "checkpoint.placement with local or replicated)"))
-    elif params.tier == "data" and layout.data_file is None:
-        errors.append((("tier",), "the workload does not use a data tier: set workload.harness."
-                                  "data_stream: true and data to a path relative to the run "
-                                  "(e.g. data/corpus.txt: the run's own copy is mounted, never the "
-                                  "original)"))
-    return errors
-
-
-def _mount_controls(ctx: InjectionContext, fault: FaultType) -> list[MountControl]:
-    tier = fault.params.get("tier", "shared")
-    if tier in ("shared", "data"):
-        labels = [tier_label(tier, None)]
-    else:
-        nodes = set(fault.target.nodes)
-        live = ctx.cluster.live_ranks()
-        nodes |= {live[r].node for r in fault.target.ranks if r in live}
-        labels = [tier_label(tier, n) for n in sorted(nodes)]
-    layer = ctx.require(StorageLayer)
-    controls = [MountControl(layer.storage_control_dir(label)) for label in labels]
-    for control in controls:
-        if not control.state().get("ready"):
-            raise ToolError(f"no storage fault layer is mounted for tier {tier!r} ({control.dir})")
-    return controls
-
-
 class _RuleFault(FaultType):
     """A fault that is one rule in the layer of its tier."""
 
@@ -198,7 +130,7 @@ class _RuleFault(FaultType):
 
     @classmethod
     def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        return _check_storage(params, context)
+        return check_storage(params, context)
 
     def rule(self) -> dict[str, Any]:
         p = self.params
@@ -214,7 +146,7 @@ class _RuleFault(FaultType):
         return rule
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        controls = _mount_controls(ctx, self)
+        controls = mount_controls(ctx, self)
         rule = self.rule()
         for control in controls:
             control.add_rule(rule)
@@ -281,7 +213,7 @@ class IoSlow(_RuleFault):
 
     @classmethod
     def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        errors = _check_storage(params, context)
+        errors = check_storage(params, context)
         if params.latency_ms == 0 and params.bandwidth_mbps == 0 and not params.metadata_latency_ms:
             errors.append((("latency_ms",), "io_slow needs latency_ms > 0, metadata_latency_ms > 0 or "
                                             "bandwidth_mbps > 0"))
@@ -323,7 +255,7 @@ class IoError(_RuleFault):
 
     @classmethod
     def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        errors = _check_storage(params, context)
+        errors = check_storage(params, context)
         try:
             errno_number(params.errno)
         except ValueError as exc:
@@ -370,110 +302,3 @@ class IoCorrupt(_RuleFault):
 
     def rule(self) -> dict[str, Any]:
         return {**super().rule(), "bits": int(self.params.get("bits", 1))}
-
-
-@register
-@dataclass
-class LoseUnfsynced(FaultType):
-    type_name: ClassVar[str] = "lose_unfsynced"
-    family: ClassVar[str] = "storage"
-    failure_class: ClassVar[str] = "crash"
-    params_model: ClassVar[type[FaultParams]] = LoseUnfsyncedParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
-    summary: ClassVar[str] = ("Crash the node's ranks (power loss) and drop every write on its tier "
-                              "that was not fsynced.")
-    fidelity: ClassVar[str] = (
-        "Stands for a power loss or kernel panic: the page cache is gone, and so is every "
-        "write not yet fsynced (as LazyFS does). The node's ranks are SIGKILLed and its "
-        "agent restarts them, as a rebooted node would. The layer keeps an undo log of "
-        "unfsynced writes per file from mount time and rolls them back; file creation, "
-        "rename and unlink are durable at once (ext4 data=ordered after a journal commit).")
-    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a drop "
-                                "command to the FUSE layer, which undoes unfsynced writes")
-
-    @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        return _check_storage(params, context)
-
-    def torn(self) -> dict[str, Any] | None:
-        return None
-
-    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        controls = _mount_controls(ctx, self)
-        killed = [pid for pid in self.target.pids.values() if ctx.cluster.signal_pid(pid, signal.SIGKILL)]
-        dropped = 0
-        for control in controls:
-            dropped += int(control.drop_unfsynced(torn=self.torn()).get("dropped_files", 0))
-        return {"pids": killed, "control_dirs": [c.dir for c in controls], "dropped_files_total": dropped}
-
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        """Nothing to undo: lost data stays lost, the restart is what is measured."""
-
-
-@register
-@dataclass
-class TornWrite(LoseUnfsynced):
-    type_name: ClassVar[str] = "torn_write"
-    params_model: ClassVar[type[FaultParams]] = TornWriteParams
-    summary: ClassVar[str] = ("Crash the node's ranks; of each file's unfsynced writes only a first part "
-                              "persists (a torn write).")
-    fidelity: ClassVar[str] = (
-        "Stands for a crash in the middle of write-back: part of what was written reached the "
-        "media, the rest did not (a torn page, a half-written file). The node's ranks are "
-        "SIGKILLed; the layer cuts each file's unfsynced extent at keep_fraction (seeded when "
-        "null): bytes before the cut persist, bytes after it revert to what was fsynced. The "
-        "cut is per file, not per sector; metadata is durable at once, as for lose_unfsynced.")
-    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a torn drop command "
-                                "to the FUSE layer")
-
-    def torn(self) -> dict[str, Any] | None:
-        return {"fraction": self.params.get("keep_fraction"), "seed": self.seed}
-
-
-class CrashPointParams(FaultParams):
-    tier: Tier = "shared"
-    """The tier whose save is watched (the durable one, normally)."""
-    save_step: int = Field(ge=1, le=MAX_STEPS)
-    """The step of the save whose durability boundaries are counted (the harness names its folder step-NNNNNNNN)."""
-    after: int = Field(-1, ge=-1, le=10_000)
-    """Freeze the layer after this many boundaries of that save completed (0: before the first); -1: only report each boundary (storage_boundary events), the trace a sweep enumerates."""
-
-
-@register
-@dataclass
-class CrashPoint(FaultType):
-    type_name: ClassVar[str] = "crash_point"
-    family: ClassVar[str] = "storage"
-    failure_class: ClassVar[str] = "storage"
-    params_model: ClassVar[type[FaultParams]] = CrashPointParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
-    requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
-    summary: ClassVar[str] = ("Arm the fault layer at one durability boundary (fsync, rename) of one "
-                              "save: it freezes there and reports crash_point (trainchaos run --crash-points).")
-    fidelity: ClassVar[str] = (
-        "Not a failure by itself: it stops the storage exactly at one durability boundary, so "
-        "that a lose_unfsynced triggered by its crash_point event loses power there, as ALICE "
-        "and LazyFS place a crash at each persistence point. Boundaries are counted as the "
-        "layer sees them (each fsync of a file or directory, each rename); metadata is "
-        "durable at once, as for lose_unfsynced, so orderings a stricter file system would "
-        "also expose (an unfsynced rename) are not explored.")
-    mechanism: ClassVar[str] = "by the injector: a crash point armed in the FUSE fault layer's control file"
-
-    @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        return _check_storage(params, context)
-
-    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        from chaos.rundir import RunDir
-
-        rundir = RunDir.of(ctx.run_dir)
-        spec = {"save": f"*step-{int(self.params['save_step']):08d}*", "after": int(self.params.get("after", -1)),
-                "events_dir": rundir.events, "image_dir": rundir.crash_image}
-        controls = _mount_controls(ctx, self)
-        for control in controls:
-            control.arm_crash_point(spec)
-        return {"control_dirs": [c.dir for c in controls], "crash_point": spec}
-
-    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
-        """Nothing to undo: a crash point that never froze is disarmed with its mount."""

@@ -1,0 +1,139 @@
+"""Storage faults that stand for a crash or power loss: data not yet fsynced is lost
+(``lose_unfsynced``), a write is torn (``torn_write``), or power goes at one boundary of
+a checkpoint save (``crash_point``). docs/storage.md has their fidelity.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from chaos.cluster.capabilities import StorageLayer
+from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.faults.storage.tiers import Location, Tier, check_storage, mount_controls
+from chaos.schema.types import MAX_STEPS
+
+if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
+
+__all__ = ["CrashPoint", "LoseUnfsynced", "TornWrite"]
+
+
+class LoseUnfsyncedParams(FaultParams):
+    tier: Tier = "local"
+    """The tier whose unfsynced data is lost (the node-local disk, normally)."""
+
+
+class TornWriteParams(LoseUnfsyncedParams):
+    keep_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    """Part of each file's unfsynced extent that persists (from its start); null: a seeded random part per file."""
+
+
+@register
+@dataclass
+class LoseUnfsynced(FaultType):
+    type_name: ClassVar[str] = "lose_unfsynced"
+    family: ClassVar[str] = "storage"
+    failure_class: ClassVar[str] = "crash"
+    params_model: ClassVar[type[FaultParams]] = LoseUnfsyncedParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
+    summary: ClassVar[str] = ("Crash the node's ranks (power loss) and drop every write on its tier "
+                              "that was not fsynced.")
+    fidelity: ClassVar[str] = (
+        "Stands for a power loss or kernel panic: the page cache is gone, and so is every "
+        "write not yet fsynced (as LazyFS does). The node's ranks are SIGKILLed and its "
+        "agent restarts them, as a rebooted node would. The layer keeps an undo log of "
+        "unfsynced writes per file from mount time and rolls them back; file creation, "
+        "rename and unlink are durable at once (ext4 data=ordered after a journal commit).")
+    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a drop "
+                                "command to the FUSE layer, which undoes unfsynced writes")
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        return check_storage(params, context)
+
+    def torn(self) -> dict[str, Any] | None:
+        return None
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        controls = mount_controls(ctx, self)
+        killed = [pid for pid in self.target.pids.values() if ctx.cluster.signal_pid(pid, signal.SIGKILL)]
+        dropped = 0
+        for control in controls:
+            dropped += int(control.drop_unfsynced(torn=self.torn()).get("dropped_files", 0))
+        return {"pids": killed, "control_dirs": [c.dir for c in controls], "dropped_files_total": dropped}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing to undo: lost data stays lost, the restart is what is measured."""
+
+
+@register
+@dataclass
+class TornWrite(LoseUnfsynced):
+    type_name: ClassVar[str] = "torn_write"
+    params_model: ClassVar[type[FaultParams]] = TornWriteParams
+    summary: ClassVar[str] = ("Crash the node's ranks; of each file's unfsynced writes only a first part "
+                              "persists (a torn write).")
+    fidelity: ClassVar[str] = (
+        "Stands for a crash in the middle of write-back: part of what was written reached the "
+        "media, the rest did not (a torn page, a half-written file). The node's ranks are "
+        "SIGKILLed; the layer cuts each file's unfsynced extent at keep_fraction (seeded when "
+        "null): bytes before the cut persist, bytes after it revert to what was fsynced. The "
+        "cut is per file, not per sector; metadata is durable at once, as for lose_unfsynced.")
+    mechanism: ClassVar[str] = ("by the injector: SIGKILL of the node's ranks, then a torn drop command "
+                                "to the FUSE layer")
+
+    def torn(self) -> dict[str, Any] | None:
+        return {"fraction": self.params.get("keep_fraction"), "seed": self.seed}
+
+
+class CrashPointParams(FaultParams):
+    tier: Tier = "shared"
+    """The tier whose save is watched (the durable one, normally)."""
+    save_step: int = Field(ge=1, le=MAX_STEPS)
+    """The step of the save whose durability boundaries are counted (the harness names its folder step-NNNNNNNN)."""
+    after: int = Field(-1, ge=-1, le=10_000)
+    """Freeze the layer after this many boundaries of that save completed (0: before the first); -1: only report each boundary (storage_boundary events), the trace a sweep enumerates."""
+
+
+@register
+@dataclass
+class CrashPoint(FaultType):
+    type_name: ClassVar[str] = "crash_point"
+    family: ClassVar[str] = "storage"
+    failure_class: ClassVar[str] = "storage"
+    params_model: ClassVar[type[FaultParams]] = CrashPointParams
+    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
+    summary: ClassVar[str] = ("Arm the fault layer at one durability boundary (fsync, rename) of one "
+                              "save: it freezes there and reports crash_point (trainchaos run --crash-points).")
+    fidelity: ClassVar[str] = (
+        "Not a failure by itself: it stops the storage exactly at one durability boundary, so "
+        "that a lose_unfsynced triggered by its crash_point event loses power there, as ALICE "
+        "and LazyFS place a crash at each persistence point. Boundaries are counted as the "
+        "layer sees them (each fsync of a file or directory, each rename); metadata is "
+        "durable at once, as for lose_unfsynced, so orderings a stricter file system would "
+        "also expose (an unfsynced rename) are not explored.")
+    mechanism: ClassVar[str] = "by the injector: a crash point armed in the FUSE fault layer's control file"
+
+    @classmethod
+    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+        return check_storage(params, context)
+
+    def inject(self, ctx: InjectionContext) -> dict[str, Any]:
+        from chaos.rundir import RunDir
+
+        rundir = RunDir.of(ctx.run_dir)
+        spec = {"save": f"*step-{int(self.params['save_step']):08d}*", "after": int(self.params.get("after", -1)),
+                "events_dir": rundir.events, "image_dir": rundir.crash_image}
+        controls = mount_controls(ctx, self)
+        for control in controls:
+            control.arm_crash_point(spec)
+        return {"control_dirs": [c.dir for c in controls], "crash_point": spec}
+
+    def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
+        """Nothing to undo: a crash point that never froze is disarmed with its mount."""

@@ -1,0 +1,74 @@
+"""What the storage faults share: the tiers they hit, the checks of a path filter against
+the workload's layout, and the FUSE layer's controls of the target's mounts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal
+
+from chaos.cluster.capabilities import StorageLayer
+from chaos.errors import ToolError
+from chaos.faults.base import FaultParams, FaultType, ParamsContext
+from chaos.storage.control import MountControl
+from chaos.storage.mounts import tier_label
+
+if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
+
+__all__ = ["Location", "Op", "Tier", "check_storage", "mount_controls"]
+
+Tier = Literal["shared", "local", "data"]
+Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir",
+             "rmdir", "readdir", "getattr", "truncate", "statfs"]
+Location = tuple[str | int, ...]
+
+_STEP_DIR = re.compile(r"(?:^|/|\*)step-(\d+)(?=/|$)")
+"""A checkpoint folder written with its step number (the harness names them step-%08d)."""
+
+
+def check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    errors: list[tuple[Location, str]] = []
+    path = getattr(params, "path", None)
+    if path is not None and (path.startswith("/") or ".." in path.split("/")):
+        errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
+                                  f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
+    if path is not None:
+        for digits in _STEP_DIR.findall(path):
+            if len(digits) != 8:
+                errors.append((("path",), f"{path!r} never matches: checkpoint folders are named "
+                               f"step-NNNNNNNN, 8 digits (step {int(digits)}: step-{int(digits):08d}), "
+                               f"holding state.pt; e.g. step-{int(digits):08d}/state.pt or "
+                               "step-*/state.pt"))
+                break
+    layout = context.workload.storage() if context.workload is not None else None
+    if layout is None:
+        errors.append((("tier",), "storage faults need workload.harness: the tiers are the "
+                                  "harness's checkpoint directories"))
+    elif params.tier == "local" and not layout.node_local_checkpoints:
+        errors.append((("tier",), "the workload does not use the local tier (set "
+                                  "workload.harness.checkpoint.local_every_steps > 0, or a "
+                                  "checkpoint.placement with local or replicated)"))
+    elif params.tier == "data" and layout.data_file is None:
+        errors.append((("tier",), "the workload does not use a data tier: set workload.harness."
+                                  "data_stream: true and data to a path relative to the run "
+                                  "(e.g. data/corpus.txt: the run's own copy is mounted, never the "
+                                  "original)"))
+    return errors
+
+
+def mount_controls(ctx: InjectionContext, fault: FaultType) -> list[MountControl]:
+    tier = fault.params.get("tier", "shared")
+    if tier in ("shared", "data"):
+        labels = [tier_label(tier, None)]
+    else:
+        nodes = set(fault.target.nodes)
+        live = ctx.cluster.live_ranks()
+        nodes |= {live[r].node for r in fault.target.ranks if r in live}
+        labels = [tier_label(tier, n) for n in sorted(nodes)]
+    layer = ctx.require(StorageLayer)
+    controls = [MountControl(layer.storage_control_dir(label)) for label in labels]
+    for control in controls:
+        if not control.state().get("ready"):
+            raise ToolError(f"no storage fault layer is mounted for tier {tier!r} ({control.dir})")
+    return controls
