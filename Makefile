@@ -45,11 +45,13 @@ slurm-demo: install
 # an integration test's time is waiting on timeouts, paced steps and restarts, not CPU;
 # tests/conftest.py says what stays together). TEST_JOBS=1 runs everything one at a time in
 # one process, quickest module first. The slowest 25 are listed at the end, so a test that
-# grew past its budget is seen.
+# grew past its budget is seen; TIMELINE gets when each test ran on which worker (what the
+# suite's wall time waited on; tests/conftest.py's MODULE_SECONDS are refreshed from it).
 TEST_JOBS ?= 3
 WORKERS = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS))
+TIMELINE ?= reports/test-timeline.tsv
 test: install
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25 $(WORKERS)
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25 --timeline $(TIMELINE) $(WORKERS)
 
 # Flaky tests are found here before they land: the integration tests on a host whose cores
 # are all taken by busy processes, each test STRESS_COUNT times in a row. Narrow it with

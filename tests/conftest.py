@@ -98,6 +98,7 @@ class Timeline:
     def pytest_sessionfinish(self) -> None:
         rows = sorted(self.spans.items(), key=lambda kv: kv[1][1])
         t0 = rows[0][1][1] if rows else 0.0
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path, "w", encoding="utf-8") as fh:
             fh.write("worker\tstart_s\tend_s\tseconds\ttest\n")
             for nodeid, (worker, start, stop) in rows:
