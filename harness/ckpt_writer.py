@@ -187,7 +187,7 @@ def write_files(tmp: str, step: int, state: dict[str, Any], *, verified: dict[st
         # with the bytes written: equal bytes are what an equal sha256 stands for, and a
         # comparison costs a tenth of hashing them again (the load verifies the sha256).
         with open(os.path.join(tmp, STATE_FILE), "rb") as f:
-            if f.read() != data:
+            if f.read() != bytes(data):  # bytes with bytes: one memcmp (a memoryview compares byte by byte)
                 raise CheckpointError(f"checksum on save: {STATE_FILE} of step {step} reads "
                                       "back different bytes than were written")
     if verified is not None:
