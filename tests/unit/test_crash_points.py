@@ -196,3 +196,22 @@ def test_crash_after_takes_boundary_numbers_and_only_with_the_sweep(tmp_path):
     result = CliRunner().invoke(cli, ["run", "--crash-points", "--crash-after", "4,0,4", "--dry-run", str(scenario)])
     assert result.exit_code == 0, result.output
     assert "then one power loss (lose_unfsynced) after each of its durability boundaries 0, 4" in result.output
+
+
+def test_each_crash_run_arms_the_boundary_and_loses_power_with_the_storage_familys_types():
+    """The sweep names no fault type (the storage family's spec says which, FamilySpec.
+    crash_sweep); each crash run's scenario, built from them, validates."""
+    from pathlib import Path
+
+    from chaos.crashsweep import _arm, _power_loss, _variant
+    from chaos.faults.family import crash_sweep
+    from chaos.scenario import load_suite
+
+    repo = Path(__file__).resolve().parents[2]
+    (scenario,) = load_suite([str(repo / "scenarios" / "checkers" / "crash-points-pointer-before-fsync.yaml")])
+    run = _variant(scenario, "crash-03", [_arm(20, 3), _power_loss()])
+    arm, loss = run.faults
+    sweep = crash_sweep()
+    assert (arm.type, arm.params["after"], arm.params["save_step"]) == (sweep.arm_type, 3, 20)
+    assert loss.type == sweep.power_loss_type and loss.trigger.event == sweep.event
+    assert arm.target == loss.target == {"node": 0}
