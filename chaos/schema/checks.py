@@ -33,29 +33,17 @@ from chaos.faults.base import (
 )
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
-from chaos.schema.fault_model import FaultDoc, TargetDoc, TriggerDoc
+from chaos.schema.fault_model import FaultDoc, TriggerDoc
 from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc, WorkloadDoc
 from chaos.schema.suggest import suggest_param, suggest_type
+from chaos.schema.target_checks import GROUPS, TargetChecks, nodes_text
 from chaos.schema.targets_model import TargetsDoc
 from chaos.schema.types import close_match
-from chaos.targets import TARGET_FORMS, parse_target
+from chaos.targets import parse_target
 from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import Workload, kind_of, lookup_workload
 
 __all__ = ["cross_check"]
-
-# Each target form's level (what it hits, as fault types declare ``target_kinds``) and its
-# words come from the form itself (chaos.targets).
-_LEVEL = {key: form.level for key, form in TARGET_FORMS.items() if key != "random"}
-_WORD = {key: form.word for key, form in TARGET_FORMS.items() if key != "random"}
-_FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",
-          "node": "{node: N}, {nodes: [N, ...]}, {rack: NAME}, {power_domain: NAME} or "
-                  "{random: node|rack|power_domain}",
-          "job": "{job: true}",
-          "link": "{links: [[FROM, TO], ...]}"}
-_GROUPS = {"rack": ("racks", "racks: {r1: [0, 1], r2: [2, 3]}"),
-           "power_domain": ("power_domains", "power_domains: {pd-a: [0, 1], pd-b: [2, 3]}")}
-
 
 # --------------------------------------------------------------------------- usable parts
 
@@ -108,7 +96,7 @@ def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> 
 # --------------------------------------------------------------------------- checks
 
 
-class _Checker:
+class _Checker(TargetChecks):
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self._known: list[str] | None = None
@@ -169,7 +157,7 @@ class _Checker:
                 for i, node in enumerate(members):
                     where = ("topology", key, name, i)
                     if node >= total:
-                        self.add(where, f"node {node} does not exist: {_nodes_text(doc)}")
+                        self.add(where, f"node {node} does not exist: {nodes_text(doc)}")
                     elif node in owner:
                         self.add(where, f"node {node} is already in {word} {owner[node]!r}; "
                                  f"a node belongs to at most one {word}")
@@ -270,84 +258,6 @@ class _Checker:
         self.add(loc, f"{fault_type.type_name} acts through the {' or '.join(fits)} backend; this "
                  f"scenario runs on {self.backend_name} (set backend: {fits[0]}){why}")
 
-    def target(self, loc: Path, target: TargetDoc, fault_type: type[FaultType] | None,
-               topology: records.Topology | None, workload: Workload | None = None) -> None:
-        (key,) = target.model_fields_set
-        value = getattr(target, key)
-        level, word = _LEVEL.get(key), _WORD.get(key)
-        if key == "random":
-            level, word = TARGET_FORMS[value].level, _WORD[value]
-        if key == "replica_group":
-            self.replica_group((*loc, key), value, fault_type, topology, workload)
-            return
-        if fault_type is not None and level not in fault_type.target_kinds:
-            self.add((*loc, key), f"{fault_type.type_name} targets a "
-                     f"{' or '.join(fault_type.target_kinds)}, not a {word}; use "
-                     + "; ".join(_FORMS[k] for k in fault_type.target_kinds if k in _FORMS))
-            return
-        if key == "job" and value is not True:
-            self.add((*loc, key), "a job target is {job: true}: the whole job")
-            return
-        form = value if key == "random" else key
-        only = fault_type.target_keys if fault_type is not None else None
-        if only and form not in only:
-            self.add((*loc, key), f"{fault_type.type_name} targets a "
-                     f"{' or '.join(_WORD[k] for k in only)}, not a {_WORD.get(form, form)}; use "
-                     + " or ".join(f"{{{k}: NAME}} or {{random: {k}}}" for k in only))
-            return
-        if key == "links":
-            self.links((*loc, key), value, topology)
-            return
-        if topology is None:
-            return
-        if key in ("rank", "ranks", "node", "nodes"):
-            numbers = [((*loc, key), value)] if isinstance(value, int) else [
-                ((*loc, key, i), n) for i, n in enumerate(value)]
-            for where, number in numbers:
-                if level == "rank" and number >= topology.world_size:
-                    self.add(where, f"rank {number} does not exist: the job has "
-                             f"{topology.world_size} ranks (0-{topology.world_size - 1})")
-                elif level == "node" and number >= topology.total_nodes:
-                    self.add(where, f"node {number} does not exist: {_nodes_text(topology)}")
-        elif key in _GROUPS or (key == "random" and value in _GROUPS):
-            kind = key if key in _GROUPS else value
-            field, example = _GROUPS[kind]
-            groups = getattr(topology, field)
-            if not groups:
-                self.add((*loc, key), f"the topology declares no {_WORD[kind]}s; declare them "
-                         f"under topology, e.g. {example} (node indices)")
-            elif key != "random" and value not in groups:
-                self.add((*loc, key), f"unknown {_WORD[kind]} {value!r}"
-                         f"{close_match(value, groups)} known: {', '.join(groups)}")
-
-    def replica_group(self, loc: Path, group: int, fault_type: type[FaultType] | None,
-                      topology: records.Topology | None, workload: Workload | None) -> None:
-        """A torchft replica group: group i is node i, so a node fault takes the group's
-        node and a rank fault its ranks; only a torchft job has replica groups."""
-        kind = type(workload).kind if workload is not None else None
-        if workload is not None and kind != "torchft":
-            self.add(loc, f"a replica group is a torchft job's failure domain; this workload is "
-                     f"{kind}: use {{node: N}} or {{rank: R}}")
-            return
-        if fault_type is not None and not {"rank", "node"} & set(fault_type.target_kinds):
-            self.add(loc, f"{fault_type.type_name} targets a {' or '.join(fault_type.target_kinds)}, "
-                     f"not a replica group; use " + "; ".join(_FORMS[k] for k in fault_type.target_kinds
-                                                               if k in _FORMS))
-            return
-        if topology is not None and group >= topology.nodes:
-            self.add(loc, f"replica group {group} does not exist: the job has {topology.nodes} "
-                     f"replica groups (0-{topology.nodes - 1}), one per node")
-
-    def links(self, loc: Path, links: list[list[int]], topology: records.Topology | None) -> None:
-        """Each directed link joins two different nodes of the topology."""
-        for i, (a, b) in enumerate(links):
-            if a == b:
-                self.add((*loc, i), f"a link from node {a} to itself; a link joins two different nodes")
-            elif topology is not None:
-                for j, node in enumerate((a, b)):
-                    if node >= topology.total_nodes:
-                        self.add((*loc, i, j), f"node {node} does not exist: {_nodes_text(topology)}")
-
     def trigger(self, loc: Path, trigger: TriggerDoc, fault_type: type[FaultType] | None,
                 workload: Workload | None) -> None:
         kind = trigger_kind(trigger)
@@ -376,9 +286,9 @@ class _Checker:
             (key,) = target.model_fields_set
             value = getattr(target, key)
             try:
-                if key == "random" and value in _GROUPS:
+                if key == "random" and value in GROUPS:
                     # Drawn at plan time: the largest group is what must be survivable.
-                    groups = getattr(topology, _GROUPS[value][0]).values()
+                    groups = getattr(topology, GROUPS[value][0]).values()
                     nodes = max((tuple(g) for g in groups), key=len, default=None)
                 else:
                     nodes = parse_target({key: value}).nodes(topology)
@@ -450,13 +360,6 @@ class _Checker:
                          f"faults[{first[name]}]; fault names must be unique")
             else:
                 first[name] = index
-
-
-def _nodes_text(topology: records.Topology | TopologyDoc) -> str:
-    total = topology.nodes + topology.spares
-    spares = (f" and {topology.spares} spare{'s' if topology.spares > 1 else ''}"
-              if topology.spares else "")
-    return f"the job has {topology.nodes} nodes{spares} (0-{total - 1})"
 
 
 def _first_names(names: list[str], room: int = 300) -> str:
