@@ -190,7 +190,7 @@ def _one_rank_trainer(**harness: object) -> tuple:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-    from harness.config import config_from_mapping
+    from harness.config_load import config_from_mapping
     from harness.dist import DistEnv
     from harness.train import Trainer
 

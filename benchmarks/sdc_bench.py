@@ -71,7 +71,7 @@ def _worker(rank: int, world: int, port: int, run_dir: str, repeats: int, pairs:
 
     torch.set_num_threads(1)
     from harness.ckpt_writer import write_files
-    from harness.config import config_from_mapping
+    from harness.config_load import config_from_mapping
     from harness.dist import DistEnv
     from harness.sdc import SdcMonitor
     from harness.train import Trainer

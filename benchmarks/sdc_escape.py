@@ -85,7 +85,7 @@ def _worker(rank: int, port: int, run_dir: str, args: dict, out: str) -> None:
 
     torch.set_num_threads(1)
     from chaos.bitflip_bits import flip_
-    from harness.config import config_from_mapping
+    from harness.config_load import config_from_mapping
     from harness.dist import DistEnv
     from harness.sdc import update_fingerprint, words_of
     from harness.train import Trainer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.config import config_from_args
+from harness.config_load import config_from_args
 
 
 def main(argv: list[str] | None = None) -> int:

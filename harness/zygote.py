@@ -63,7 +63,7 @@ from chaos import contract
 __all__ = ["PREIMPORTS", "Zygote", "live_threads", "main", "run_rank", "serve"]
 
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel",
-              "harness.procenv", "harness.train", "harness.config", "runpy")
+              "harness.procenv", "harness.train", "harness.config", "harness.config_load", "runpy")
 """What a rank imports on its way to its first step (``torch._dynamo``: DDP's constructor)."""
 
 # Signals torchrun (or anyone signalling the worker) may send that the rank must get.

@@ -24,13 +24,8 @@ from chaos.workload.base import (
     Workload,
 )
 from chaos.workload.torchrun import TorchrunPerNode
-from harness.config import (
-    ConfigError,
-    HarnessConfig,
-    config_from_mapping,
-    config_to_args,
-    field_docs,
-)
+from harness.config import ConfigError, HarnessConfig, field_docs
+from harness.config_load import config_from_mapping, config_to_args
 
 if TYPE_CHECKING:
     from chaos import model as records

@@ -35,7 +35,7 @@ from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
 from harness.checkpoint import STATE_FILE, CheckpointManager
-from harness.config import config_from_mapping, config_to_args
+from harness.config_load import config_from_mapping, config_to_args
 from tests.integration._support import REPO, state_dir_env
 
 pytestmark = pytest.mark.integration

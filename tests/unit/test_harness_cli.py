@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from harness.config import _SECTIONS, HarnessConfig
+from harness.config import SECTIONS as CONFIG_SECTIONS
+from harness.config import HarnessConfig
 
 # Every section's flags: a section added to harness.config is checked without a change here.
-SECTIONS = {"": HarnessConfig, **{name.replace("_", "-") + "-": cls for name, cls in _SECTIONS.items()}}
+SECTIONS = {"": HarnessConfig, **{name.replace("_", "-") + "-": cls for name, cls in CONFIG_SECTIONS.items()}}
 
 
 def harness(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +38,7 @@ def every_flag() -> list[str]:
     flags = []
     for prefix, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
-            if f.name in _SECTIONS:
+            if f.name in CONFIG_SECTIONS:
                 continue
             flags.append("--" + prefix + f.name.replace("_", "-"))
             if f.default is True:

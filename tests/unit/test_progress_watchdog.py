@@ -11,13 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness.config import (
-    ConfigError,
-    DetectConfig,
-    ProgressConfig,
-    SlowRankConfig,
-    config_from_mapping,
-)
+from harness.config import ConfigError, DetectConfig, ProgressConfig, SlowRankConfig
+from harness.config_load import config_from_mapping
 from harness.health import Diagnosis, LivenessServer, PeerAddress
 from harness.progress import ProgressWatchdog, classify_stall, thread_position
 from harness.sdc import SdcMonitor

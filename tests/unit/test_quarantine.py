@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config import ConfigError, config_from_mapping
+from harness.config import ConfigError
+from harness.config_load import config_from_mapping
 from harness.health import PeerAddress
 from harness.quarantine import quarantine_node, suspect_node
 

@@ -13,7 +13,8 @@ from torch import nn
 
 from chaos.bitflip_bits import flip_
 from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
-from harness.config import DetectConfig, HarnessConfig, config_from_args, config_to_args
+from harness.config import DetectConfig, HarnessConfig
+from harness.config_load import config_from_args, config_to_args
 from harness.sdc import (
     ROW,
     GoldenSelfTest,

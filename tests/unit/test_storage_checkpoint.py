@@ -17,7 +17,8 @@ import torch
 from chaos.faults.storage.metrics import storage_metrics
 from harness.checkpoint import CheckpointCorruptError, CheckpointManager
 from harness.ckpt_tiers import TieredCheckpoints, agree_on_start, build_checkpoints
-from harness.config import ConfigError, config_from_mapping
+from harness.config import ConfigError
+from harness.config_load import config_from_mapping
 
 
 class Recorder:

@@ -123,7 +123,8 @@ def test_toxic_is_added_and_removed_and_down_is_undone(url: str) -> None:
 
 
 def test_store_timeout_is_an_explicit_harness_option() -> None:
-    from harness.config import ConfigError, config_from_args, config_from_mapping, config_to_args
+    from harness.config import ConfigError
+    from harness.config_load import config_from_args, config_from_mapping, config_to_args
 
     cfg = config_from_mapping({"failure": {"store_timeout_s": 5, "collective_timeout_s": 20}})
     args = config_to_args(cfg)

@@ -29,7 +29,7 @@ from chaos.workload import (
 from chaos.workload.command import CommandWorkload
 from chaos.workload.harness import HarnessWorkload
 from chaos.workload.torchrun import AGENT_MAIN
-from harness.config import config_from_args
+from harness.config_load import config_from_args
 
 RDZV = "127.0.0.1:29555"
 TORCHRUN_CONF = ("is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
