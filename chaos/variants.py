@@ -60,10 +60,15 @@ class Variation:
 
 
 def value_text(value: Any) -> str:
+    """A value as the user wrote it: ``null``, ``true``, and a mapping or list in YAML's flow
+    style (``backend={docker: {cpus: 1.0}}`` is labelled ``{docker: {cpus: 1.0}}``, not
+    Python's repr)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, dict | list):
+        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
     return str(value)
 
 

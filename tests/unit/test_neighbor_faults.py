@@ -100,6 +100,17 @@ def test_compare_reaches_into_the_fault_list(tmp_path: Path) -> None:
         ("nb--same", "same"), ("nb--sibling", "sibling")]
 
 
+def test_compare_takes_a_backend_with_its_options(tmp_path: Path) -> None:
+    """Local beside docker with a CPU limit per node (scenarios/neighbor/cpu-hog-isolation.yaml):
+    a mapping value is labelled and named as YAML flow, not Python's repr."""
+    path = _scenario(tmp_path, "{kind: cpu}")
+    v = parse_variation("backend=local,{docker: {cpus: 1.0}}")
+    scenarios = load_suite([str(path)], v)
+    assert [(s.name, s.backend.name, s.backend.options.get("cpus")) for s in scenarios] == [
+        ("nb--local", "local", None), ("nb--docker-cpus-1.0", "docker", 1.0)]
+    assert [v.split(s.name) for s in scenarios] == [("nb", "local"), ("nb", "{docker: {cpus: 1.0}}")]
+
+
 def test_comparison_shows_the_targeted_metrics() -> None:
     v = parse_variation("faults.0.params.placement=same,sibling")
 
