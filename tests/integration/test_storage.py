@@ -2,7 +2,10 @@
 tiers of a real 2-rank training run (scenarios/storage/). Each test asserts the detection
 (class, who was blamed), the checkpoint actually loaded after the restart, the lost steps,
 and that no mount or daemon is left; the last one SIGKILLs the controller mid-stall and
-leaves the mount to ``trainchaos cleanup``."""
+leaves the mount to ``trainchaos cleanup``.
+
+The shipped scenarios run with warm ranks (``harness.warm_start``): each restarts the group
+once, and nothing here is about a cold launch."""
 
 from __future__ import annotations
 
@@ -17,9 +20,8 @@ import pytest
 from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
-from chaos.scenario import load_scenario
 from chaos.storage.mounts import STORAGE_RUN_ENV, fuse_mounts
-from tests.integration._support import REPO, TRAINCHAOS, cli_env, state_dir_env
+from tests.integration._support import REPO, TRAINCHAOS, cli_env, load_warm, state_dir_env
 
 STORAGE = REPO / "scenarios" / "storage"
 
@@ -54,7 +56,7 @@ def _assert_nothing_left(run_id: str) -> None:
 
 
 def _run(name: str, workdir) -> tuple[dict, list[dict]]:
-    scenario = load_scenario(str(STORAGE / f"{name}.yaml"))
+    scenario = load_warm(STORAGE / f"{name}.yaml")
     journal = run_scenario_once(scenario, str(workdir / name), scenario.seed)
     _assert_nothing_left(journal["run_id"])
     assert journal["status"] == "completed", journal["error"]
