@@ -1,5 +1,10 @@
 """The smoke suite's other process/GPU faults, run for real: what each must show besides
-timing (timing targets belong to the verdict of `make demo`, not to a pass/fail test)."""
+timing (timing targets belong to the verdict of `make demo`, not to a pass/fail test).
+
+The crash mid-checkpoint runs with warm ranks (``harness.warm_start``: its restart then pays
+no imports); the node kill stays cold, since it asserts the node's process set (a warm node
+also has its zygote and the ranks' clients), and the device error is the run ``make demo``
+makes."""
 
 from __future__ import annotations
 
@@ -11,12 +16,13 @@ from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
 from chaos.scenario import load_scenario
+from tests.integration._support import load_warm
 
 SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "smoke")
 
 
-def _run(name: str, tmp_path) -> tuple[dict, list[dict]]:
-    scenario = load_scenario(os.path.join(SMOKE, f"{name}.yaml"))
+def _run(name: str, tmp_path, warm: bool = False) -> tuple[dict, list[dict]]:
+    scenario = (load_warm if warm else load_scenario)(os.path.join(SMOKE, f"{name}.yaml"))
     journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed)
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     return journal, read_events(os.path.join(journal["run_dir"], "events"))
@@ -69,7 +75,7 @@ def test_device_error_is_reported_by_the_failing_rank_at_its_step(smoke_device_e
 @pytest.mark.integration
 @pytest.mark.timeout(200)
 def test_crash_mid_checkpoint_never_loads_the_partial_file(tmp_path, state_dir):
-    journal, events = _run("crash-during-checkpoint", tmp_path)
+    journal, events = _run("crash-during-checkpoint", tmp_path, warm=True)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
     crash = next(e for e in events if e["kind"] == "fault_injected" and e["src"] == "rank-0")
