@@ -9,6 +9,10 @@ identical to the fault-free run; corrupt checkpoints are never silently trained 
 After every run: no process of the run is left, none is left stopped, and nothing was
 written outside the test's ``tmp_path``.
 
+The fault-free runs start cold; the killed and hung runs start warm (``harness.warm_start``:
+each node's zygote forks the ranks, so their restart pays no imports) and must still end
+bitwise on the cold fault-free weights.
+
 Wall time on a 2-core machine: about 2.5 minutes with other work on it (load 5; 4 runs of 4
 ranks and 60 steps, 3 short runs of 2 ranks).
 """
@@ -56,8 +60,8 @@ RUN_OUTPUTS = {"final.json", "checkpoints", "events", "logs", "tmp", "journal.js
 # ----------------------------------------------------------------------------- helpers
 
 def _scenario(name: str, faults: list[dict[str, Any]] | None = None,
-              failure: dict[str, Any] | None = None, timeout_s: float = 150):
-    harness = dict(WORKLOAD)
+              failure: dict[str, Any] | None = None, timeout_s: float = 150, warm: bool = False):
+    harness = {**WORKLOAD, "warm_start": warm}
     if failure:
         harness["failure"] = failure
     return parse_scenario({
@@ -239,7 +243,7 @@ def test_rank_fault_is_detected_and_training_resumes_to_the_same_weights(
     case: FaultCase, fault_free: dict[str, Any], tmp_path: Path
 ) -> None:
     run_dir = tmp_path / case.id
-    journal = _run_scenario(_scenario(case.id, [case.fault], case.failure), run_dir)
+    journal = _run_scenario(_scenario(case.id, [case.fault], case.failure, warm=True), run_dir)
     events = read_events(str(run_dir / "events"))
     assert journal["status"] == "completed", journal["error"]
 
