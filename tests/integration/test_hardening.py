@@ -20,11 +20,15 @@ from tests.integration._support import TRAINCHAOS, cli_env
 
 pytestmark = pytest.mark.integration
 
+# Ranks forked by a warm zygote (harness.warm_start: one torch import per node, not per rank,
+# and none again for exploding's three rollback restarts) where nothing asserted depends on
+# how a rank was started; loader-workers stays cold: its kill must find the rank among
+# DataLoader workers that carry the same environment.
 SCENARIOS = {
     "exploding": """\
 name: exploding
 workload:
-  harness: {steps: 20, lr: 1.0e+30, model: {name: mlp}, checkpoint: {every_steps: 0}}
+  harness: {warm_start: true, steps: 20, lr: 1.0e+30, model: {name: mlp}, checkpoint: {every_steps: 0}}
 topology: {nodes: 1, ranks_per_node: 2}
 targets: {completes: false}   # nothing else asked: health alone must fail the run
 timeout_s: 120
@@ -32,7 +36,7 @@ timeout_s: 120
     "two-stragglers": """\
 name: two-stragglers
 workload:
-  harness: {steps: 40, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
+  harness: {warm_start: true, steps: 40, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
 topology: {nodes: 1, ranks_per_node: 2}
 faults:
   - type: straggler
@@ -65,7 +69,7 @@ name: random-repeats
 seed: 4
 repeat: 3
 workload:
-  harness: {steps: 60, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
+  harness: {warm_start: true, steps: 60, step_delay_s: 0.05, model: {name: mlp}, checkpoint: {every_steps: 10}}
 topology: {nodes: 1, ranks_per_node: 2}
 faults:
   - type: hang_rank
