@@ -19,6 +19,7 @@ __all__ = [
     "HOLDS_SUBDIR",
     "LOCAL_TIER_SUBDIR",
     "NODE_ADDR_ENV",
+    "NONFINITE_DETECTOR",
     "NODE_ENV",
     "NODE_LOCAL_DIR_ENV",
     "PLUGINS_ENV",
@@ -104,3 +105,9 @@ STATE_DIR_ENV = "TRAINCHAOS_STATE_DIR"
 """Where trainchaos keeps machine-wide state (live runs, journals of applied faults)."""
 SLURM_TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
 """The root of a running local Slurm testbed; its daemons and job steps carry it."""
+
+# -- values of the job's events ---------------------------------------------------------------
+# The ``detector`` of the bundled harness's non-finite guard (a ``detected`` event): the
+# controller's health check reads a run stopped by it, before a non-finite loss was recorded,
+# as a run that trained to NaN.
+NONFINITE_DETECTOR = "nonfinite"

@@ -16,6 +16,7 @@ import collections
 import math
 from dataclasses import dataclass, field
 
+from chaos.contract import NONFINITE_DETECTOR
 from harness.config import DetectConfig
 from harness.dist import GradientGather
 from harness.sdc_checksum import DIGEST_WORDS
@@ -150,7 +151,7 @@ class Verdicts:
             where += (f" (after the all-reduce); {evidence}" if suspect is not None
                       else " (after the all-reduce: the evidence names no rank)")
         local = ", ".join(f"{loss:.6g}" for loss in losses)
-        return Detection("nonfinite", step, f"non-finite values {where}: {'; '.join(what)} "
+        return Detection(NONFINITE_DETECTOR, step, f"non-finite values {where}: {'; '.join(what)} "
                          f"(local losses {local})", suspect, step)
 
     def _nonfinite_suspect(self, bad: list[int], losses: list[float]) -> tuple[int | None, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from chaos.contract import NONFINITE_DETECTOR
 from chaos.metrics.family import RunContext
 from chaos.metrics.per_fault import fault_metrics as measure_fault
 from chaos.metrics.records import BaselineInfo, FaultRecord, RunInfo, RunMetrics
@@ -106,7 +107,7 @@ def compute_metrics(
     if fired:
         m.lost_steps = _worst([fm.lost_steps for fm in fired])
     _detector_overhead(m, run_end)
-    _check_health(m, lineage, run_end)
+    _check_health(m, lineage, run_end, tl)
     m.false_detection_events = _false_detections(tl, faults, t_injects)
     m.false_detections = len(m.false_detection_events)
     ctx = RunContext(tl, run, m, baseline)
@@ -167,13 +168,33 @@ def _detector_overhead(m: RunMetrics, run_end: Event | None) -> None:
 
 
 def _check_health(m: RunMetrics, lineage: list[tuple[int, float, float | None]],
-                  run_end: Event | None) -> None:
+                  run_end: Event | None, tl: Timeline) -> None:
     bad = next((step for step, _, loss in lineage if loss is not None and not math.isfinite(loss)), None)
     if bad is not None:
         m.first_nonfinite_step = bad
         m.healthy, m.health_problem = False, f"loss is not finite from step {bad} on"
     elif run_end is not None and run_end.get("weights_finite") is False:
         m.healthy, m.health_problem = False, "the final weights hold NaN or Inf"
+    elif not m.completed and (stopped := _stopped_on_nonfinite(tl)) is not None:
+        m.first_nonfinite_step = stopped
+        m.healthy, m.health_problem = False, (f"the non-finite guard stopped training at step {stopped} "
+                                              "and no step got past it")
+
+
+def _stopped_on_nonfinite(tl: Timeline) -> int | None:
+    """The step of the last non-finite guard's detection when nothing trained past it.
+
+    The guard stops a step before its non-finite loss is reported, so a job that trains to
+    NaN again after every rollback (or may not restart) has no such loss in its lineage: the
+    guard's detection is the only evidence, and such a run is not healthy."""
+    guarded = [e for e in tl.detections if e.get("detector") == NONFINITE_DETECTOR
+               and int_or_none(e.get("step")) is not None]
+    if not guarded:
+        return None
+    last = guarded[-1]
+    step = int(last["step"])
+    past = any(s["t"] > last["t"] and int(s["step"]) >= step for s in tl.step_ends)
+    return None if past else step
 
 
 def _false_detections(tl: Timeline, faults: list[FaultRecord],

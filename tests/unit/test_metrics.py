@@ -365,6 +365,24 @@ def test_nonfinite_loss_is_reported_and_serialisable():
     assert d["final_loss"] is None
 
 
+def test_a_run_the_nonfinite_guard_stopped_before_any_nan_loss_is_not_healthy():
+    """The guard leaves before the step's non-finite loss is reported: the detection is the
+    only evidence. A job that never trains past it trained to NaN; one that does is healthy."""
+    def guarded(tl: Timeline, t: float, step: int, inc: int) -> Timeline:
+        return tl.ev(t, "rank-0", "detected", inc, by="rank-0", reason="non-finite values",
+                     suspect=None, failure_class="corruption", detector="nonfinite", step=step)
+
+    stopped = guarded(Timeline().start(0.0).steps(0.0, 1, 1), 2.5, 2, 0)
+    m = compute_metrics(stopped.sorted(), [], run_info(status="failed", steps=20), baseline())
+    assert m.healthy is False and m.first_nonfinite_step == 2
+    assert m.health_problem == "the non-finite guard stopped training at step 2 and no step got past it"
+
+    recovered = guarded(Timeline().start(0.0).steps(0.0, 1, 1), 2.5, 2, 0)
+    recovered.start(3.0, inc=1).steps(3.0, 1, 20, inc=1).end(24.0, 20, 1)
+    m = compute_metrics(recovered.sorted(), [], run_info(steps=20), baseline())
+    assert m.healthy is True and m.first_nonfinite_step is None
+
+
 def test_to_dict_is_json_serialisable():
     m = compute_metrics(kill_and_resume().sorted(), [kill()], run_info(), baseline())
     d = json.loads(json.dumps(m.to_dict(), allow_nan=False))
