@@ -216,8 +216,8 @@ def test_latency_toxic_bandwidth(api: Api, upstream: Upstream) -> None:
 
     _add(api, "latency_downstream", "latency", "downstream", latency=300)
     thread = threading.Thread(target=flood, daemon=True)
+    t0 = time.monotonic()  # before the first byte is sent: the toxic holds it 300 ms from its arrival
     thread.start()
-    t0 = time.monotonic()
     assert len(read_exactly(client, len(payload))) == len(payload)
     assert time.monotonic() - t0 >= 0.3
     t1 = time.monotonic()
