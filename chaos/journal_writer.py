@@ -27,11 +27,18 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["JournalWriteError", "JournalWriter"]
+__all__ = ["JournalWriteError", "JournalWriter", "journal_line"]
 
 
 class JournalWriteError(OSError):
     """The journal could not be written or synced: nothing may act as if it were."""
+
+
+def journal_line(record: dict[str, Any]) -> bytes:
+    """One journal record as written: stamped ``t`` now (when what it tells happened), a
+    JSON line. Both ways of writing a journal (``chaos.rollback.append_record``, synced at
+    once, and ``JournalWriter``) write this, so a reader sees one format."""
+    return (json.dumps({"t": time.time(), **record}, default=str) + "\n").encode()
 
 
 def _sync(fd: int) -> None:
@@ -59,7 +66,7 @@ class JournalWriter:
         """Write ``record`` (stamped ``t`` now, when what it tells happened); its sequence
         number. After a failed write nothing more is written, but this does not raise: a
         revert that went through must not fail for its record (``wait``/``close`` do)."""
-        data = (json.dumps({"t": time.time(), **record}, default=str) + "\n").encode()
+        data = journal_line(record)
         with self._cond:
             if self._closing:
                 raise JournalWriteError(f"{self.path}: journal already closed")

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from chaos import contract
-from chaos.journal_writer import JournalWriter
+from chaos.journal_writer import JournalWriter, journal_line
 from chaos.procs import controller_alive, controller_tag
 
 __all__ = ["FaultJournal", "active_runs", "append_record", "read_records", "run_is_live",
@@ -76,9 +76,8 @@ def active_runs() -> list[dict[str, Any]]:
 
 def append_record(path: str, record: dict[str, Any]) -> None:
     """Append one JSON line and fsync it: it is on disk before the action it announces."""
-    record = {"t": time.time(), **record}
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, default=str) + "\n")
+    with open(path, "ab") as fh:
+        fh.write(journal_line(record))
         fh.flush()
         os.fsync(fh.fileno())
 

@@ -194,7 +194,6 @@ def _fuse_class() -> type:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(prog="python -m chaos.storage.daemon")
     parser.add_argument("mountpoint")
     parser.add_argument("control_dir")
