@@ -238,10 +238,12 @@ def test_thousands_of_faults_of_an_unknown_type_are_bounded(tmp_path_factory) ->
                      "trigger: {at_step: 5}}\n" for i in range(2000))
     doc = yaml.safe_load(f"name: x\nfaults:\n{faults}")
     load_scenario(str(SHIPPED[0]))  # warm: the bound is on validation, not on imports or YAML
-    t0 = time.perf_counter()
+    # CPU time of this process, not wall time: the bound is on validation's own work (no
+    # blow-up over 2000 faults), which a host busy with other processes must not fail.
+    t0 = time.process_time()
     with pytest.raises(ScenarioError) as info:
         parse_scenario(doc, "scenario.yaml")
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     exc = info.value
     assert exc.exit_code == EXIT_BAD_INPUT
     assert len(exc.issues) == MAX_PROBLEMS_PER_FILE + 1
