@@ -56,12 +56,17 @@ test: install
 # Flaky tests are found here before they land: the integration tests on a host whose cores
 # are all taken by busy processes, each test STRESS_COUNT times in a row. Narrow it with
 # STRESS_TESTS (e.g. make test-stress STRESS_TESTS=tests/integration/test_sdc.py STRESS_COUNT=10).
+# The tests run on STRESS_JOBS workers side by side, as `make test` runs them, beside the
+# hogs: `make test`'s own load and more. STRESS_JOBS=1 runs them one at a time, for longer.
 STRESS_TESTS ?= tests
 STRESS_COUNT ?= 2
 STRESS_HOGS ?= $(shell nproc)
+STRESS_JOBS ?= $(TEST_JOBS)
+STRESS_TIMELINE ?= reports/stress-timeline.tsv
 test-stress: install
 	$(BIN)/python -m pytest $(STRESS_TESTS) -q -p no:cacheprovider -m integration --timeout 1800 \
-	  --stress-hogs $(STRESS_HOGS) --count $(STRESS_COUNT) --repeat-scope function
+	  --stress-hogs $(STRESS_HOGS) --count $(STRESS_COUNT) --repeat-scope function \
+	  --durations=25 --timeline $(STRESS_TIMELINE) $(if $(filter-out 1,$(STRESS_JOBS)),-n $(STRESS_JOBS))
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit -q
