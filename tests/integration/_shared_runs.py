@@ -16,7 +16,7 @@ import pytest
 
 from chaos.events import read_events
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 __all__ = ["SmokeRun", "smoke_device_error"]
 
@@ -37,9 +37,9 @@ def smoke_device_error(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     test_scale_from_runs (the Llama 3 model fed with its measured figures)."""
     root = tmp_path_factory.mktemp("smoke-device-error")
     out = root / "reports"
-    result = subprocess.run([*TRAINCHAOS, "run", str(REPO / "scenarios" / "smoke" / "device-error.yaml"),
-                             "--out", str(out)], cwd=REPO, env=cli_env(root / "state"), capture_output=True,
-                            text=True, timeout=220, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(REPO / "scenarios" / "smoke" / "device-error.yaml"),
+                             "--out", str(out)],
+                            env=cli_env(root / "state"), cwd=REPO, timeout=220)
     # A missed timing target (exit 1) still measures; anything else is the tool failing.
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     (journal_path,) = out.glob("**/journal.json")

@@ -22,7 +22,7 @@ from chaos import probe
 from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.workload.script import EXAMPLES_DIR
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 __all__ = ["assert_adapter_changes_nothing", "load_example", "run_kill_rank", "run_without_baseline",
            "straight_digest"]
@@ -35,9 +35,8 @@ def run_without_baseline(scenario: Path, tmp_path: Path) -> tuple[dict[str, Any]
     doc["baseline"] = False
     doc["targets"].pop("final_state", None)
     (tmp_path / scenario.name).write_text(yaml.safe_dump(doc))
-    res = subprocess.run([*TRAINCHAOS, "run", scenario.name, "--out", "reports"],
-                         env=cli_env(tmp_path / "state"), cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, stdin=subprocess.DEVNULL)
+    res = run_trainchaos(["run", scenario.name, "--out", "reports"],
+                         env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=300)
     run = tmp_path / "reports" / doc["name"] / "0"
     journal = json.loads((run / "journal.json").read_text())
     assert journal["status"] == "completed", journal["error"]
@@ -71,9 +70,8 @@ def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
     what every stack's kill must show; the fault run's journal."""
     scenario = REPO / "scenarios" / "stacks" / stack / "kill-rank.yaml"
     out = tmp_path / "out"
-    result = subprocess.run([*TRAINCHAOS, "run", str(scenario), "--out", str(out)],
-                            env=cli_env(tmp_path / "state"), cwd=tmp_path, capture_output=True,
-                            text=True, timeout=280, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(scenario), "--out", str(out)],
+                            env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=280)
     output = result.stdout + result.stderr
     run_dir = out / f"{stack}-kill-rank" / "0"
     journal = json.loads((run_dir / "journal.json").read_text())

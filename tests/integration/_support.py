@@ -16,6 +16,8 @@ import fcntl
 import functools
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -28,7 +30,7 @@ from chaos.contract import STATE_DIR_ENV
 from chaos.model import Scenario
 
 __all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "load_warm", "machine_cleanup_lock", "missing",
-           "state_dir_env", "warm_copy"]
+           "run_trainchaos", "state_dir_env", "warm_copy"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,6 +119,46 @@ def machine_cleanup_lock() -> Iterator[None]:
             _lock_state.depth = 0
     finally:
         os.close(fd)  # releases the lock
+
+
+# ----------------------------------------------------------------------------- running the command
+# A run that outlives its test's timeout is stopped the way a user stops one, with SIGTERM:
+# the controller reverts its faults and stops its job. subprocess.run's timeout SIGKILLs it
+# instead, which leaves its faults in effect (a FUSE mount, a namespace, a stopped rank) for
+# the next test's leak check to trip over: one slow run on a loaded host then fails three.
+TERM_GRACE_S = 120.0
+
+
+def run_trainchaos(argv: list[str], *, env: dict[str, str], timeout: float,
+                   cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``trainchaos *argv`` to its end, its output captured as text; past ``timeout`` seconds
+    (or when the test itself is interrupted) it is SIGTERMed and, if it does not end within
+    TERM_GRACE_S, SIGKILLed and cleaned up after with ``trainchaos cleanup``."""
+    proc = subprocess.Popen([*TRAINCHAOS, *argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = _stop(proc, env)
+        pytest.fail(f"trainchaos {' '.join(map(str, argv))} ran past its {timeout:.0f} s and was stopped "
+                    f"with SIGTERM\n{out[-4000:]}\n{err[-4000:]}")
+    except BaseException:
+        _stop(proc, env)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _stop(proc: subprocess.Popen[str], env: dict[str, str]) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with machine_cleanup_lock():
+            proc.kill()
+            out, err = proc.communicate()
+            subprocess.run([*TRAINCHAOS, "cleanup"], env=env, capture_output=True, timeout=300,
+                           stdin=subprocess.DEVNULL)
+        return out, err
 
 
 # ----------------------------------------------------------------------------- capabilities

@@ -11,7 +11,6 @@ without --strict. A JUnit report shows both as CI sees them.
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from chaos.procs import find_run_processes
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -72,9 +71,8 @@ def test_two_stacks_one_fault_side_by_side_with_xfail_and_strict_xpass(tmp_path:
     (root / "command" / "kill-rank.yaml").write_text(
         COMMAND.format(script=tmp_path / "train.py", state=tmp_path / "resume"))
 
-    res = subprocess.run([*TRAINCHAOS, "bench-stacks", str(root), "--out", "out", "--strict",
-                          "--junit", "junit.xml"], cwd=tmp_path, env=cli_env(tmp_path / "state"),
-                         capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL)
+    res = run_trainchaos(["bench-stacks", str(root), "--out", "out", "--strict", "--junit", "junit.xml"],
+                         env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=280)
     output = res.stdout + res.stderr
     # Only the strict XPASS of the reference fails the run; the command's XFAIL does not.
     assert res.returncode == 1, output

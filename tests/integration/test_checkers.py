@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.integration._support import REPO, TRAINCHAOS, cli_env, warm_copy
+from tests.integration._support import REPO, cli_env, run_trainchaos, warm_copy
 
 CHECKERS = REPO / "scenarios" / "checkers"
 
@@ -19,8 +18,8 @@ pytestmark = [pytest.mark.integration]
 @pytest.mark.timeout(240)
 def test_a_late_async_snapshot_fails_the_freshness_checker_and_only_it(tmp_path):
     out = tmp_path / "reports"
-    proc = subprocess.run([*TRAINCHAOS, "run", str(CHECKERS / "late-snapshot-async-save.yaml"), "--out", str(out)],
-                          env=cli_env(tmp_path / "state"), capture_output=True, text=True, timeout=220)
+    proc = run_trainchaos(["run", str(CHECKERS / "late-snapshot-async-save.yaml"), "--out", str(out)],
+                          env=cli_env(tmp_path / "state"), timeout=220)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # an expected failure (expect: fail)
     assert "XFAIL" in proc.stdout
     journal = json.loads((out / "late-snapshot-async-save" / "0" / "journal.json").read_text())
@@ -63,9 +62,9 @@ def test_the_crash_point_sweep_reports_a_pointer_written_before_fsync(tmp_path):
     each power loss is what this pays for; nothing here is about a cold launch)."""
     out = tmp_path / "sweep"
     scenario = warm_copy(CHECKERS / "crash-points-pointer-before-fsync.yaml", tmp_path / "scenario")
-    proc = subprocess.run([*TRAINCHAOS, "run", "--crash-points", "--crash-after", ",".join(map(str, POINTS)),
-                           str(scenario), "--out", str(out)], env=cli_env(tmp_path / "state"), capture_output=True,
-                          text=True, timeout=580)
+    proc = run_trainchaos(["run", "--crash-points", "--crash-after", ",".join(map(str, POINTS)), str(scenario),
+                           "--out", str(out)],
+                          env=cli_env(tmp_path / "state"), timeout=580)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     sweep = json.loads((out / "crash-points-pointer-before-fsync" / "crash_points.json").read_text())
     assert sweep["twin_status"] == sweep["trace_status"] == "completed"

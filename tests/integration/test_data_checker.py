@@ -12,13 +12,12 @@ the bundled harness, a rank killed mid-run, through the real ``trainchaos run``.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from chaos.procs import find_run_processes
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -54,9 +53,9 @@ def test_the_data_checker_passes_the_harness_and_fails_a_sampler_that_forgets_it
     for name, restore in (("good", True), ("forgets", False)):
         (tmp_path / f"{name}.yaml").write_text(_scenario(name, restore))
     env = cli_env(tmp_path / "state")
-    result = subprocess.run([*TRAINCHAOS, "run", str(tmp_path / "good.yaml"), str(tmp_path / "forgets.yaml"),
-                             "--out", str(tmp_path / "out")], env=env, cwd=tmp_path, capture_output=True,
-                            text=True, timeout=400, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(tmp_path / "good.yaml"), str(tmp_path / "forgets.yaml"),
+                             "--out", str(tmp_path / "out")],
+                            env=env, cwd=tmp_path, timeout=400)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output  # the broken one misses its data target
     journals = {name: json.loads((tmp_path / "out" / name / "0" / "journal.json").read_text())

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -27,8 +27,7 @@ SCENARIOS = ["kill-rank", "kill-node", "pause-node", "power-outage"]
 
 
 def _cli(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCHAOS, *argv], env=cli_env(cwd / "state"), cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_trainchaos(list(argv), env=cli_env(cwd / "state"), cwd=cwd, timeout=timeout)
 
 
 def _labelled(run_id: str | None = None) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chaos.procs import find_run_processes
-from tests.integration._support import TRAINCHAOS, cli_env, machine_cleanup_lock
+from tests.integration._support import cli_env, machine_cleanup_lock, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCHAOS, *argv], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_trainchaos(list(argv), env=_env(tmp_path), cwd=tmp_path, timeout=timeout)
 
 
 def _record_schema_errors(tmp_path: Path, journal: dict) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from chaos.net.fabric import short_id
-from tests.integration._support import REPO, TRAINCHAOS
+from tests.integration._support import REPO, TRAINCHAOS, run_trainchaos
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -75,8 +75,7 @@ class Job:
         pytest.fail("the job never made a step")
 
     def cli(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*TRAINCHAOS, *argv], env=self.env, cwd=self.work, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return run_trainchaos(list(argv), env=self.env, cwd=self.work, timeout=timeout)
 
     def spawn(self, *argv: str):  # noqa: ANN201
         return pexpect.spawn(TRAINCHAOS[0], [*TRAINCHAOS[1:], *argv], env=self.env, cwd=str(self.work),

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -86,8 +85,8 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, 
     tmp = tmp_path_factory.mktemp("hardening")
     for name, text in SCENARIOS.items():
         (tmp / f"{name}.yaml").write_text(text)
-    result = subprocess.run([*TRAINCHAOS, "run", str(tmp), "--out", str(tmp / "out")], env=cli_env(tmp / "state"),
-                            cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(tmp), "--out", str(tmp / "out")],
+                            env=cli_env(tmp / "state"), cwd=tmp, timeout=600)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # exploding fails
     journals: dict[str, list[dict[str, Any]]] = {}
     for path in sorted((tmp / "out").glob("*/[0-9]*/journal.json")):

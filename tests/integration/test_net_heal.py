@@ -16,7 +16,7 @@ import pytest
 
 from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -25,8 +25,8 @@ SCENARIO = REPO / "scenarios" / "network" / "isolate-then-heal.yaml"
 
 @pytest.mark.timeout(200)
 def test_partition_heals_and_the_node_is_taken_back(tmp_path: Path) -> None:
-    res = subprocess.run([*TRAINCHAOS, "run", str(SCENARIO), "--out", "reports"], env=cli_env(tmp_path / "state"),
-                         cwd=tmp_path, capture_output=True, text=True, timeout=190, stdin=subprocess.DEVNULL)
+    res = run_trainchaos(["run", str(SCENARIO), "--out", "reports"],
+                         env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=190)
     journal = json.loads((tmp_path / "reports" / "isolate-then-heal" / "0" / "journal.json").read_text())
     metrics = journal["metrics"]
     fault = metrics["faults"][0]

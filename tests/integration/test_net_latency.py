@@ -17,7 +17,7 @@ import pytest
 from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
 from tests.integration._sigkill import sigkilled_after_apply
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import TRAINCHAOS, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -48,8 +48,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *argv: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCHAOS, *argv], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_trainchaos(list(argv), env=_env(tmp_path), cwd=tmp_path, timeout=timeout)
 
 
 def _left(run_id: str) -> list[str]:

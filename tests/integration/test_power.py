@@ -20,7 +20,12 @@ from typing import Any
 import pytest
 
 from chaos.net.fabric import short_id
-from tests.integration._support import REPO, TRAINCHAOS, cli_env, machine_cleanup_lock
+from tests.integration._support import (
+    REPO,
+    cli_env,
+    machine_cleanup_lock,
+    run_trainchaos,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +51,12 @@ def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("power")
-    result = subprocess.run(
-        [*TRAINCHAOS, "run", str(SCENARIOS / "domain-out-with-spare.yaml"),
-         str(SCENARIOS / "domain-out-shrink-grow.yaml"), "--out", str(tmp / "out")],
-        env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(SCENARIOS / "domain-out-with-spare.yaml"),
+                             str(SCENARIOS / "domain-out-shrink-grow.yaml"), "--out", str(tmp / "out")],
+                            env=_env(tmp), cwd=tmp, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
-        check = subprocess.run([*TRAINCHAOS, "cleanup", "--check"], env=_env(tmp), capture_output=True,
-                               text=True, timeout=60)
+        check = run_trainchaos(["cleanup", "--check"], env=_env(tmp), timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
     return _journals(tmp / "out")
 
@@ -110,10 +113,10 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
 @pytest.fixture(scope="module")
 def placements(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, Path]:
     tmp = tmp_path_factory.mktemp("placement")
-    result = subprocess.run(
-        [*TRAINCHAOS, "run", str(SCENARIOS / "only-local-copies.yaml"), "--out", str(tmp / "out"),
-         "--compare", "checkpoint.placement=local+shared,replicated+shared"],
-        env=_env(tmp), cwd=tmp, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(SCENARIOS / "only-local-copies.yaml"),
+                             "--out", str(tmp / "out"),
+                             "--compare", "checkpoint.placement=local+shared,replicated+shared"],
+                            env=_env(tmp), cwd=tmp, timeout=600)
     return result, _journals(tmp / "out"), tmp / "out"
 
 
@@ -144,10 +147,9 @@ def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements
 
 @pytest.mark.netns
 def test_on_the_fabric_the_survivors_hear_silence_and_the_node_comes_back(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [*TRAINCHAOS, "run", str(SCENARIOS / "domain-out-on-fabric.yaml"), "--out", str(tmp_path / "out")],
-        env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(SCENARIOS / "domain-out-on-fabric.yaml"),
+                             "--out", str(tmp_path / "out")],
+                            env=_env(tmp_path), cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     journal = _journals(tmp_path / "out")["domain-out-on-fabric"]
     (fault,) = journal["metrics"]["faults"]

@@ -17,13 +17,12 @@ The same path on Slurm (a drain with grace, a preemption) is in test_slurm.py.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from chaos.procs import find_run_processes
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +48,8 @@ def _run(tmp_path: Path, text: str) -> tuple[dict, Path]:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
     env = cli_env(tmp_path / "state")
-    result = subprocess.run([*TRAINCHAOS, "run", str(scenario), "--out", str(tmp_path / "out")], env=env,
-                            cwd=tmp_path, capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL)
+    result = run_trainchaos(["run", str(scenario), "--out", str(tmp_path / "out")],
+                            env=env, cwd=tmp_path, timeout=200)
     run_dir = next(p for p in (tmp_path / "out").glob("*/0") if (p / "journal.json").exists())
     journal = json.loads((run_dir / "journal.json").read_text())
     assert journal["status"] == "completed", result.stdout + result.stderr

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.integration._chromium import chromium_binary, render
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -46,8 +46,7 @@ class Suites:
     run_b: subprocess.CompletedProcess[str]
 
     def cli(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*TRAINCHAOS, *argv], env=self.env, cwd=self.root, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return run_trainchaos(list(argv), env=self.env, cwd=self.root, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from chaos.cluster.resources import pending_resources, tmp_dir_for
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from chaos.record import run_record_json_schema
 from chaos.rollback import FaultJournal
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import TRAINCHAOS, cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -89,8 +89,7 @@ class Sandbox:
         return proc
 
     def cli(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*TRAINCHAOS, *argv], env=self.env, cwd=self.tmp, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return run_trainchaos(list(argv), env=self.env, cwd=self.tmp, timeout=timeout)
 
     @property
     def out(self) -> Path:

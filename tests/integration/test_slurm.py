@@ -26,7 +26,13 @@ import pytest
 from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env, machine_cleanup_lock
+from tests.integration._support import (
+    REPO,
+    TRAINCHAOS,
+    cli_env,
+    machine_cleanup_lock,
+    run_trainchaos,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -51,8 +57,7 @@ def _env(bed: SlurmTestbed, tmp_path: Path) -> dict[str, str]:
 
 
 def _cli(bed: SlurmTestbed, tmp_path: Path, *argv: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINCHAOS, *argv], env=_env(bed, tmp_path), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_trainchaos(list(argv), env=_env(bed, tmp_path), cwd=tmp_path, timeout=timeout)
 
 
 def _slurm(bed: SlurmTestbed, *argv: str) -> str:

@@ -21,7 +21,14 @@ from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
 from chaos.storage.mounts import STORAGE_RUN_ENV, fuse_mounts
-from tests.integration._support import REPO, TRAINCHAOS, cli_env, load_warm, state_dir_env
+from tests.integration._support import (
+    REPO,
+    TRAINCHAOS,
+    cli_env,
+    load_warm,
+    run_trainchaos,
+    state_dir_env,
+)
 
 STORAGE = REPO / "scenarios" / "storage"
 
@@ -189,8 +196,7 @@ def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
     assert _daemons_of(run_id)
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*TRAINCHAOS, *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+        return run_trainchaos(list(argv), env=env, cwd=tmp_path, timeout=60)
 
     check = cli("cleanup", "--check")
     assert check.returncode == 1 and "fuse_mount" in check.stdout, check.stdout + check.stderr

@@ -18,7 +18,7 @@ import pytest
 
 from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, TRAINCHAOS, cli_env
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -28,8 +28,8 @@ SCENARIOS = REPO / "scenarios" / "network"
 def _run(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
     env = cli_env(tmp_path / "state")
     env.pop("TOXIPROXY_URL", None)  # the embedded server
-    res = subprocess.run([*TRAINCHAOS, "run", str(SCENARIOS / f"{name}.yaml"), "--out", "reports"], env=env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL)
+    res = run_trainchaos(["run", str(SCENARIOS / f"{name}.yaml"), "--out", "reports"],
+                         env=env, cwd=tmp_path, timeout=170)
     run_dir = tmp_path / "reports" / name / "0"
     return res, json.loads((run_dir / "journal.json").read_text()), run_dir
 

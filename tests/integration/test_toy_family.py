@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._support import TRAINCHAOS, cli_env
+from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,8 @@ def site(tmp_path: Path) -> Path:
 
 def _cli(tmp_path: Path, site: Path, *argv: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     # COLUMNS: the verdict table wide enough that a reason is not folded across lines
-    return subprocess.run([*TRAINCHAOS, *argv], env=cli_env(tmp_path / "state", site, PLUGINS, COLUMNS="300"),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_trainchaos(list(argv), env=cli_env(tmp_path / "state", site, PLUGINS, COLUMNS="300"),
+                          cwd=tmp_path, timeout=timeout)
 
 
 @pytest.mark.timeout(300)
