@@ -36,6 +36,7 @@ from chaos import interrupts, probe
 from chaos.cluster.base import InjectionContext
 from chaos.errors import (
     EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_TARGET_MISSED,
     EXIT_TOOL_FAILED,
@@ -53,9 +54,7 @@ from chaos.gameday.view import LiveView, PlainView
 from chaos.lifecycle import FaultLifecycle, Injection
 from chaos.rollback import FaultJournal, register_run, unregister_run
 
-__all__ = ["EXIT_INTERRUPTED", "GameDay"]
-
-EXIT_INTERRUPTED = 130
+__all__ = ["GameDay"]
 
 
 @dataclass

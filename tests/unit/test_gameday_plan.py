@@ -17,12 +17,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from chaos.errors import ScenarioError
+from chaos.errors import EXIT_INTERRUPTED, ScenarioError
 from chaos.faults.base import FaultParams, FaultType, register
 from chaos.gameday.attach import AttachedRun
 from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Plan, load_plan, parse_condition
-from chaos.gameday.session import EXIT_INTERRUPTED, GameDay
+from chaos.gameday.session import GameDay
 from chaos.gameday.view import LiveStatus, render_status
 from chaos.model import Topology
 
