@@ -10,9 +10,10 @@ before they exist, removed newest first, found by ``trainchaos cleanup`` by thei
     network    <run>-net           a bridge of its own per host (``tc-<short>-db``), subnet
                                    in 198.18.0.0/15, no masquerading; the controller's
                                    rendezvous store listens on its gateway address only
-    container  <run>-n<i>          node i, ``trainchaos.node=<i>``, address .10+i; the run
-                                   directory, the node's local disk and its TMPDIR are
-                                   bind-mounted at the controller's paths
+    container  <run>-n<i>          node i, ``trainchaos.node=<i>``, address .10+i, host name
+                                   node<i> (its /etc/hosts names the store and the other
+                                   nodes); the run directory, the node's local disk and its
+                                   TMPDIR are bind-mounted at the controller's paths
 
 Events reach the controller through the bind-mounted run directory (the probe appends to
 ``<run>/events`` as on ``local``); each node's output is streamed from the engine into
@@ -66,9 +67,11 @@ from chaos.schema.types import StrictModel
 if TYPE_CHECKING:
     from chaos.model import Scenario
 
-__all__ = ["DockerCluster", "DockerOptions", "PID_STRIDE", "handle", "split_handle"]
+__all__ = ["DockerCluster", "DockerOptions", "PID_STRIDE", "STORE_HOST", "handle", "split_handle"]
 
 NODE_HOST_OFFSET = 10
+STORE_HOST = "trainchaos-store"
+"""The name of the controller's rendezvous store (the bridge's gateway) inside the nodes."""
 _POLL_EVERY_S = 0.2
 
 
@@ -260,8 +263,9 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         create: dict[str, Any] = {
             "image": self.image_name(), "command": self.agent_command(node),
             "environment": self.node_env(node), "labels": {LABEL_NODE: str(node)},
-            "hostname": f"node{node}", "working_dir": self.spec.run_dir, "init": True,
+            "hostname": self.hostname(node), "working_dir": self.spec.run_dir, "init": True,
             "network": self.network_name(), "mounts": self._mounts(node),
+            "extra_hosts": self.peer_hosts(node),
             "shm_size": self.options.shm_size, "stdin_open": False,
             "networking_config": {self.network_name(): endpoint},
         }
@@ -279,6 +283,20 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         thread.start()
         self._log_threads.append(thread)
         self.nodes[node] = None  # type: ignore[assignment]  (spares: LocalCluster counts nodes)
+
+    @staticmethod
+    def hostname(node: int) -> str:
+        return f"node{node}"
+
+    def peer_hosts(self, node: int) -> dict[str, str]:
+        """Names for the run's other addresses in the node's /etc/hosts: the store (the
+        bridge's gateway) and every other node. torch's c10d client looks up the name of the
+        address it connects to; with only its own address in the file, that lookup goes to
+        the engine's DNS, which forwards it to the host's resolver and, where none answers
+        (a machine without a reachable name server), gives up after 2 x 5 s: 10 s of every
+        agent's start went there."""
+        peers = {self.hostname(n): self.node_address(n) for n in range(self.topology.total_nodes) if n != node}
+        return {STORE_HOST: self.gateway, **peers}
 
     def _stream_logs(self, node: int, log_path: str) -> None:
         with contextlib.suppress(Exception), open(log_path, "ab") as log:

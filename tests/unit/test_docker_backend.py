@@ -15,7 +15,14 @@ from click.testing import CliRunner
 from chaos.cli import cli
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.docker import PID_STRIDE, DockerCluster, DockerOptions, handle, split_handle
+from chaos.cluster.docker import (
+    PID_STRIDE,
+    STORE_HOST,
+    DockerCluster,
+    DockerOptions,
+    handle,
+    split_handle,
+)
 from chaos.cluster.docker_engine import LABEL_RUN, BlastRadiusError, owned
 from chaos.faults.base import known_types
 from chaos.model import Topology
@@ -127,6 +134,21 @@ def test_agent_reaches_the_store_on_the_run_bridge_and_binds_its_own_address(tmp
     assert argv[argv.index("--local-addr") + 1] == "198.18.7.11"
     user_image = _cluster(tmp_path, image="team/train:1")
     assert user_image.agent_command(0)[0] == "python"
+
+
+def test_a_node_finds_the_store_and_its_peers_in_its_hosts_file(tmp_path: Path) -> None:
+    """The c10d client looks up the name of the store's address: unnamed, that went to the
+    engine's DNS and waited 10 s for a resolver that does not answer, at every agent start."""
+    cluster = _cluster(tmp_path)
+    assert cluster.peer_hosts(1) == {STORE_HOST: "198.18.7.1", "node0": "198.18.7.10"}
+    assert cluster.peer_hosts(0) == {STORE_HOST: "198.18.7.1", "node1": "198.18.7.11"}
+    # the spares' addresses are named too: one may replace a node of the first round
+    spares = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path / "run"), worker_argv=["-m", "harness"],
+                     topology=Topology(nodes=2, ranks_per_node=1, spares=1))
+    with_spare = DockerCluster(spares, resources=None)  # type: ignore[arg-type]
+    with_spare.subnet, with_spare.gateway = cluster.subnet, cluster.gateway
+    assert set(with_spare.peer_hosts(0)) == {STORE_HOST, "node1", "node2"}
+    assert with_spare.peer_hosts(2)["node0"] == with_spare.node_address(0) == "198.18.7.10"
 
 
 def test_container_env_is_the_node_identity_not_the_controllers_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
