@@ -22,7 +22,14 @@ from chaos.cluster.resources import known_kinds, pending_resources, release_reco
 from chaos.faults.base import UnknownFaultType, lookup
 from chaos.procs import find_run_processes, kill_pids
 from chaos.record import RunRecordError, load_run_record
-from chaos.rollback import FaultJournal, active_runs, run_is_live, unregister_run
+from chaos.rollback import (
+    FaultJournal,
+    active_runs,
+    live_run_ids,
+    prune_live_marks,
+    run_is_live,
+    unregister_run,
+)
 from chaos.rundir import RunDir
 
 __all__ = ["CleanupReport", "cleanup_runs", "find_leftovers"]
@@ -34,10 +41,6 @@ class CleanupReport:
     """What was done, one line each."""
     failures: list[str] = field(default_factory=list)
     """What could not be undone: cleanup exits non-zero when any."""
-
-
-def _live_run_ids() -> set[str]:
-    return {r["run_id"] for r in active_runs() if run_is_live(r)}
 
 
 def _clean_one(run_id: str, run_dir: str, report: CleanupReport) -> None:
@@ -106,8 +109,10 @@ def cleanup_runs(run_dirs: list[str], force: bool = False) -> CleanupReport:
 
 
 def _clean_unregistered(report: CleanupReport) -> None:
-    """Leftovers no registry entry leads to (an entry removed by hand, a foreign state dir)."""
-    live = _live_run_ids()
+    """Leftovers no registry entry leads to (an entry removed by hand, a foreign state dir).
+    A run of another state dir whose controller runs is alive, not a leftover (its mark)."""
+    prune_live_marks()
+    live = live_run_ids()
     orphans = [p for p in find_run_processes() if p.orphaned and p.run_id not in live]
     if orphans:
         kill_pids([p.pid for p in orphans])
@@ -129,7 +134,7 @@ def _clean_unregistered(report: CleanupReport) -> None:
 def find_leftovers() -> list[str]:
     """What runs whose controller is gone left on this machine; changes nothing."""
     found: list[str] = []
-    live = _live_run_ids()
+    live = live_run_ids()
     listed = set(live)  # a dead registered run's resources are listed under it, once
     for entry in active_runs():
         if run_is_live(entry):

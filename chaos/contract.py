@@ -33,6 +33,7 @@ __all__ = [
     "SLURM_TESTBED_ENV",
     "SRC_ENV",
     "STATE_DIR_ENV",
+    "LIVE_DIR_ENV",
     "STORAGE_RUN_ID_ENV",
     "ZYGOTE_ENV_ROOM_ENV",
     "ZYGOTE_SOCKET_ENV",
@@ -103,6 +104,9 @@ PLUGINS_ENV = "TRAINCHAOS_PLUGINS"
 """Comma-separated modules to import for their fault types."""
 STATE_DIR_ENV = "TRAINCHAOS_STATE_DIR"
 """Where trainchaos keeps machine-wide state (live runs, journals of applied faults)."""
+LIVE_DIR_ENV = "TRAINCHAOS_LIVE_DIR"
+"""Where every controller on the machine says it runs, whatever its state dir (default
+``/dev/shm/trainchaos-live``)."""
 SLURM_TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
 """The root of a running local Slurm testbed; its daemons and job steps carry it."""
 

@@ -7,7 +7,9 @@ waited for; with a ``JournalWriter`` (the run loop's) the others are synced from
 and an ``apply`` may be written ahead of the fault's time (``armed``, see
 ``chaos.lifecycle.FaultLifecycle.arm``): its ``applied`` record then carries the target as
 resolved and the time the fault took effect. Active runs are also registered in a state
-directory so that cleanup finds them without being told where.
+directory so that cleanup finds them without being told where, and marked live in one
+directory of the whole machine (``live_dir``), so that a cleanup of any state directory
+knows a run of another one (another user's, a test's beside it) is alive.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from chaos import contract
 from chaos.journal_writer import JournalWriter, journal_line
 from chaos.procs import controller_alive, controller_tag
 
-__all__ = ["FaultJournal", "active_runs", "append_record", "read_records", "run_is_live",
-           "register_run", "state_base", "state_dir", "unregister_run"]
+__all__ = ["FaultJournal", "active_runs", "append_record", "live_dir", "live_run_ids", "prune_live_marks",
+           "read_records", "run_is_live", "register_run", "state_base", "state_dir", "unregister_run"]
 
 
 def state_base() -> str:
@@ -44,21 +46,82 @@ def run_is_live(entry: dict[str, Any]) -> bool:
     return controller_alive(entry.get("controller"))
 
 
+def live_dir() -> str:
+    """The machine's one directory of live-run marks. On tmpfs: a reboot, which ends every
+    controller, empties it; a mark a SIGKILLed controller left names a dead controller and
+    counts for nothing."""
+    return os.environ.get(contract.LIVE_DIR_ENV) or "/dev/shm/trainchaos-live"
+
+
 def register_run(run_id: str, run_dir: str) -> str:
     path = os.path.join(state_dir(), f"{run_id}.json")
+    entry = {"run_id": run_id, "run_dir": os.path.abspath(run_dir), "pid": os.getpid(),
+             "controller": controller_tag(), "started": time.time()}
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"run_id": run_id, "run_dir": os.path.abspath(run_dir), "pid": os.getpid(),
-                   "controller": controller_tag(), "started": time.time()}, fh)
+        json.dump(entry, fh)
         fh.flush()
         os.fsync(fh.fileno())
+    _mark_live(entry)
     return path
 
 
-def unregister_run(run_id: str) -> None:
+def _mark_live(entry: dict[str, Any]) -> None:
+    # Best effort: without the mark (no /dev/shm, not writable) a cleanup of another state
+    # dir cannot tell this run from a dead one's leftovers, as before the marks existed.
+    directory = live_dir()
     try:
-        os.remove(os.path.join(state_dir(), f"{run_id}.json"))
-    except FileNotFoundError:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            os.chmod(directory, 0o1777)  # every user's controllers mark here; each removes its own
+        with open(os.path.join(directory, f"{entry['run_id']}.json"), "w", encoding="utf-8") as fh:
+            json.dump(entry, fh)
+    except OSError:
         pass
+
+
+def unregister_run(run_id: str) -> None:
+    for directory in (state_dir(), live_dir()):
+        try:
+            os.remove(os.path.join(directory, f"{run_id}.json"))
+        except (FileNotFoundError, PermissionError):
+            pass
+
+
+def _live_marks() -> list[tuple[str, dict[str, Any]]]:
+    directory = live_dir()
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    marks = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                marks.append((path, json.load(fh)))
+        except (OSError, ValueError):
+            continue
+    return marks
+
+
+def live_run_ids() -> set[str]:
+    """Every run on this machine whose controller still runs: this state dir's registry and
+    the machine's live marks (runs of any state dir)."""
+    live = {r["run_id"] for r in active_runs() if run_is_live(r)}
+    return live | {m["run_id"] for _, m in _live_marks() if "run_id" in m and run_is_live(m)}
+
+
+def prune_live_marks() -> int:
+    """Remove the marks of dead controllers (SIGKILLed, crashed); how many went."""
+    pruned = 0
+    for path, mark in _live_marks():
+        if not run_is_live(mark):
+            try:
+                os.remove(path)
+                pruned += 1
+            except OSError:
+                continue
+    return pruned
 
 
 def active_runs() -> list[dict[str, Any]]:

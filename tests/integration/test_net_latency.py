@@ -65,14 +65,17 @@ def _left(run_id: str) -> list[str]:
 
 @pytest.mark.timeout(150)
 def test_latency_on_every_link_slows_steps_raises_no_alarm_and_heals(tmp_path: Path) -> None:
-    (tmp_path / "lat.yaml").write_text(SCENARIO.format(name="netns-latency", steps=45, extra=", duration_s: 6"))
+    # The job outlives the fault on any machine: under 50 ms each way a step takes at least
+    # 0.1 s, so at most 60 steps fit in the fault's 6 s; 120 steps leave 45 to step after it
+    # (at 45 steps, a machine whose faulted steps took 0.15 s ended the job before the revert).
+    (tmp_path / "lat.yaml").write_text(SCENARIO.format(name="netns-latency", steps=120, extra=", duration_s: 6"))
     res = _cli(tmp_path, "run", "lat.yaml", "--out", "reports")
     run_dir = tmp_path / "reports" / "netns-latency" / "0"
     journal = json.loads((run_dir / "journal.json").read_text())
     metrics = journal["metrics"]
     fault = metrics["faults"][0]
     assert res.returncode == 0, res.stdout + res.stderr
-    assert metrics["completed"] and metrics["final_step"] == 45
+    assert metrics["completed"] and metrics["final_step"] == 120
     # A slow but healthy network: nobody was called dead or hung, nothing was blamed.
     assert metrics["false_detections"] == 0, metrics["false_detection_events"]
     assert fault["detection_s"] is None and fault["detected_suspect"] is None

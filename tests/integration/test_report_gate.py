@@ -165,7 +165,7 @@ def test_slower_restart_fails_the_gate_in_one_step(suites: Suites) -> None:
     assert slow_s - fast_s > RESTART_DELAY_S / 2, (slow_s, fast_s)
 
 
-def test_compare_exit_codes_on_real_suites(suites: Suites) -> None:
+def test_compare_exit_codes_on_real_suites(suites: Suites, tmp_path: Path) -> None:
     same = suites.cli("compare", str(suites.store), str(suites.a))
     assert same.returncode == 0, same.stdout + same.stderr
     assert "resilience gate: PASS" in same.stdout
@@ -176,7 +176,7 @@ def test_compare_exit_codes_on_real_suites(suites: Suites) -> None:
     assert "| tiny-kill | `recovery_s` |" in regression_line
 
     # A suite output rebuilt from the journals of one of the two scenarios: one is missing.
-    subset = suites.root / "subset"
+    subset = tmp_path / "subset"  # this test's own: the suites are shared
     shutil.copytree(suites.a / "tiny-kill", subset / "tiny-kill", ignore=shutil.ignore_patterns("checkpoints"))
     rebuilt = suites.cli("report", str(subset))
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr

@@ -7,16 +7,17 @@ import socket
 import pytest
 import torch.distributed as dist
 
-from chaos.contract import STATE_DIR_ENV
+from chaos.contract import LIVE_DIR_ENV, STATE_DIR_ENV
 
 
 @pytest.fixture(autouse=True)
 def own_state_dir(tmp_path, monkeypatch):
-    """Every unit test keeps trainchaos's machine-wide state (the registry of active runs) in
-    ``tmp_path / "state"``: nothing it registers is seen by a run or test beside it, and its
-    subprocesses inherit the same directory."""
+    """Every unit test keeps trainchaos's machine-wide state (the registry of active runs, the
+    live-run marks) in ``tmp_path``: nothing it registers is seen by a run or test beside it,
+    and its subprocesses inherit the same directories."""
     path = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(path))
+    monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path / "live"))
     return path
 
 

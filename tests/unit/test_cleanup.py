@@ -16,7 +16,7 @@ from chaos.cleanup import cleanup_runs, find_leftovers
 from chaos.cli import cli
 from chaos.cluster.resources import OWNER_FILE, RunResources, scratch_base, tmp_dir_for
 from chaos.procs import controller_tag
-from chaos.rollback import active_runs, state_dir
+from chaos.rollback import active_runs, live_dir, register_run, state_dir, unregister_run
 
 
 @pytest.fixture(autouse=True)
@@ -91,3 +91,39 @@ def test_a_temp_dir_in_the_shared_tmp_is_a_leftover_only_when_its_controller_is_
     finally:
         assert live.release_all() == []
         assert not Path(tmp_dir_for("trainchaos-0a0a0a0a01", 0)).exists()
+
+
+def test_a_live_run_of_another_state_dir_is_no_leftover_and_is_never_touched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run registered in another state dir (another user's, a test's beside this one) is
+    invisible to this registry; its live mark says its controller runs, so what a kind finds
+    of it by name is neither listed nor removed. Once the controller is gone, it is both."""
+    import chaos.cleanup
+    from chaos.cluster.resources import Leftover
+
+    class Named:  # a kind that knows a run only by the name of what it made (a cgroup, a netns)
+        kind = "named"
+        removed: list[str] = []
+
+        @classmethod
+        def scan(cls) -> list[Leftover]:
+            return [Leftover(cls.kind, "trainchaos-elsewhere-thing", "trainchaos-elsewhere", {})]
+
+        @classmethod
+        def destroy(cls, spec: dict, details: dict) -> None:
+            cls.removed.append("trainchaos-elsewhere")
+
+    monkeypatch.setattr(chaos.cleanup, "known_kinds", lambda: {Named.kind: Named})
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "other-state"))
+    register_run("trainchaos-elsewhere", str(tmp_path / "elsewhere"))  # this process: alive
+    monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
+    assert active_runs() == [], "not in this state dir's registry"
+    assert find_leftovers() == []
+    assert not any("elsewhere" in line for line in cleanup_runs([]).lines) and Named.removed == []
+
+    mark = Path(live_dir()) / "trainchaos-elsewhere.json"
+    mark.write_text(json.dumps({"run_id": "trainchaos-elsewhere", "controller": "999999999:1"}))
+    assert find_leftovers() == ["named trainchaos-elsewhere-thing (run trainchaos-elsewhere)"]
+    cleanup_runs([])
+    assert Named.removed == ["trainchaos-elsewhere"] and not mark.exists(), "the dead mark is pruned"
+    unregister_run("trainchaos-elsewhere")
