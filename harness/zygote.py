@@ -38,6 +38,14 @@ The design, and why (fault semantics stay honest):
   dies with its agent (``PR_SET_PDEATHSIG``), carries the run's id like every process of
   the run (found and killed by a node kill, ``stop``, ``trainchaos cleanup``), and its
   abstract socket leaves nothing on disk.
+- A stop signal for the whole node (a ``kill_node`` with SIGTERM, a Slurm drain or
+  preemption signalling every process of the step) reaches the zygote too. A cold node has
+  no such process; were the zygote to die of it, every client would SIGKILL its rank before
+  the rank's own handler (the emergency checkpoint, ``harness.preempt``) had done its work.
+  So the zygote blocks the signals a worker is stopped with (``FORWARDED``: pending on the
+  zygote, never acted on; it leaves with its agent) and each forked rank unblocks them at
+  once: one that arrived between the fork and that moment is delivered then, as a cold
+  rank would have got it.
 - Fork safety: the zygote forks from a single thread (it checks that importing started no
   thread, so torch's intra-op pool does not exist yet) and runs no tensor op.
 """
@@ -98,6 +106,9 @@ class Zygote:
     """The fork server: one selector loop, one thread. Each request forks one rank."""
 
     def __init__(self, listener: socket.socket) -> None:
+        # A node's stop signals are for its ranks, not for the server that forks them (see
+        # the module's docstring); the mask is inherited by each fork, which lifts it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         self.listener = listener
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, self._accept)
@@ -198,6 +209,8 @@ def _become_rank(request: dict, fds: list[int]) -> int:
     os.setsid()  # torchrun starts each worker in its own session and signals that group
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
+    # The zygote's mask (Zygote.__init__): a stop sent since the fork is delivered now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # a cold rank has 0-2 only
     from harness import procenv
 
@@ -260,6 +273,7 @@ def serve(parent: int) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(_address(name))
     listener.listen(256)  # bound before the imports: clients queue instead of failing
+    zygote = Zygote(listener)  # before the imports: a node's stop during them is not ours either
     started = time.perf_counter()
     for module in PREIMPORTS:
         __import__(module)
@@ -271,7 +285,7 @@ def serve(parent: int) -> int:
     gc.freeze()  # the imports' objects stay shared with the ranks instead of copied by their GC
     print(f"{_LOG} {name}: imported {', '.join(PREIMPORTS)} in {time.perf_counter() - started:.1f} s; "
           "forking ranks", file=sys.stderr, flush=True)
-    Zygote(listener).serve_forever()
+    zygote.serve_forever()
     return 0
 
 

@@ -40,7 +40,8 @@ _SERVE = textwrap.dedent("""
 
 _TARGET = textwrap.dedent("""
     import json, os, sys, time
-    print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
+    blocked = next(int(line.split()[1], 16) for line in open("/proc/self/status") if line.startswith("SigBlk:"))
+    print(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "blocked": blocked,
                       "argv": sys.argv[1:], "cwd": os.getcwd(), "fds": sorted(os.listdir("/proc/self/fd")),
                       "rank": os.environ.get("RANK"), "main": sys.modules["__main__"].__spec__.name}),
           flush=True)
@@ -164,6 +165,25 @@ def test_when_the_zygote_dies_each_client_ends_its_rank(zygote, tmp_path):
     proc.kill()
     assert client.wait(timeout=10) == 1
     assert _gone(info["pid"])
+
+
+def test_a_stop_for_the_whole_node_is_for_the_ranks_not_the_zygote(zygote, tmp_path):
+    """A kill_node with SIGTERM, a Slurm drain or preemption signals every process of the
+    node, the zygote too. Were it to die of that, each client would SIGKILL its rank before
+    the rank's own handler (the emergency checkpoint) had done its work."""
+    proc, env = zygote
+    first = _client(env, tmp_path, "wait")
+    rank = _started(first, tmp_path)
+    for sig in FORWARDED:
+        os.kill(proc.pid, sig)
+    later = _client(env, tmp_path, "exit", "0")  # the zygote still forks, after the signals
+    out, _ = later.communicate(timeout=20)
+    assert later.returncode == 0 and proc.poll() is None
+    forwarded = sum(1 << (sig - 1) for sig in FORWARDED)
+    assert json.loads(out)["blocked"] & forwarded == 0, "a forked rank must get the signals the zygote holds"
+    assert first.poll() is None, "the rank forked before the signals was taken down with the zygote"
+    os.kill(rank["pid"], signal.SIGTERM)  # the rank's own stop: its default action, as cold
+    assert first.wait(timeout=10) == -signal.SIGTERM
 
 
 def test_a_bad_request_gets_a_reason_not_a_fork(zygote):
