@@ -9,6 +9,10 @@ SIGKILLed while a node is DOWN is cleaned up by ``trainchaos cleanup``. A drain 
 and a preemption (requeue) lose no step (the emergency checkpoint, harness.preempt); a
 spare task replaces a DOWN node; ``kill-node`` is signalled through ``srun`` into the job,
 the way a real cluster must be.
+
+The scenarios run with warm ranks (``harness.warm_start``): a restart inside the job step
+forks its ranks from the node's zygote, which Slurm's signals (a drain's SIGTERM, a
+preemption's) leave to the ranks; no test here asserts anything of a cold launch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tests.integration._support import (
     cli_env,
     machine_cleanup_lock,
     run_trainchaos,
+    warm_copy,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
@@ -124,6 +129,7 @@ def test_scenario_on_slurm_meets_its_targets(slurm_cluster: SlurmTestbed, tmp_pa
         assert old in scenario.read_text()
         scenario = tmp_path / f"{name}.yaml"
         scenario.write_text((SCENARIOS / f"{name}.yaml").read_text().replace(old, new))
+    scenario = warm_copy(scenario, tmp_path / "warm")
     result = _cli(slurm_cluster, tmp_path, "run", str(scenario), "--out", str(tmp_path / "out"))
     output = result.stdout + result.stderr
     run_dir = next((tmp_path / "out").glob("*/0"))
@@ -255,6 +261,7 @@ def test_a_run_inside_an_existing_allocation_leaves_the_allocation_alone(slurm_c
         scenario.write_text((SCENARIOS / "rank-kill.yaml").read_text()
                             .replace("backend: slurm", f"backend: {{slurm: {{jobid: {job}}}}}")
                             .replace("name: slurm-rank-kill", "name: in-alloc"))
+        scenario = warm_copy(scenario, tmp_path / "warm")
         result = _cli(slurm_cluster, tmp_path, "run", str(scenario), "--out", str(tmp_path / "out"))
         journal = json.loads((tmp_path / "out" / "in-alloc" / "0" / "journal.json").read_text())
         assert result.returncode == 0, result.stdout + result.stderr
