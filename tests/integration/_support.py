@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -29,8 +30,8 @@ import yaml
 from chaos.contract import STATE_DIR_ENV
 from chaos.model import Scenario
 
-__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "load_warm", "machine_cleanup_lock", "missing",
-           "run_trainchaos", "state_dir_env", "warm_copy"]
+__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
+           "missing", "run_trainchaos", "state_dir_env", "warm_copy"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,19 +64,30 @@ def state_dir_env(path: Path) -> Iterator[Path]:
 # option). Tests whose runs restart ranks and assert nothing about a cold launch (its
 # timing, the process tree of a plain torchrun) run the shipped scenario this way.
 
-def _warm_doc(scenario: Path) -> dict:
+def _harness_doc(scenario: Path, **harness: Any) -> dict:
     doc = yaml.safe_load(scenario.read_text())
-    doc["workload"]["harness"]["warm_start"] = True
+    doc["workload"]["harness"].update(harness)
     return doc
+
+
+def _warm_doc(scenario: Path) -> dict:
+    return _harness_doc(scenario, warm_start=True)
+
+
+def harness_copy(scenario: Path, into: Path, **harness: Any) -> Path:
+    """A copy of ``scenario`` (a harness workload) in ``into`` with these ``harness`` options
+    (the tiny model where nothing asserted depends on the model's size, ``warm_start``): for
+    a test that runs it through the ``trainchaos`` command."""
+    into.mkdir(parents=True, exist_ok=True)
+    copy = into / scenario.name
+    copy.write_text(yaml.safe_dump(_harness_doc(scenario, **harness), sort_keys=False))
+    return copy
 
 
 def warm_copy(scenario: Path, into: Path) -> Path:
     """A copy of ``scenario`` (a harness workload) in ``into``, its ranks started warm: for
     a test that runs it through the ``trainchaos`` command."""
-    into.mkdir(parents=True, exist_ok=True)
-    copy = into / scenario.name
-    copy.write_text(yaml.safe_dump(_warm_doc(scenario), sort_keys=False))
-    return copy
+    return harness_copy(scenario, into, warm_start=True)
 
 
 def load_warm(scenario: str | os.PathLike[str]) -> Scenario:

@@ -23,8 +23,10 @@ from chaos.net.fabric import short_id
 from tests.integration._support import (
     REPO,
     cli_env,
+    harness_copy,
     machine_cleanup_lock,
     run_trainchaos,
+    warm_copy,
 )
 
 pytestmark = pytest.mark.integration
@@ -51,8 +53,14 @@ def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("power")
-    result = run_trainchaos(["run", str(SCENARIOS / "domain-out-with-spare.yaml"),
-                             str(SCENARIOS / "domain-out-shrink-grow.yaml"), "--out", str(tmp / "out")],
+    # The spares' run on the tiny model: what the outage kills, who is blamed, who joins and
+    # which samples are trained do not depend on the model, and its steps cost about a third
+    # of the transformer's here. Its ranks start cold: the pids asserted are a cold node's
+    # (agent and rank). The shrink-grow run stays as shipped: its pace (the transformer's
+    # steps plus step_delay_s) is what keeps node 0 alone from finishing before the grow-back.
+    with_spare = harness_copy(SCENARIOS / "domain-out-with-spare.yaml", tmp / "scenarios", model={"name": "mlp"})
+    result = run_trainchaos(["run", str(with_spare), str(SCENARIOS / "domain-out-shrink-grow.yaml"),
+                             "--out", str(tmp / "out")],
                             env=_env(tmp), cwd=tmp, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
@@ -113,7 +121,10 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
 @pytest.fixture(scope="module")
 def placements(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, Path]:
     tmp = tmp_path_factory.mktemp("placement")
-    result = run_trainchaos(["run", str(SCENARIOS / "only-local-copies.yaml"),
+    # Warm ranks (harness.warm_start): the restart after the outage (node 1 and the spare)
+    # forks them; nothing asserted is of how a rank started.
+    scenario = warm_copy(SCENARIOS / "only-local-copies.yaml", tmp / "scenario")
+    result = run_trainchaos(["run", str(scenario),
                              "--out", str(tmp / "out"),
                              "--compare", "checkpoint.placement=local+shared,replicated+shared"],
                             env=_env(tmp), cwd=tmp, timeout=600)
@@ -147,7 +158,9 @@ def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements
 
 @pytest.mark.netns
 def test_on_the_fabric_the_survivors_hear_silence_and_the_node_comes_back(tmp_path: Path) -> None:
-    result = run_trainchaos(["run", str(SCENARIOS / "domain-out-on-fabric.yaml"),
+    # Warm ranks: the survivors' two restarts (the shrink, the grow-back) fork them.
+    scenario = warm_copy(SCENARIOS / "domain-out-on-fabric.yaml", tmp_path / "scenario")
+    result = run_trainchaos(["run", str(scenario),
                              "--out", str(tmp_path / "out")],
                             env=_env(tmp_path), cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
