@@ -1,5 +1,8 @@
 """The engine's contracts on real runs: a failure of trainchaos is a tool error (exit 3, a
 journal, nothing left), and spares stand in for a lost node.
+
+The ranks start warm (``harness.warm_start``): nothing here is a cold launch's figure, the
+spare's restart forks its ranks, and "nothing left" then covers each node's zygote too.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
-TINY = "steps: {steps}\n    model: {{name: mlp}}\n    checkpoint: {{every_steps: 10}}"
+TINY = "warm_start: true\n    steps: {steps}\n    model: {{name: mlp}}\n    checkpoint: {{every_steps: 10}}"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
