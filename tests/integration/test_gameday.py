@@ -40,10 +40,13 @@ name: gd-job
 workload:
   harness: {model: {name: mlp}, steps: 20000, step_delay_s: 0.05, checkpoint: {every_steps: 20},
             failure: {watchdog_s: 3}}
-topology: {nodes: 2, ranks_per_node: 1}
+topology: {nodes: 2, ranks_per_node: 1, max_restarts: 20}
 backend: docker
 timeout_s: 600
 """
+# max_restarts (the most allowed): every freeze trips the job's watchdog and costs a restart;
+# the default 3 ended the shared job (status failed, containers gone) when `make test-stress`
+# ran each test twice.
 
 
 def _docker():  # noqa: ANN202
@@ -74,6 +77,30 @@ class Job:
             assert self.controller.poll() is None, "the job's controller died"
             time.sleep(0.5)
         pytest.fail("the job never made a step")
+
+    def wait_stepping(self, timeout: float = 150) -> None:
+        """Until every rank has stepped since this call. A test before may have left the job
+        restarting (a freeze trips its watchdog): a game day started then would find it dead
+        and stop at once, racing the job's own recovery."""
+        since = time.time()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self._last_step_t(rank) >= since for rank in range(self.ranks)):
+                return
+            assert self.controller.poll() is None, "the job's controller died"
+            time.sleep(0.5)
+        pytest.fail(f"the job did not step again within {timeout:.0f} s")
+
+    def _last_step_t(self, rank: int) -> float:
+        latest = 0.0
+        for path in (self.run_dir / "events").glob(f"rank-{rank}.*jsonl"):
+            with open(path, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, os.SEEK_END) - 8192))  # the newest events only
+                for line in fh.read().splitlines():
+                    if b'"step_end"' in line:
+                        with contextlib.suppress(ValueError):
+                            latest = max(latest, float(json.loads(line).get("t") or 0.0))
+        return latest
 
     def cli(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return run_trainchaos(list(argv), env=self.env, cwd=self.work, timeout=timeout)
@@ -121,6 +148,8 @@ class JobSlot:
     def get(self) -> Job:
         if self._current is None or self._current.controller.poll() is not None:
             self._current = self._jobs.enter_context(_running(Job(self._tmp.mktemp("gameday"))))
+        else:
+            self._current.wait_stepping()
         return self._current
 
     def close(self) -> None:
