@@ -43,8 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos import probe
+from harness.quarantine import agent_pid
 
-__all__ = ["EXIT_PEER_STOPPED", "EXIT_STOPPED", "EmergencyStop", "StopVerdict", "admission_restart_possible"]
+__all__ = ["EXIT_PEER_STOPPED", "EXIT_STOPPED", "EmergencyStop", "StopVerdict", "admission_restart_possible",
+           "agent_cmdline"]
 
 EXIT_STOPPED = 128 + signal.SIGTERM
 EXIT_PEER_STOPPED = 77
@@ -80,9 +82,16 @@ def admission_restart_possible(parent_cmdline: list[str], group_nodes: int) -> b
     return False
 
 
-def _parent_cmdline() -> list[str]:
+def agent_cmdline(start: int | None = None) -> list[str]:
+    """The command line of the torchrun agent this rank runs under (``quarantine.agent_pid``
+    from ``start``, default the parent): the parent of a cold rank, the zygote's parent under
+    ``harness.warm_start``. Read from the parent instead, a warm rank saw the zygote's command
+    line, took a grow-back restart's SIGTERM for its node being stopped, and blamed itself."""
+    pid = agent_pid(start)
+    if pid is None:
+        return []
     try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
     except OSError:
         return []
@@ -125,7 +134,7 @@ class EmergencyStop:
         self._requested.set()
         name = signal.Signals(signum).name
         group_nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
-        if admission_restart_possible(_parent_cmdline(), group_nodes):
+        if admission_restart_possible(agent_cmdline(), group_nodes):
             self.emit("stop_requested", signal=name, notice=False,
                       reason=f"{name} with every peer alive while the elastic group is below its "
                              "maximum size (torchrun admitting a node, or a stop request)")

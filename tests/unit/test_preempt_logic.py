@@ -18,6 +18,7 @@ from harness.preempt import (
     EXIT_STOPPED,
     EmergencyStop,
     admission_restart_possible,
+    agent_cmdline,
 )
 from harness.sdc import SdcMonitor
 
@@ -48,6 +49,34 @@ def _stop(rank: int = 0, timeout_s: float = 30.0, **kwargs) -> tuple[EmergencySt
 def test_only_an_elastic_group_below_its_maximum_can_be_restarted_to_admit_a_node(
         argv: list[str], group_nodes: int, possible: bool) -> None:
     assert admission_restart_possible(argv, group_nodes) is possible
+
+
+def test_the_admission_check_reads_the_agent_under_a_warm_start_too() -> None:
+    """harness.warm_start: a rank's parent is its node's zygote, not torchrun. Read from the
+    zygote, a grow-back restart's SIGTERM (every peer alive, the group below its maximum) was
+    taken for the node being stopped: a healthy rank reported itself (test_net_heal, warm)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    # a stand-in agent (torchrun's marks and --nnodes) and its child, a stand-in zygote
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+            "'import os, time; print(os.getpid(), flush=True); time.sleep(30)'], stdout=subprocess.PIPE); "
+            "print(p.stdout.readline().decode().strip(), flush=True); p.wait()")
+    agent = subprocess.Popen([sys.executable, "-c", code, "torch.distributed.run", "--nnodes", "1:2"],
+                             stdout=subprocess.PIPE)
+    zygote = None
+    try:
+        assert agent.stdout is not None
+        zygote = int(agent.stdout.readline())
+        assert admission_restart_possible(agent_cmdline(start=zygote), 1) is True
+        assert agent_cmdline() == []  # pytest's own ancestors are no torchrun
+    finally:
+        if zygote is not None:
+            os.kill(zygote, signal.SIGKILL)
+        agent.kill()
+        agent.wait()
 
 
 def test_a_sigterm_outside_the_training_loop_or_with_a_dead_peer_is_left_to_the_old_path() -> None:
