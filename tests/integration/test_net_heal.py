@@ -3,6 +3,9 @@ scenario ``isolate-then-heal``): the cut-off node is detected as a network failu
 node, nobody else is blamed, the job goes on without it and takes it back after the heal,
 and ``heal_s`` measures how long that took.
 
+The ranks start warm (``harness.warm_start``): the group restarts twice (shrunk, grown
+back), and nothing here is a cold launch's figure.
+
 Needs CAP_NET_ADMIN (root): skipped otherwise.
 """
 
@@ -16,7 +19,7 @@ import pytest
 
 from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, cli_env, run_trainchaos
+from tests.integration._support import REPO, cli_env, run_trainchaos, warm_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -25,7 +28,8 @@ SCENARIO = REPO / "scenarios" / "network" / "isolate-then-heal.yaml"
 
 @pytest.mark.timeout(200)
 def test_partition_heals_and_the_node_is_taken_back(tmp_path: Path) -> None:
-    res = run_trainchaos(["run", str(SCENARIO), "--out", "reports"],
+    scenario = warm_copy(SCENARIO, tmp_path / "scenario")
+    res = run_trainchaos(["run", str(scenario), "--out", "reports"],
                          env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=190)
     journal = json.loads((tmp_path / "reports" / "isolate-then-heal" / "0" / "journal.json").read_text())
     metrics = journal["metrics"]
