@@ -4,6 +4,9 @@ scenarios ``store-down-during-restart`` and ``slow-store-during-restart``. Each 
 detection class, the blamed rank and false detections, and that the proxy server and the
 fabric are gone afterwards.
 
+The ranks start warm (``harness.warm_start``): the slow store's run restarts its group, and
+neither run asserts anything of a cold launch.
+
 Needs CAP_NET_ADMIN (root): skipped otherwise.
 """
 
@@ -18,7 +21,7 @@ import pytest
 
 from chaos.net.fabric import short_id
 from chaos.procs import find_run_processes
-from tests.integration._support import REPO, cli_env, run_trainchaos
+from tests.integration._support import REPO, cli_env, run_trainchaos, warm_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -28,8 +31,8 @@ SCENARIOS = REPO / "scenarios" / "network"
 def _run(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
     env = cli_env(tmp_path / "state")
     env.pop("TOXIPROXY_URL", None)  # the embedded server
-    res = run_trainchaos(["run", str(SCENARIOS / f"{name}.yaml"), "--out", "reports"],
-                         env=env, cwd=tmp_path, timeout=170)
+    scenario = warm_copy(SCENARIOS / f"{name}.yaml", tmp_path / "scenario")
+    res = run_trainchaos(["run", str(scenario), "--out", "reports"], env=env, cwd=tmp_path, timeout=170)
     run_dir = tmp_path / "reports" / name / "0"
     return res, json.loads((run_dir / "journal.json").read_text()), run_dir
 
