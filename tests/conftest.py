@@ -136,7 +136,7 @@ MODULE_SECONDS: dict[str, float] = {
     "test_slurm": 225, "test_checkers": 295, "test_docker": 115, "test_sdc": 220, "test_power": 165,
     "test_netns": 175, "test_hardening": 170, "test_preempt": 75, "test_gameday": 100,
     "test_safety": 145, "test_storage": 140, "test_report_gate": 130, "test_harness": 125,
-    "test_data_checker": 115, "test_toxi_store": 110, "test_process_faults": 95,
+    "test_data_checker": 115, "test_toxi_store": 35, "test_process_faults": 95,
     "test_net_heal": 60, "test_stack_torchft": 75, "test_stack_accelerate": 75,
     "test_net_latency": 75, "test_stack_lightning": 75, "test_engine": 35, "test_pytest_plugin": 65,
     "test_stack_dcp": 60, "test_stack_nvrx": 60, "test_warm_start": 60, "test_scale_from_runs": 55,
