@@ -78,18 +78,17 @@ class Job:
             time.sleep(0.5)
         pytest.fail("the job never made a step")
 
-    def wait_stepping(self, timeout: float = 150) -> None:
-        """Until every rank has stepped since this call. A test before may have left the job
-        restarting (a freeze trips its watchdog): a game day started then would find it dead
-        and stop at once, racing the job's own recovery."""
+    def stepping(self, timeout: float = 120) -> bool:
+        """Whether every rank steps again within ``timeout`` s of this call. A test before may
+        have left the job restarting (a freeze trips its watchdog): a game day started then
+        would find it dead and stop at once, racing the job's own recovery."""
         since = time.time()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.controller.poll() is None:
             if all(self._last_step_t(rank) >= since for rank in range(self.ranks)):
-                return
-            assert self.controller.poll() is None, "the job's controller died"
+                return True
             time.sleep(0.5)
-        pytest.fail(f"the job did not step again within {timeout:.0f} s")
+        return False
 
     def _last_step_t(self, rank: int) -> float:
         latest = 0.0
@@ -146,11 +145,26 @@ class JobSlot:
         self._current: Job | None = None
 
     def get(self) -> Job:
-        if self._current is None or self._current.controller.poll() is not None:
+        """A job whose every rank steps: the current one, else a new one. The current one
+        cannot step again once a node was disconnected and reconnected (the container's
+        interface comes back as eth1 and its ranks are pinned to eth0; see docs/docker.md,
+        known limitations): each restart of that node then fails."""
+        if self._current is not None and not self._current.stepping():
+            if self._current.controller.poll() is None:
+                self._current.controller.send_signal(signal.SIGTERM)  # its teardown stops its containers
+                self._current.controller.wait(timeout=120)
+            self._current = None
+        if self._current is None:
             self._current = self._jobs.enter_context(_running(Job(self._tmp.mktemp("gameday"))))
-        else:
-            self._current.wait_stepping()
         return self._current
+
+    def live(self) -> Job:
+        """A job whose controller runs, its ranks stepping or not: for a test of the run's
+        containers, not of its training."""
+        if self._current is not None and self._current.controller.poll() is None:
+            return self._current
+        self._current = None
+        return self.get()
 
     def close(self) -> None:
         self._jobs.close()
@@ -168,6 +182,11 @@ def job_slot(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture
 def job(job_slot: JobSlot) -> Job:
     return job_slot.get()
+
+
+@pytest.fixture
+def live_job(job_slot: JobSlot) -> Job:
+    return job_slot.live()
 
 
 @pytest.fixture
@@ -279,7 +298,48 @@ def test_operator_dry_run_confirm_stop_condition_revert_and_report(job: Job) -> 
 
 
 @pytest.mark.timeout(300)
+def test_ctrl_c_reverts_everything_and_exits_130(job: Job) -> None:
+    plan = _plan(job, "interrupted", "steps:\n"
+                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
+                 "  - wait: {seconds: 300}\n")
+    node1 = f"{job.run_id}-n1"
+    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-interrupted")
+    gd.expect("injected container_pause")
+    assert job.states()[node1][0] == "paused"
+    gd.sendintr()
+    gd.expect("reverted freeze")
+    gd.expect(pexpect.EOF)
+    gd.close()
+    assert gd.exitstatus == 130, gd.before
+    assert job.states()[node1][0] == "running"
+    assert json.loads((job.work / "gd-interrupted" / "report.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.machine_cleanup
+@pytest.mark.timeout(300)
+def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
+    plan = _plan(job, "abandoned", "steps:\n"
+                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
+                 "  - wait: {seconds: 300}\n")
+    node1 = f"{job.run_id}-n1"
+    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-abandoned")
+    gd.expect("injected container_pause")
+    assert job.states()[node1][0] == "paused"
+    gd.kill(signal.SIGKILL)
+    gd.close(force=True)
+    assert job.states()[node1][0] == "paused", "nothing should have reverted it yet"
+    check = job.cli("cleanup", "--check")
+    assert "container_pause" in check.stdout, check.stdout
+    res = job.cli("cleanup", "--run-dir", str(job.work / "gd-abandoned"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "reverted" in res.stdout and job.states()[node1][0] == "running"
+
+
+@pytest.mark.timeout(300)
 def test_live_limits_disconnect_and_loss_take_effect_and_are_restored(job: Job) -> None:
+    # Last of the tests that need the job to train: after node 1's disconnect it cannot
+    # restart there (JobSlot.get says why), and only the SIGKILL test, which needs its
+    # containers and not its steps, comes after.
     plan = _plan(job, "squeeze", "steps:\n"
                  "  - name: squeeze\n    inject: {type: container_limits, target: {node: 0},"
                  " params: {cpus: 0.25, memory_mb: 2048}}\n"
@@ -337,47 +397,10 @@ def _connect(address: str) -> str:
         return "timeout"
 
 
-@pytest.mark.timeout(300)
-def test_ctrl_c_reverts_everything_and_exits_130(job: Job) -> None:
-    plan = _plan(job, "interrupted", "steps:\n"
-                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
-                 "  - wait: {seconds: 300}\n")
-    node1 = f"{job.run_id}-n1"
-    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-interrupted")
-    gd.expect("injected container_pause")
-    assert job.states()[node1][0] == "paused"
-    gd.sendintr()
-    gd.expect("reverted freeze")
-    gd.expect(pexpect.EOF)
-    gd.close()
-    assert gd.exitstatus == 130, gd.before
-    assert job.states()[node1][0] == "running"
-    assert json.loads((job.work / "gd-interrupted" / "report.json").read_text())["status"] == "interrupted"
-
-
 @pytest.mark.machine_cleanup
 @pytest.mark.timeout(300)
-def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
-    plan = _plan(job, "abandoned", "steps:\n"
-                 "  - name: freeze\n    inject: {type: container_pause, target: {node: 1}}\n"
-                 "  - wait: {seconds: 300}\n")
-    node1 = f"{job.run_id}-n1"
-    gd = job.spawn("gameday", plan, "--yes", "--out", "gd-abandoned")
-    gd.expect("injected container_pause")
-    assert job.states()[node1][0] == "paused"
-    gd.kill(signal.SIGKILL)
-    gd.close(force=True)
-    assert job.states()[node1][0] == "paused", "nothing should have reverted it yet"
-    check = job.cli("cleanup", "--check")
-    assert "container_pause" in check.stdout, check.stdout
-    res = job.cli("cleanup", "--run-dir", str(job.work / "gd-abandoned"))
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "reverted" in res.stdout and job.states()[node1][0] == "running"
-
-
-@pytest.mark.machine_cleanup
-@pytest.mark.timeout(300)
-def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(job: Job) -> None:
+def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(live_job: Job) -> None:
+    job = live_job
     client = _docker()
     label = {"label": f"trainchaos.run={job.run_id}"}
 
