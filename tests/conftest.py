@@ -133,8 +133,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # run's `--durations=0` (or `--timeline`) when a module's cost changes by much: they only
 # order and plan, nothing fails on them.
 MODULE_SECONDS: dict[str, float] = {
-    "test_slurm": 225, "test_checkers": 295, "test_docker": 115, "test_sdc": 220, "test_power": 165,
-    "test_netns": 175, "test_hardening": 170, "test_preempt": 75, "test_gameday": 100,
+    "test_slurm": 180, "test_checkers": 295, "test_docker": 115, "test_sdc": 220, "test_power": 165,
+    "test_netns": 175, "test_hardening": 170, "test_preempt": 55, "test_gameday": 100,
     "test_safety": 145, "test_storage": 140, "test_report_gate": 130, "test_harness": 125,
     "test_data_checker": 115, "test_toxi_store": 35, "test_process_faults": 95,
     "test_net_heal": 60, "test_stack_torchft": 75, "test_stack_accelerate": 75,
