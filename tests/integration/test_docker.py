@@ -51,13 +51,10 @@ def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     # Shorter than the shipped scenarios (same faults), the test budget; and without their
     # time targets: how many seconds detection and recovery take is the host's pace, judged
     # by benchmarks, while what must hold everywhere (attribution, lost steps, no false
-    # alarm, the failure class) is still the verdict's and the tests' to check. Each run
-    # restarts ranks once, forked warm (harness.warm_start): nothing here is of how a rank
-    # started, and a node's container goes down whole (docker kill, pause) whatever runs in it.
+    # alarm, the failure class) is still the verdict's and the tests' to check.
     for name in SCENARIOS:
         scenario = yaml.safe_load((REPO / "scenarios" / "docker" / f"{name}.yaml").read_text())
         scenario["workload"]["harness"]["steps"] = 30
-        scenario["workload"]["harness"]["warm_start"] = True
         scenario["faults"][0]["trigger"]["at_step"] = 12
         for timing in ("detection_s", "recovery_s"):
             del scenario["targets"][timing]
