@@ -34,6 +34,7 @@ __all__ = [
     "SRC_ENV",
     "STATE_DIR_ENV",
     "LIVE_DIR_ENV",
+    "WARM_START_ENV",
     "STORAGE_RUN_ID_ENV",
     "ZYGOTE_ENV_ROOM_ENV",
     "ZYGOTE_SOCKET_ENV",
@@ -107,6 +108,10 @@ STATE_DIR_ENV = "TRAINCHAOS_STATE_DIR"
 LIVE_DIR_ENV = "TRAINCHAOS_LIVE_DIR"
 """Where every controller on the machine says it runs, whatever its state dir (default
 ``/dev/shm/trainchaos-live``)."""
+WARM_START_ENV = "TRAINCHAOS_WARM_START"
+"""``1`` or ``0``: the bundled harness's ``warm_start`` where a scenario does not set it
+(a CI pipeline's quick runs, the test suite); a scenario's own value wins, and the run
+record's ``rank_launch`` says which start was measured."""
 SLURM_TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
 """The root of a running local Slurm testbed; its daemons and job steps carry it."""
 

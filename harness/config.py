@@ -264,7 +264,8 @@ class HarnessConfig:
     a restart pays rendezvous and checkpoint load, not Python's imports (kill -> next step
     3.1 s warm, 10.8 s cold, 8.3 s plain torchrun here; benchmarks/harness_bench.py). Off by
     default: recovery is what trainchaos measures, and a cold restart is what most stacks
-    pay; on for quick iterations (tests, demos). The run record says which was measured."""
+    pay; on for quick iterations (tests, demos; TRAINCHAOS_WARM_START=1 turns it on where a
+    scenario does not set it). The run record says which was measured."""
     data_restore_position: bool = True
     """Test aid: false makes the sampler ignore the data position saved in the checkpoint (every restart starts over at the first batch), the dataloader bug the exactly-once data checker must catch (docs/checkers.md)."""
     model: ModelConfig = field(default_factory=ModelConfig)

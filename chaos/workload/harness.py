@@ -34,6 +34,21 @@ if TYPE_CHECKING:
 __all__ = ["HarnessWorkload"]
 
 _WHERE = "workload.harness"
+_WARM_START_VALUES = {"1": True, "0": False}
+
+
+def _options(harness: dict[str, Any] | None) -> dict[str, Any]:
+    """The scenario's harness options, with ``warm_start`` from TRAINCHAOS_WARM_START where
+    the scenario leaves it out (contract.WARM_START_ENV)."""
+    options = dict(harness or {})
+    value = os.environ.get(contract.WARM_START_ENV, "")
+    if "warm_start" in options or not value:
+        return options
+    if value not in _WARM_START_VALUES:
+        raise ConfigError(f"{_WHERE}.warm_start: {contract.WARM_START_ENV}={value!r} in the environment; "
+                          f"allowed: {', '.join(sorted(_WARM_START_VALUES))} (or unset)")
+    options["warm_start"] = _WARM_START_VALUES[value]
+    return options
 
 
 @register_workload
@@ -51,7 +66,7 @@ class HarnessWorkload(Workload):
     def __init__(self, spec: records.Workload, config: HarnessConfig | None = None) -> None:
         super().__init__(spec)
         self.config = config if config is not None else config_from_mapping(
-            dict(spec.harness or {}), where=_WHERE)
+            _options(spec.harness), where=_WHERE)
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
@@ -68,7 +83,7 @@ class HarnessWorkload(Workload):
                              "only for 'command': the harness reports its progress through the probe"))
         options = (doc.harness if doc is not None else None) or {}
         try:
-            config = config_from_mapping(options, where=_WHERE)
+            config = config_from_mapping(_options(options), where=_WHERE)
         except ConfigError as exc:
             return None, [*problems, _located(str(exc))]
         if world_size is not None:
@@ -151,7 +166,7 @@ class HarnessWorkload(Workload):
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:
-        options = dict(self.spec.harness or {})
+        options = _options(self.spec.harness)
         options["seed"] = seed
         options["run_dir"] = run_dir
         cfg = config_from_mapping(options, where=_WHERE)

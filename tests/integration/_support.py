@@ -70,8 +70,6 @@ def _harness_doc(scenario: Path, **harness: Any) -> dict:
     return doc
 
 
-def _warm_doc(scenario: Path) -> dict:
-    return _harness_doc(scenario, warm_start=True)
 
 
 def harness_copy(scenario: Path, into: Path, **harness: Any) -> Path:
@@ -90,12 +88,22 @@ def warm_copy(scenario: Path, into: Path) -> Path:
     return harness_copy(scenario, into, warm_start=True)
 
 
+def _load_harness(scenario: str | os.PathLike[str], **harness: Any) -> Scenario:
+    from chaos.scenario import parse_scenario
+
+    return parse_scenario(_harness_doc(Path(scenario), **harness), str(scenario))
+
+
 def load_warm(scenario: str | os.PathLike[str]) -> Scenario:
     """``scenario`` (a harness workload) loaded as ``load_scenario`` does, its ranks started
     warm: for a test that runs it in this process."""
-    from chaos.scenario import parse_scenario
+    return _load_harness(scenario, warm_start=True)
 
-    return parse_scenario(_warm_doc(Path(scenario)), str(scenario))
+
+def load_cold(scenario: str | os.PathLike[str]) -> Scenario:
+    """``scenario`` loaded with its ranks started cold whatever TRAINCHAOS_WARM_START says:
+    for a test that asserts what a cold launch is (a node's process set)."""
+    return _load_harness(scenario, warm_start=False)
 
 
 # ----------------------------------------------------------------------------- machine-wide cleanup

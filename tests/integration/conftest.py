@@ -9,11 +9,13 @@ it was selected.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from chaos.contract import WARM_START_ENV
 from tests.integration._dockerd import docker_host  # noqa: F401  (session fixture, for the docker tests)
 from tests.integration._shared_runs import smoke_device_error  # noqa: F401  (session fixture)
 from tests.integration._support import CAPABILITIES, machine_cleanup_lock, missing, state_dir_env
@@ -25,6 +27,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if item.get_closest_marker(capability) is not None and (reason := missing(capability)):
             # Reported at the test, not at this hook (as pytest's own skip marks are).
             raise pytest.skip.Exception(f"{capability}: {reason}", _use_item_location=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_starts() -> Iterator[None]:
+    """Every harness run of the integration tests starts its ranks warm where its scenario
+    does not say (TRAINCHAOS_WARM_START=1): the suite runs on two cores, and a cold rank's
+    start is ~4 CPU-seconds of imports, paid again at every restart. Tests that assert
+    what a cold launch is set ``warm_start: false`` (``load_cold``); test_warm_start and
+    test_harness compare both. ``TRAINCHAOS_WARM_START=0 make test`` runs the suite cold."""
+    before = os.environ.get(WARM_START_ENV)
+    os.environ[WARM_START_ENV] = before or "1"
+    yield
+    if before is None:
+        os.environ.pop(WARM_START_ENV, None)
 
 
 @pytest.fixture

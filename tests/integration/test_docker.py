@@ -56,6 +56,10 @@ def suite(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
         scenario = yaml.safe_load((REPO / "scenarios" / "docker" / f"{name}.yaml").read_text())
         scenario["workload"]["harness"]["steps"] = 30
         scenario["faults"][0]["trigger"]["at_step"] = 12
+        # The save of step 10 is whole before step 11 starts: two steps after it, an async
+        # save still being written on a loaded host (3 s seen) was lost with the rank, and
+        # the lost steps then measured the host's disk, not the restart.
+        scenario["workload"]["harness"].setdefault("checkpoint", {})["mode"] = "sync"
         for timing in ("detection_s", "recovery_s"):
             del scenario["targets"][timing]
         (work / f"{name}.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))

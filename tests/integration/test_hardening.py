@@ -51,7 +51,7 @@ name: loader-workers
 seed: 6
 baseline: true
 workload:
-  harness: {steps: 40, data_workers: 2, model: {name: mlp}, checkpoint: {every_steps: 10}}
+  harness: {warm_start: false, steps: 40, data_workers: 2, model: {name: mlp}, checkpoint: {every_steps: 10}}
 topology: {nodes: 1, ranks_per_node: 2}
 faults:
   - type: kill_rank

@@ -58,7 +58,8 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     # of the transformer's here. Its ranks start cold: the pids asserted are a cold node's
     # (agent and rank). The shrink-grow run stays as shipped: its pace (the transformer's
     # steps plus step_delay_s) is what keeps node 0 alone from finishing before the grow-back.
-    with_spare = harness_copy(SCENARIOS / "domain-out-with-spare.yaml", tmp / "scenarios", model={"name": "mlp"})
+    with_spare = harness_copy(SCENARIOS / "domain-out-with-spare.yaml", tmp / "scenarios", model={"name": "mlp"},
+                              warm_start=False)
     result = run_trainchaos(["run", str(with_spare), str(SCENARIOS / "domain-out-shrink-grow.yaml"),
                              "--out", str(tmp / "out")],
                             env=_env(tmp), cwd=tmp, timeout=600)

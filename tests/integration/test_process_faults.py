@@ -15,14 +15,13 @@ import pytest
 from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
-from chaos.scenario import load_scenario
-from tests.integration._support import load_warm
+from tests.integration._support import load_cold, load_warm
 
 SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "smoke")
 
 
 def _run(name: str, tmp_path, warm: bool = False) -> tuple[dict, list[dict]]:
-    scenario = (load_warm if warm else load_scenario)(os.path.join(SMOKE, f"{name}.yaml"))
+    scenario = (load_warm if warm else load_cold)(os.path.join(SMOKE, f"{name}.yaml"))
     journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed)
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     return journal, read_events(os.path.join(journal["run_dir"], "events"))

@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch.distributed as dist
 
-from chaos.contract import LIVE_DIR_ENV, STATE_DIR_ENV
+from chaos.contract import LIVE_DIR_ENV, STATE_DIR_ENV, WARM_START_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -18,6 +18,7 @@ def own_state_dir(tmp_path, monkeypatch):
     path = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(path))
     monkeypatch.setenv(LIVE_DIR_ENV, str(tmp_path / "live"))
+    monkeypatch.delenv(WARM_START_ENV, raising=False)  # the integration tests' switch
     return path
 
 

@@ -264,6 +264,36 @@ def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool)
         assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN
 
 
+@pytest.mark.parametrize(("env", "scenario", "warm"), [
+    ("1", None, True), ("0", None, False), ("", None, False),
+    ("1", False, False), ("0", True, True),  # the scenario's own value wins
+])
+def test_trainchaos_warm_start_sets_the_harness_default_only(monkeypatch, tmp_path, env: str,
+                                                               scenario: bool | None, warm: bool) -> None:
+    from chaos import model as records
+    from chaos.workload.harness import HarnessWorkload
+
+    monkeypatch.setenv(contract.WARM_START_ENV, env)
+    harness = {"steps": 5} if scenario is None else {"steps": 5, "warm_start": scenario}
+    workload = HarnessWorkload(records.Workload(harness=harness))
+    assert workload.config.warm_start is warm
+    assert workload.launch(str(tmp_path), 1).launcher.warm_start is warm
+
+
+def test_a_bad_trainchaos_warm_start_is_bad_input_that_names_the_variable(monkeypatch, tmp_path) -> None:
+    from chaos.errors import EXIT_BAD_INPUT
+    from chaos.scenario import ScenarioError, load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {harness: {steps: 5}}\ntopology: {nodes: 1, ranks_per_node: 1}\n")
+    monkeypatch.setenv(contract.WARM_START_ENV, "yes")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(str(path))
+    text = str(err.value)
+    assert err.value.exit_code == EXIT_BAD_INPUT and "s.yaml" in text
+    assert "TRAINCHAOS_WARM_START='yes'" in text and "allowed: 0, 1" in text
+
+
 def test_the_record_and_summary_say_how_the_ranks_were_started() -> None:
     from chaos.record import RunRecord
     from chaos.report.summary import render_summary
