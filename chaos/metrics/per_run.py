@@ -137,7 +137,7 @@ def _account_restarts(m: RunMetrics, tl: Timeline, faults: list[FaultRecord],
         # (a restart that fails again before a step loses nothing a second time).
         reached = [int(e["step"]) for e in tl.step_ends if incarnation(e) == inc - 1 and e["t"] < t]
         last = max(reached) if reached else prev_resumed if inc > 1 else tl.last_step(t)
-        resumed = resumed_from(tl, inc, t, first_step)
+        resumed = resumed_from(tl, inc, t, first_step, superseded=inc + 1 in first_of)
         prev_resumed = resumed if resumed is not None else last
         lost = 0 if last is None else (max(last - resumed, 0) if resumed is not None else None)
         cause = next((fid for t_fault, fid in reversed(fired) if t_fault <= t), None)

@@ -93,8 +93,13 @@ def _lowest_rank_first(events: list[Event]) -> list[Event]:
     return sorted(events, key=lambda e: (rank_of(e["src"]), e["t"]))
 
 
-def resumed_from(tl: Timeline, inc: int, t_inject: float, first_step: Event | None) -> int | None:
-    """Where the incarnation ``inc`` resumed training from (definitions: docs/metrics.md)."""
+def resumed_from(tl: Timeline, inc: int, t_inject: float, first_step: Event | None,
+                 superseded: bool = False) -> int | None:
+    """Where the incarnation ``inc`` resumed training from (definitions: docs/metrics.md).
+
+    ``superseded``: a later incarnation replaced this one before its first step (a node
+    rejoining while it started). Its bare ``rank_start`` then says it started, not that it
+    started fresh: it had not loaded yet, so it resumed from nowhere (None)."""
     starts = [
         e for e in tl.rank_events
         if e.get("kind") == "rank_start" and incarnation(e) == inc and e["t"] >= t_inject
@@ -114,7 +119,7 @@ def resumed_from(tl: Timeline, inc: int, t_inject: float, first_step: Event | No
     if loads:
         lowest = min(rank_of(e["src"]) for e in loads)
         return int([e for e in loads if rank_of(e["src"]) == lowest][-1]["step"])
-    if starts:
+    if starts and not (superseded and first_step is None):
         return 0
     if first_step is not None:
         return max(int(first_step["step"]) - 1, 0)

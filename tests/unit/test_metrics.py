@@ -490,6 +490,27 @@ def test_a_restart_no_fault_explains_is_counted_as_unexplained():
     assert_restart_invariants(m)
 
 
+def test_a_restart_superseded_before_loading_resumed_from_nowhere_and_loses_nothing():
+    """Power returns while the shrunk group trains: torchrun restarts it to admit the nodes
+    (incarnation 2, rank 0 alone started: no load, no step), then again when the last node
+    joins (incarnation 3 loads the step-57 emergency checkpoint). Incarnation 2 never
+    resumed from anything: it is neither a rollback to step 0 nor 57 lost steps."""
+    tl = Timeline().start(0.0).steps(0.0, 1, 30).ckpt(10.5, 10).ckpt(20.5, 20)
+    tl.detect(30.6, suspect="rank-2")
+    tl.start(33.0, inc=1, ranks=(0,)).load(33.5, 20, inc=1, ranks=(0,)).steps(33.5, 21, 57, inc=1, ranks=(0,))
+    tl.ckpt(71.0, 57, inc=1)
+    tl.start(75.0, inc=2, ranks=(0,))
+    tl.start(80.0, inc=3).load(81.0, 57, inc=3).steps(81.0, 58, 120, inc=3).end(144.5, 120, 3)
+    m = compute_metrics(tl.sorted(), [kill(t=30.5, targets=("rank-2",))], run_info(steps=120, t_end=145.0))
+    (f,) = m.faults
+    assert m.restart_count == 3 and f.restarts_caused == 3
+    assert [r["resumed_from"] for r in m.restarts] == [20, None, 57]
+    assert [r["lost_steps"] for r in m.restarts] == [10, None, 0]
+    assert f.lost_steps == 10 and m.lost_steps_total == 10
+    assert m.silent_rollback_steps == 0
+    assert_restart_invariants(m)
+
+
 @pytest.mark.parametrize("build", ["kill_and_resume", "fails_again"])
 def test_restart_invariants_hold(build: str):
     if build == "kill_and_resume":
