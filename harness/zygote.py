@@ -3,13 +3,31 @@ supervises them.
 
 Most of a rank's start here is Python importing torch (~1.7 s) and torch._dynamo (~2.4 s,
 imported by DDP's constructor), four ranks at once on two cores. With
-``harness.warm_start`` the torchrun agent of each node first starts one zygote
-(``python -m harness.zygote serve``), which imports torch, torch.distributed,
-torch._dynamo and the harness once, while the agent joins the rendezvous, and then only
-forks. A restart then pays rendezvous, process-group set-up and the checkpoint load, not
-the imports; a cold-starting stack pays them, so the run record says which was measured.
+``harness.warm_start`` the torchrun agent of each node first imports torch,
+torch.distributed, torch._dynamo and the harness, then forks the node's zygote
+(``fork_from_agent``, the launcher's prelude in ``chaos.workload.torchrun``), and goes on
+to torchrun with torch already imported; the zygote only forks ranks. A node imports torch
+once: an agent that started a zygote of its own (``python -m harness.zygote serve``, still
+there) imported it a second time, in the agent for torchrun (a tiny-kill run, two nodes of
+one rank with its twin: 33 CPU-s before, see docs/engine.md for after). A restart pays
+rendezvous, process-group set-up and the checkpoint load, not the imports; a
+cold-starting stack pays them, so the run record says which was measured.
 
 The design, and why (fault semantics stay honest):
+
+- The agent is the parent, the zygote its child: the agent is what the backend started
+  and waits on (its exit is the node's), what torchrun runs in (its own signal handling,
+  its workers its children) and what a rank finds as its torchrun among its ancestors
+  (``harness.quarantine.agent_pid``, ``harness.preempt.agent_cmdline``). The agent forks
+  before torchrun has started any thread (checked, as below) and with the stop signals
+  blocked across the fork (the zygote keeps them blocked, the agent gets its mask back).
+  The zygote drops everything of the agent's but stdout and stderr (stdin is
+  ``/dev/null``, other descriptors closed, as when it was the agent's subprocess) and
+  writes its own command line over the agent's (``harness.procenv.set_cmdline``:
+  ``python -u -m harness.zygote serve <agent pid>``), so ``ps``, ``chaos.procs`` and a
+  rank's search for its agent see the zygote, not a second torchrun. Its environment is
+  the agent's, the run's id included, with room for the ranks' own
+  (``TorchrunPerNode.node_env``), which the agent takes out of what its workers inherit.
 
 - torchrun's worker is a thin client (``python -m harness.zygote rank <harness args>``,
   standard library only, ~30 ms) that hands its argv, environment, working directory and
@@ -35,9 +53,10 @@ The design, and why (fault semantics stay honest):
   one process that carries it and whose parent does not.
 - If the client dies (torchrun's SIGKILL after its stop grace period), the zygote kills
   the child's process group; if the zygote dies, each client kills its child. The zygote
-  dies with its agent (``PR_SET_PDEATHSIG``), carries the run's id like every process of
-  the run (found and killed by a node kill, ``stop``, ``trainchaos cleanup``), and its
-  abstract socket leaves nothing on disk.
+  dies with its agent (``PR_SET_PDEATHSIG``, set in the fork), carries the run's id like
+  every process of the run (found and killed by a node kill, ``stop``, ``trainchaos
+  cleanup``), and its abstract socket (bound by the agent before the fork, closed there
+  after it) leaves nothing on disk.
 - A stop signal for the whole node (a ``kill_node`` with SIGTERM, a Slurm drain or
   preemption signalling every process of the step) reaches the zygote too. A cold node has
   no such process; were the zygote to die of it, every client would SIGKILL its rank before
@@ -46,8 +65,11 @@ The design, and why (fault semantics stay honest):
   zygote, never acted on; it leaves with its agent) and each forked rank unblocks them at
   once: one that arrived between the fork and that moment is delivered then, as a cold
   rank would have got it.
-- Fork safety: the zygote forks from a single thread (it checks that importing started no
-  thread, so torch's intra-op pool does not exist yet) and runs no tensor op.
+- Fork safety: the agent forks the zygote, and the zygote its ranks, from a single thread
+  (the agent checks that importing started no thread, so torch's intra-op pool does not
+  exist yet; the backends export ``OMP_NUM_THREADS=1``, or numpy's OpenBLAS starts one),
+  and neither runs a tensor op. ``gc.freeze`` before the fork: the imports' objects stay
+  shared with the zygote and the ranks instead of being copied by a collection.
 """
 
 from __future__ import annotations
@@ -68,7 +90,7 @@ from dataclasses import dataclass
 
 from chaos import contract
 
-__all__ = ["PREIMPORTS", "Zygote", "live_threads", "main", "run_rank", "serve"]
+__all__ = ["PREIMPORTS", "Zygote", "fork_from_agent", "live_threads", "main", "run_rank", "serve"]
 
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel",
               "harness.procenv", "harness.train", "harness.config", "harness.config_load", "runpy")
@@ -260,8 +282,93 @@ def live_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def _imported(modules: tuple[str, ...]) -> bool:
+    """Import what a rank imports; False (the reason on stderr) if that started a thread:
+    forking from this process would be unsafe then."""
+    for module in modules:
+        __import__(module)
+    threads = live_threads()
+    if threads != 1:
+        print(f"{_LOG} importing {', '.join(modules)} started {threads - 1} thread(s): forking "
+              "now is unsafe; no warm start (set harness.warm_start: false)", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _listen(name: str) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(_address(name))
+    listener.listen(256)
+    return listener
+
+
+def _forking(name: str, modules: tuple[str, ...], started: float) -> None:
+    print(f"{_LOG} {name}: imported {', '.join(modules)} in {time.perf_counter() - started:.1f} s; "
+          "forking ranks", file=sys.stderr, flush=True)
+
+
+def fork_from_agent(argv: tuple[str, ...], modules: tuple[str, ...] = PREIMPORTS) -> int:
+    """Under ``harness.warm_start``, in the node's torchrun agent before torchrun (the
+    launcher's prelude, ``chaos.workload.torchrun``): import what a rank needs, fork the
+    node's zygote, return its pid. The agent goes on to torchrun with those imports done:
+    the node imports torch once. ``argv``: the zygote's command line as ``ps`` shows it
+    (``-m harness.zygote serve``, after the interpreter; the agent's pid follows)."""
+    agent = os.getpid()
+    name = os.environ[contract.ZYGOTE_SOCKET_ENV]
+    # The ranks' room (TorchrunPerNode.node_env) stays in this process's environment block,
+    # which the zygote and each rank inherit; torchrun's workers must not carry it on.
+    os.environ.pop(contract.ZYGOTE_ENV_ROOM_ENV, None)
+    started = time.perf_counter()
+    if not _imported(modules):  # before torchrun has started a thread, too
+        raise SystemExit(1)
+    listener = _listen(name)  # before the fork: no client can come too early
+    gc.freeze()  # the imports' objects stay shared with the zygote and the ranks, not copied by a GC
+    # Blocked across the fork: the zygote keeps them blocked (Zygote.__init__), the agent
+    # gets its mask back, and with it any signal sent in between.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the zygote: never returns into the agent's program
+        code = 1
+        try:
+            code = _serve_forked(agent, listener, (sys.executable, "-u", *argv, str(agent)), modules, started)
+        except BaseException:  # noqa: BLE001 (whatever it was, the zygote exits with 1)
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    listener.close()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid
+
+
+def _serve_forked(agent: int, listener: socket.socket, title: tuple[str, ...], modules: tuple[str, ...],
+                  started: float) -> int:
+    _die_with(agent)
+    # Nothing of the agent's but its stdout and stderr, as when it was a subprocess of it.
+    with open(os.devnull, "rb") as null:
+        os.dup2(null.fileno(), 0)
+    keep = listener.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    # Not the agent's command line: harness.quarantine.agent_pid looks for torchrun's among
+    # a rank's ancestors, and the zygote is one of them.
+    from harness import procenv
+
+    procenv.set_cmdline(list(title))
+    zygote = Zygote(listener)
+    _forking(os.environ[contract.ZYGOTE_SOCKET_ENV], modules, started)
+    zygote.serve_forever()
+    return 0
+
+
 def serve(parent: int) -> int:
-    """``python -m harness.zygote serve <agent pid>``: bind, import, then fork ranks forever."""
+    """``python -m harness.zygote serve <agent pid>``: the zygote as a process of its own
+    (the launcher forks it from the agent instead, ``fork_from_agent``): bind, import, then
+    fork ranks forever."""
     if contract.ZYGOTE_ENV_ROOM_ENV not in os.environ:
         # Room in the environment block for the ranks' own (harness.procenv); before any import.
         from harness.procenv import ENV_ROOM_BYTES
@@ -270,21 +377,13 @@ def serve(parent: int) -> int:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     _die_with(parent)
     name = os.environ[contract.ZYGOTE_SOCKET_ENV]
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(_address(name))
-    listener.listen(256)  # bound before the imports: clients queue instead of failing
+    listener = _listen(name)  # bound before the imports: clients queue instead of failing
     zygote = Zygote(listener)  # before the imports: a node's stop during them is not ours either
     started = time.perf_counter()
-    for module in PREIMPORTS:
-        __import__(module)
-    threads = live_threads()
-    if threads != 1:
-        print(f"{_LOG} importing {', '.join(PREIMPORTS)} started {threads - 1} thread(s): forking "
-              "now is unsafe; no warm start (set harness.warm_start: false)", file=sys.stderr, flush=True)
+    if not _imported(PREIMPORTS):
         return 1
     gc.freeze()  # the imports' objects stay shared with the ranks instead of copied by their GC
-    print(f"{_LOG} {name}: imported {', '.join(PREIMPORTS)} in {time.perf_counter() - started:.1f} s; "
-          "forking ranks", file=sys.stderr, flush=True)
+    _forking(name, PREIMPORTS, started)
     zygote.serve_forever()
     return 0
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from chaos import contract
+from harness.procenv import ENV_ROOM_BYTES
 
 if TYPE_CHECKING:
     from chaos import model as records
@@ -51,20 +52,23 @@ sys.stderr.flush()
 os._exit(code)
 """
 
-# Warm start (harness/zygote.py): the node's zygote, started before torchrun so that its
-# imports overlap the agent's own and its rendezvous. It learns its socket from the
-# environment the agent's workers inherit too, and dies with this agent (PR_SET_PDEATHSIG).
+# Warm start (harness/zygote.py): this agent imports what a rank needs and forks the node's
+# zygote before torchrun, which then starts with torch imported: one import of torch per
+# node, not one in the agent and another in a zygote of its own. The zygote learns its
+# socket from the environment the agent's workers inherit too, and dies with this agent
+# (PR_SET_PDEATHSIG).
 ZYGOTE_PRELUDE = """\
-# trainchaos: warm start: the node's zygote forks the ranks torchrun asks for
-import os, subprocess, sys
+# trainchaos: warm start: this agent forks the node's zygote, which forks the ranks torchrun asks for
+import os
 os.environ[{socket_env!r}] = "trainchaos-zygote-%s-%s-%d" % (
     os.environ.get({run_env!r}, ""), os.environ.get({node_env!r}, ""), os.getpid())
-subprocess.Popen([sys.executable, "-u", *{argv!r}, str(os.getpid())], stdin=subprocess.DEVNULL)
+from harness.zygote import fork_from_agent
+fork_from_agent({argv!r})
 """
 
 
 def agent_main(zygote_argv: tuple[str, ...] = ()) -> str:
-    """The agent's program: AGENT_MAIN, after starting the node's zygote when there is one."""
+    """The agent's program: AGENT_MAIN, after forking the node's zygote when there is one."""
     if not zygote_argv:
         return AGENT_MAIN
     return ZYGOTE_PRELUDE.format(socket_env=contract.ZYGOTE_SOCKET_ENV, run_env=contract.RUN_ID_ENV,
@@ -89,9 +93,10 @@ class TorchrunPerNode:
     """``--tee 3``: every worker line reaches the node log as ``[default<local_rank>]:...``
     (progress read from log lines needs it)."""
     zygote_argv: tuple[str, ...] = ()
-    """Warm start: what the agent starts once per node before torchrun (``-m harness.zygote
-    serve``, given the agent's pid), the fork server its workers hand their launch to;
-    empty: cold, every worker starts its own interpreter."""
+    """Warm start: the node's zygote, the fork server its workers hand their launch to, as
+    its command line shows it (``-m harness.zygote serve``, the agent's pid after it); the
+    agent forks it before torchrun (``harness.zygote.fork_from_agent``). Empty: cold, every
+    worker starts its own interpreter."""
 
     @property
     def warm_start(self) -> bool:
@@ -125,8 +130,12 @@ class TorchrunPerNode:
         ]
 
     def node_env(self, node: int, topology: records.Topology, rdzv_endpoint: str) -> dict[str, str]:
-        """Environment of one node's agent beyond what the backend exports: none here."""
-        return {}
+        """Environment of one node's agent beyond what the backend exports: none cold; warm,
+        the room in the agent's environment block that the zygote it forks, and each rank
+        forked from that, write their own environment into (``harness.procenv``)."""
+        if not self.warm_start:
+            return {}
+        return {contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES}
 
     def global_rank(self, node: int, agent_rank: int, topology: records.Topology) -> int:
         """The job's rank of a worker its node's agent calls ``agent_rank``: the same here

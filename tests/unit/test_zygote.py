@@ -7,6 +7,7 @@ The client is run as torchrun runs a worker: its own session, signalled by proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,15 +29,19 @@ from harness.zygote import FORWARDED
 
 REPO = Path(__file__).resolve().parents[2]
 
-_SERVE = textwrap.dedent("""
-    import os, socket
+# A stand-in torchrun agent (its command line carries torch.distributed.run, as the real one's
+# does): it forks the node's zygote as the launcher's prelude does, then waits as torchrun
+# would, with what it kept of the fork on stdout.
+_AGENT = textwrap.dedent("""
+    # trainchaos test: stand-in for the torch.distributed.run agent
+    import json, os, sys
     from chaos import contract
-    from harness.zygote import Zygote
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind("\\0" + os.environ[contract.ZYGOTE_SOCKET_ENV])
-    listener.listen(8)
-    print("ready", flush=True)
-    Zygote(listener).serve_forever()
+    from harness.zygote import fork_from_agent
+    zygote = fork_from_agent(("-m", "harness.zygote", "serve"), modules=("json",))
+    blocked = next(int(line.split()[1], 16) for line in open("/proc/self/status") if line.startswith("SigBlk:"))
+    print(json.dumps({"zygote": zygote, "blocked": blocked, "fds": sorted(os.listdir("/proc/self/fd")),
+                      "room": contract.ZYGOTE_ENV_ROOM_ENV in os.environ}), flush=True)
+    sys.stdin.read()
 """)
 
 _TARGET = textwrap.dedent("""
@@ -57,17 +63,29 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+@dataclass
+class Node:
+    agent: subprocess.Popen
+    zygote: int
+    env: dict[str, str]
+    kept: dict  # what the agent reported after the fork
+
+
 @pytest.fixture
-def zygote(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+def node(tmp_path: Path) -> Iterator[Node]:
+    """A node under warm start: its agent, and the zygote the agent forked."""
     name = f"trainchaos-zygote-test-{uuid.uuid4().hex[:8]}"
     env = _env(**{contract.ZYGOTE_SOCKET_ENV: name})
-    proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdout=subprocess.PIPE, text=True,
-                            env={**env, contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    agent = subprocess.Popen([sys.executable, "-c", _AGENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**env, contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
+    assert agent.stdout is not None
+    kept = json.loads(agent.stdout.readline())
     (tmp_path / "zt_target.py").write_text(_TARGET)
-    yield proc, env
-    proc.kill()
-    proc.wait()
+    yield Node(agent, kept["zygote"], env, kept)
+    agent.kill()  # the zygote goes with it (PR_SET_PDEATHSIG)
+    agent.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(kept["zygote"], signal.SIGKILL)
 
 
 def _client(env: dict[str, str], cwd: Path, *args: str, rank: str = "3") -> subprocess.Popen:
@@ -99,25 +117,24 @@ def _gone(pid: int, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def test_the_rank_is_forked_as_torchrun_would_have_started_it(zygote, tmp_path):
-    proc, env = zygote
-    client = _client(env, tmp_path, "exit", "7")
+def test_the_rank_is_forked_as_torchrun_would_have_started_it(node, tmp_path):
+    client = _client(node.env, tmp_path, "exit", "7")
     out, _ = client.communicate(timeout=20)
     info = json.loads(out)  # the rank wrote to the client's stdout: its fds were handed over
     assert client.returncode == 7  # the rank's exit code, through the proxy
-    assert info["ppid"] == proc.pid and info["pid"] != client.pid
+    assert info["ppid"] == node.zygote and info["pid"] != client.pid
     assert info["sid"] == info["pid"]  # a session of its own, as torchrun's workers
     assert info["argv"] == ["exit", "7"] and info["cwd"] == str(tmp_path)
     assert info["fds"] == ["0", "1", "2", "3"]  # 3: its own listdir; nothing of the zygote's
     assert info["rank"] == "3" and info["main"] == "zt_target"
 
 
-def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(zygote, tmp_path):
+def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(node, tmp_path):
     """chaos.procs and the storage layer read /proc/<pid>/environ: the forked rank must show
     its own environment there, and the proxy must not look like the rank."""
     from chaos.procs import find_run_processes
 
-    _, env = zygote
+    env = node.env
     run_id = f"test-{uuid.uuid4().hex[:8]}"
     client = _client({**env, contract.RUN_ID_ENV: run_id}, tmp_path, "wait", rank="5")
     try:
@@ -132,53 +149,105 @@ def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(zygote, tmp_
         client.wait()
 
 
-def test_a_kill_of_the_rank_is_a_kill_of_the_worker_torchrun_sees(zygote, tmp_path):
-    _, env = zygote
-    client = _client(env, tmp_path, "wait")
+def test_a_kill_of_the_rank_is_a_kill_of_the_worker_torchrun_sees(node, tmp_path):
+    client = _client(node.env, tmp_path, "wait")
     info = _started(client, tmp_path)
     os.kill(info["pid"], signal.SIGKILL)  # kill_rank hits the announced pid: the rank
     assert client.wait(timeout=10) == -signal.SIGKILL
 
 
-def test_torchrun_stopping_the_worker_stops_the_rank(zygote, tmp_path):
-    _, env = zygote
-    client = _client(env, tmp_path, "wait")
+def test_torchrun_stopping_the_worker_stops_the_rank(node, tmp_path):
+    client = _client(node.env, tmp_path, "wait")
     info = _started(client, tmp_path)
     os.killpg(client.pid, signal.SIGTERM)  # SubprocessHandler.close: killpg(worker, SIGTERM)
     assert client.wait(timeout=10) == -signal.SIGTERM
     assert _gone(info["pid"])
 
 
-def test_a_worker_torchrun_sigkills_takes_its_rank_along(zygote, tmp_path):
-    _, env = zygote
-    client = _client(env, tmp_path, "wait")
+def test_a_worker_torchrun_sigkills_takes_its_rank_along(node, tmp_path):
+    client = _client(node.env, tmp_path, "wait")
     info = _started(client, tmp_path)
     os.killpg(client.pid, signal.SIGKILL)  # after torchrun's stop grace period
     client.wait()
     assert _gone(info["pid"]), "the rank trained on after its worker was killed"
 
 
-def test_when_the_zygote_dies_each_client_ends_its_rank(zygote, tmp_path):
-    proc, env = zygote
-    client = _client(env, tmp_path, "wait")
+def test_when_the_zygote_dies_each_client_ends_its_rank(node, tmp_path):
+    client = _client(node.env, tmp_path, "wait")
     info = _started(client, tmp_path)
-    proc.kill()
+    os.kill(node.zygote, signal.SIGKILL)
     assert client.wait(timeout=10) == 1
     assert _gone(info["pid"])
 
 
-def test_a_stop_for_the_whole_node_is_for_the_ranks_not_the_zygote(zygote, tmp_path):
+def test_the_zygote_dies_with_its_agent_and_takes_no_rank_of_a_live_worker_along(node, tmp_path):
+    client = _client(node.env, tmp_path, "wait")
+    info = _started(client, tmp_path)
+    node.agent.kill()  # a node's agent gone (torchrun's workers then go too: their client ends them)
+    assert _gone(node.zygote), "the zygote outlived its agent"
+    assert client.wait(timeout=10) == 1
+    assert _gone(info["pid"])
+
+
+def test_the_forked_zygote_is_the_agents_child_with_its_own_command_line(node, tmp_path):
+    """One import per node: the agent forked its zygote. What ps and chaos.procs show of it
+    is the zygote's own command line, not torchrun's: a rank that looks for its agent among
+    its ancestors (harness.quarantine.agent_pid: a stop request, the grow-back check) must
+    find the agent, never the zygote."""
+    from harness.quarantine import agent_pid
+
+    served = _client(node.env, tmp_path, "exit", "0")  # the zygote is up once it has served one
+    served.communicate(timeout=20)
+    assert served.returncode == 0
+    zygote, agent = node.zygote, node.agent.pid
+    cmdline = [a.decode() for a in Path(f"/proc/{zygote}/cmdline").read_bytes().split(b"\0") if a]
+    assert cmdline == [sys.executable, "-u", "-m", "harness.zygote", "serve", str(agent)]
+    assert int(Path(f"/proc/{zygote}/stat").read_text().rsplit(")", 1)[1].split()[1]) == agent
+    assert agent_pid(start=zygote) == agent
+    # Nothing of the agent's but its stdout and stderr: stdin /dev/null, the listener, the selector.
+    deadline = time.monotonic() + 5
+    while True:  # the served rank's connection is closed just after its status went out
+        fds = {fd: os.readlink(f"/proc/{zygote}/fd/{fd}") for fd in os.listdir(f"/proc/{zygote}/fd")}
+        if len(fds) <= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert fds["0"] == "/dev/null" and len(fds) == 5
+    assert sorted(target.split(":")[0] for fd, target in fds.items() if int(fd) > 2) == ["anon_inode", "socket"]
+    # The agent goes on to torchrun without the listener, with its signal mask back, and
+    # without the ranks' room in the environment its workers inherit.
+    assert node.kept["fds"] == ["0", "1", "2", "3"]  # 3: its own listdir
+    assert node.kept["blocked"] == 0 and node.kept["room"] is False
+    # The zygote blocks the stop signals (a node's stop is for its ranks).
+    blocked = next(int(line.split()[1], 16) for line in Path(f"/proc/{zygote}/status").read_text().splitlines()
+                   if line.startswith("SigBlk:"))
+    assert blocked & sum(1 << (sig - 1) for sig in FORWARDED) == sum(1 << (sig - 1) for sig in FORWARDED)
+
+
+def test_an_agent_whose_imports_started_a_thread_forks_no_zygote(tmp_path):
+    code = textwrap.dedent("""
+        import threading, time
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        from harness.zygote import fork_from_agent
+        fork_from_agent(("-m", "harness.zygote", "serve"), modules=("json",))
+        print("torchrun would start now")
+    """)
+    name = f"trainchaos-zygote-test-{uuid.uuid4().hex[:8]}"
+    res = subprocess.run([sys.executable, "-c", code], env=_env(**{contract.ZYGOTE_SOCKET_ENV: name}),
+                         capture_output=True, text=True, timeout=20)
+    assert res.returncode == 1 and "forking now is unsafe" in res.stderr and not res.stdout
+
+
+def test_a_stop_for_the_whole_node_is_for_the_ranks_not_the_zygote(node, tmp_path):
     """A kill_node with SIGTERM, a Slurm drain or preemption signals every process of the
     node, the zygote too. Were it to die of that, each client would SIGKILL its rank before
     the rank's own handler (the emergency checkpoint) had done its work."""
-    proc, env = zygote
-    first = _client(env, tmp_path, "wait")
+    first = _client(node.env, tmp_path, "wait")
     rank = _started(first, tmp_path)
     for sig in FORWARDED:
-        os.kill(proc.pid, sig)
-    later = _client(env, tmp_path, "exit", "0")  # the zygote still forks, after the signals
+        os.kill(node.zygote, sig)
+    later = _client(node.env, tmp_path, "exit", "0")  # the zygote still forks, after the signals
     out, _ = later.communicate(timeout=20)
-    assert later.returncode == 0 and proc.poll() is None
+    assert later.returncode == 0 and not _gone(node.zygote, timeout_s=0.2)
     forwarded = sum(1 << (sig - 1) for sig in FORWARDED)
     assert json.loads(out)["blocked"] & forwarded == 0, "a forked rank must get the signals the zygote holds"
     assert first.poll() is None, "the rank forked before the signals was taken down with the zygote"
@@ -186,12 +255,11 @@ def test_a_stop_for_the_whole_node_is_for_the_ranks_not_the_zygote(zygote, tmp_p
     assert first.wait(timeout=10) == -signal.SIGTERM
 
 
-def test_a_bad_request_gets_a_reason_not_a_fork(zygote):
+def test_a_bad_request_gets_a_reason_not_a_fork(node):
     import socket
 
-    _, env = zygote
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    conn.connect("\0" + env[contract.ZYGOTE_SOCKET_ENV])
+    conn.connect("\0" + node.env[contract.ZYGOTE_SOCKET_ENV])
     socket.send_fds(conn, [json.dumps({"argv": []}).encode()], [0, 1, 2])
     reply = json.loads(conn.recv(1 << 16))
     conn.close()
@@ -257,11 +325,14 @@ def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool)
     program = agent[2]
     compile(program, "<agent>", "exec")
     assert launch.launcher.warm_start is warm and program.endswith(AGENT_MAIN)
+    env = launch.launcher.node_env(0, records.Topology(nodes=2, ranks_per_node=2), "127.0.0.1:1")
     if warm:
         assert argv[:3] == ["-m", "harness.zygote", "rank"] and "--warm-start" in argv
-        assert contract.ZYGOTE_SOCKET_ENV in program and "'harness.zygote', 'serve'" in program
+        assert contract.ZYGOTE_SOCKET_ENV in program and "fork_from_agent(('-m', 'harness.zygote', 'serve'))" in program
+        # The agent's environment block, which the zygote and its ranks inherit, has their room.
+        assert env == {contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES}
     else:
-        assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN
+        assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN and env == {}
 
 
 @pytest.mark.parametrize(("env", "scenario", "warm"), [
