@@ -86,6 +86,7 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos import contract
@@ -179,23 +180,7 @@ class Zygote:
             _send(conn, {"pid": pid})
 
     def _fork(self, request: dict, fds: list[int]) -> int:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the rank: never returns into the zygote's loop
-            code = 1
-            try:
-                code = _become_rank(request, fds)
-            except SystemExit as exc:
-                code = _exit_code(exc)
-            except BaseException:  # noqa: BLE001 (whatever it was, the rank exits with 1)
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
-        return pid
+        return _fork_into(lambda: _become_rank(request, fds))
 
     def _reap(self, rank: _Rank) -> None:
         _, status = os.waitpid(rank.pid, 0)
@@ -223,6 +208,28 @@ class Zygote:
         self.selector.unregister(rank.conn)
         rank.conn.close()
         rank.conn = None
+
+
+def _fork_into(child: Callable[[], int]) -> int:
+    """Fork; the child runs ``child`` and exits with its code (never returning into the
+    parent's code: the zygote's loop, the agent's program); the parent gets the pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = child()
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        except BaseException:  # noqa: BLE001 (whatever it was, the child exits with 1)
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    return pid
 
 
 def _become_rank(request: dict, fds: list[int]) -> int:
@@ -326,20 +333,8 @@ def fork_from_agent(argv: tuple[str, ...], modules: tuple[str, ...] = PREIMPORTS
     # Blocked across the fork: the zygote keeps them blocked (Zygote.__init__), the agent
     # gets its mask back, and with it any signal sent in between.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the zygote: never returns into the agent's program
-        code = 1
-        try:
-            code = _serve_forked(agent, listener, (sys.executable, "-u", *argv, str(agent)), modules, started)
-        except BaseException:  # noqa: BLE001 (whatever it was, the zygote exits with 1)
-            traceback.print_exc()
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
+    title = (sys.executable, "-u", *argv, str(agent))
+    pid = _fork_into(lambda: _serve_forked(agent, listener, title, modules, started))
     listener.close()
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return pid
