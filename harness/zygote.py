@@ -8,8 +8,9 @@ torch.distributed, torch._dynamo and the harness, then forks the node's zygote
 (``fork_from_agent``, the launcher's prelude in ``chaos.workload.torchrun``), and goes on
 to torchrun with torch already imported; the zygote only forks ranks. A node imports torch
 once: an agent that started a zygote of its own (``python -m harness.zygote serve``, still
-there) imported it a second time, in the agent for torchrun (a tiny-kill run, two nodes of
-one rank with its twin: 33 CPU-s before, see docs/engine.md for after). A restart pays
+there) imported it a second time, for torchrun (``trainchaos run``
+tests/scenarios/report/tiny-kill.yaml, two nodes of one rank, twin and faulted run:
+33.7 CPU-s with a zygote process, 27.5 with the fork; docs/engine.md). A restart pays
 rendezvous, process-group set-up and the checkpoint load, not the imports; a
 cold-starting stack pays them, so the run record says which was measured.
 
