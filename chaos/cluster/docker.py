@@ -215,9 +215,10 @@ class DockerCluster(ContainerProcesses, LocalCluster):
             keep["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin",
                                             "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
             keep["HOME"] = keep["TMPDIR"]
-        # gloo binds and advertises this interface's address (the run's network); left to
-        # itself it would resolve the container's hostname.
-        keep["GLOO_SOCKET_IFNAME"] = "eth0"
+        # No GLOO_SOCKET_IFNAME: gloo resolves the container's hostname, which its /etc/hosts
+        # maps to the node's run address (peer_hosts). Pinned to an interface name, a rank
+        # restarted after container_disconnect's revert found no "eth0": the engine never
+        # reuses an interface's number, and the reconnected one is eth1.
         if self.options.image is None and env.get("PYTHONPATH"):
             # The controller's import path (a worktree of the project: mounted at its path)
             # comes first here too, or the nodes import the editable install's tree instead.
@@ -289,14 +290,15 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         return f"node{node}"
 
     def peer_hosts(self, node: int) -> dict[str, str]:
-        """Names for the run's other addresses in the node's /etc/hosts: the store (the
-        bridge's gateway) and every other node. torch's c10d client looks up the name of the
+        """Names for the run's addresses in the node's /etc/hosts: the store (the bridge's
+        gateway) and every node, this one too (gloo binds what the hostname resolves to,
+        whatever the interface is called). torch's c10d client looks up the name of the
         address it connects to; with only its own address in the file, that lookup goes to
         the engine's DNS, which forwards it to the host's resolver and, where none answers
         (a machine without a reachable name server), gives up after 2 x 5 s: 10 s of every
         agent's start went there."""
-        peers = {self.hostname(n): self.node_address(n) for n in range(self.topology.total_nodes) if n != node}
-        return {STORE_HOST: self.gateway, **peers}
+        nodes = {self.hostname(n): self.node_address(n) for n in range(self.topology.total_nodes)}
+        return {STORE_HOST: self.gateway, **nodes}
 
     def _stream_logs(self, node: int, log_path: str) -> None:
         with contextlib.suppress(Exception), open(log_path, "ab") as log:

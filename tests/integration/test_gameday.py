@@ -145,10 +145,8 @@ class JobSlot:
         self._current: Job | None = None
 
     def get(self) -> Job:
-        """A job whose every rank steps: the current one, else a new one. The current one
-        cannot step again once a node was disconnected and reconnected (the container's
-        interface comes back as eth1 and its ranks are pinned to eth0; see docs/docker.md,
-        known limitations): each restart of that node then fails."""
+        """A job whose every rank steps: the current one, else a new one (a test before may
+        have ended it, or used up its restarts)."""
         if self._current is not None and not self._current.stepping():
             if self._current.controller.poll() is None:
                 self._current.controller.send_signal(signal.SIGTERM)  # its teardown stops its containers
@@ -337,9 +335,8 @@ def test_sigkilled_game_day_is_reverted_by_cleanup(job: Job) -> None:
 
 @pytest.mark.timeout(300)
 def test_live_limits_disconnect_and_loss_take_effect_and_are_restored(job: Job) -> None:
-    # Last of the tests that need the job to train: after node 1's disconnect it cannot
-    # restart there (JobSlot.get says why), and only the SIGKILL test, which needs its
-    # containers and not its steps, comes after.
+    # Last of the tests that need the job to train (only the SIGKILL test, which needs its
+    # containers and not its steps, comes after): its ranks restart after the cut.
     plan = _plan(job, "squeeze", "steps:\n"
                  "  - name: squeeze\n    inject: {type: container_limits, target: {node: 0},"
                  " params: {cpus: 0.25, memory_mb: 2048}}\n"
@@ -383,6 +380,9 @@ def test_live_limits_disconnect_and_loss_take_effect_and_are_restored(job: Job) 
     attached = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     assert not [n for n in attached if n == f"tc-{short_id(job.run_id)}-c0"], attached
     client.close()
+    # Reconnected, node 1 is a node the job can use again: its ranks, restarted since the cut
+    # (the reconnected interface is eth1), rejoin and every rank steps.
+    assert job.stepping(timeout=180), "after the revert the job's ranks never all stepped again"
 
 
 def _connect(address: str) -> str:
