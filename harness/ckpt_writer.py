@@ -181,15 +181,9 @@ def write_files(tmp: str, step: int, state: dict[str, Any], *, verified: dict[st
         "writer": {"host": socket.gethostname(), "pid": os.getpid()},
         "files": {STATE_FILE: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
     }
-    if verify_checksum:
-        # Read back what the file system now returns (from the page cache here: this
-        # catches corruption on the way to the file system, not on the media), compared
-        # with the bytes written: equal bytes are what an equal sha256 stands for, and a
-        # comparison costs a tenth of hashing them again (the load verifies the sha256).
-        with open(os.path.join(tmp, STATE_FILE), "rb") as f:
-            if f.read() != bytes(data):  # bytes with bytes: one memcmp (a memoryview compares byte by byte)
-                raise CheckpointError(f"checksum on save: {STATE_FILE} of step {step} reads "
-                                      "back different bytes than were written")
+    if verify_checksum and not _reads_back(os.path.join(tmp, STATE_FILE), data):
+        raise CheckpointError(f"checksum on save: {STATE_FILE} of step {step} reads "
+                              "back different bytes than were written")
     if verified is not None:
         manifest["verified"] = verified
     del data  # release the export of the buffer
@@ -201,6 +195,32 @@ def write_files(tmp: str, step: int, state: dict[str, Any], *, verified: dict[st
     if durable:
         sync_dir(tmp, fsync_enabled)
     return manifest
+
+
+_READ_BACK_CHUNK = 1 << 20
+
+
+def _reads_back(path: str, data: memoryview) -> bool:
+    """Whether the file at ``path`` holds exactly ``data`` (the checksum on save).
+
+    What the file system now returns (from the page cache here: this catches corruption on
+    the way to the file system, not on the media) is compared with the bytes written: equal
+    bytes are what an equal sha256 stands for, and a comparison costs a tenth of hashing
+    them again (the load verifies the sha256). Read in chunks into one small buffer and
+    compared where the written bytes lie (a bytearray with a memoryview: one memcmp; two
+    memoryviews compare byte by byte): no copy of the checkpoint, and no buffer its size,
+    whose fresh pages cost more than the reading (4.3 MB: 11 ms read whole, 0.4 ms so)."""
+    chunk = bytearray(min(_READ_BACK_CHUNK, max(1, len(data))))
+    with open(path, "rb") as f:
+        offset = 0
+        while offset < len(data):
+            n = f.readinto(chunk)
+            if not n:
+                return False  # shorter than written
+            if (chunk if n == len(chunk) else chunk[:n]) != data[offset:offset + n]:
+                return False
+            offset += n
+        return not f.read(1)  # and not longer
 
 
 def sync_dir(path: str, fsync_enabled: bool) -> None:
