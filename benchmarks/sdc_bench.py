@@ -1,6 +1,6 @@
 """What the silent-corruption detectors cost, as the default configuration runs them.
 
-    python benchmarks/sdc_bench.py [--rounds 15] [--block 50] [--each] [--out reports/bench]
+    python benchmarks/sdc_bench.py [--rounds 15] [--block 50] [--each [PAIRS]] [--out reports/bench]
 
 Two ranks of the harness (the default model, DDP over gloo, as a scenario runs it) train one
 job while the detector settings change from block to block: ``--block`` steps with every
@@ -169,7 +169,7 @@ def _worker(rank: int, world: int, port: int, run_dir: str, rounds: int, block: 
 
 
 def repeats_of(pairs: int) -> int:
-    """``--each``: rounds of ``pairs`` pairs per comparison (150 pairs in all, 5 rounds)."""
+    """``--each``: rounds of ``pairs`` pairs per comparison (5 rounds: 150 pairs with 30)."""
     return 5 if pairs else 0
 
 
@@ -178,7 +178,8 @@ def _fresh(run_dir: str) -> str:
     return path
 
 
-def bench(rounds: int, block: int, each: bool) -> dict:
+def bench(rounds: int, block: int, each: int) -> dict:
+    """``each``: pairs per comparison and round of the single detectors' A/B (0: none)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -186,7 +187,7 @@ def bench(rounds: int, block: int, each: bool) -> dict:
     out = os.path.join(run_dir, "result.json")
     load_before = os.getloadavg()[0]
     ctx = multiprocessing.get_context("spawn")
-    pairs = 30 if each else 0
+    pairs = each
     procs = [ctx.Process(target=_worker, args=(r, 2, port, run_dir, rounds, block, pairs, out)) for r in range(2)]
     for p in procs:
         p.start()
@@ -281,7 +282,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15, help="rounds of blocks A B B A")
     parser.add_argument("--block", type=int, default=50, help="steps per block")
-    parser.add_argument("--each", action="store_true", help="also the single detectors, step by step")
+    parser.add_argument("--each", type=int, nargs="?", const=30, default=0, metavar="PAIRS",
+                        help="also the single detectors, step by step (PAIRS per comparison and round, 30)")
     parser.add_argument("--out", default="reports/bench")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
