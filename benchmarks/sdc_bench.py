@@ -239,6 +239,8 @@ def _headline(raw: dict) -> dict:
         "sdc_overhead_pct_ckpt_checksum": round(readback_s / per_step / base * 100, 2),
         # every round's figure, sorted: the spread of this run
         "sdc_overhead_pct_rounds": rounds_pct,
+        "sdc_overhead_pct_rounds_cpu": sorted(round((r + readback_cpu / per_step / base_cpu) * 100, 2)
+                                              for r in cpu["ratio"]),
         "sdc_null_pct": round(statistics.median(wall["null"]) * 100, 2),
         "sdc_null_pct_abs_median": round(statistics.median(abs(x) for x in wall["null"]) * 100, 2),
         "sdc_cpu_ms_step_detectors_off": round(base_cpu * 1000, 3),
