@@ -100,7 +100,8 @@ class _Controller(threading.Thread):
             "hits": dict(self.fs.hits), "pid": os.getpid(), "ready": self.ready, "t": time.time(),
             "unfsynced_files": self.fs.tracker.pending() if self.fs.tracker else 0,
             "crash_point": self.fs.crash.status() if self.fs.crash is not None else None,
-            "kernel_cache": self.fs.kcache.on, "cache_forgets": self.fs.kcache.forgets,
+            "kernel_cache": self.fs.kcache.on, "kernel_pages": self.fs.kcache.keep_pages,
+            "cache_forgets": self.fs.kcache.forgets,
         })
 
     def run(self) -> None:
@@ -174,13 +175,41 @@ def _fuse_class() -> type:
 
     class ThinFUSE(mfusepy.FUSE):
         """mfusepy, with reads and writes that make no bytes object per request (each was a
-        copy of up to 1 MiB, and an allocation that mapped and faulted in fresh pages), and
-        the kernel cache attached to libfuse once the mount is initialised."""
+        copy of up to 1 MiB, and an allocation that mapped and faulted in fresh pages), stats
+        copied straight into the kernel's reply, opens that keep the file's cached pages while
+        the kernel cache allows it, and the kernel cache attached to libfuse once the mount
+        is initialised."""
 
         def init_fuse_3(self, conn: Any, config: Any) -> None:
             super().init_fuse_3(conn, config)
             lib = mfusepy._libfuse
-            self.operations.kcache.attach(lib, lib.fuse_get_context().contents.fuse, config.contents)
+            self.operations.kcache.attach(lib, lib.fuse_get_context().contents.fuse, config.contents, conn.contents)
+
+        def fgetattr(self, path: bytes | None, buf: Any, fip: Any) -> int:
+            # mfusepy's goes stat -> a 13-key mapping -> a setattr per key (twice the Python).
+            st = self.operations.stat(None if path is None else path.decode(self.encoding, self.errors),
+                                      fip.contents.fh if fip else None)
+            ctypes.memset(buf, 0, ctypes.sizeof(mfusepy.c_stat))
+            out = buf.contents
+            out.st_mode, out.st_nlink, out.st_uid, out.st_gid = st.st_mode, st.st_nlink, st.st_uid, st.st_gid
+            out.st_size, out.st_ino, out.st_blocks = st.st_size, st.st_ino, st.st_blocks
+            out.st_atimespec.tv_sec, out.st_atimespec.tv_nsec = divmod(st.st_atime_ns, 1_000_000_000)
+            out.st_mtimespec.tv_sec, out.st_mtimespec.tv_nsec = divmod(st.st_mtime_ns, 1_000_000_000)
+            out.st_ctimespec.tv_sec, out.st_ctimespec.tv_nsec = divmod(st.st_ctime_ns, 1_000_000_000)
+            return 0
+
+        def open(self, path: bytes, fip: Any) -> int:
+            fi = fip.contents
+            fi.fh = self.operations.open(path.decode(self.encoding, self.errors), fi.flags)
+            fi.keep_cache = self.operations.kcache.keep_pages
+            return 0
+
+        def create(self, path: bytes, mode: int, fip: Any) -> int:
+            # mfusepy's asks inspect.signature of the handler on every create (~40 us).
+            fi = fip.contents
+            fi.fh = self.operations.create(path.decode(self.encoding, self.errors), mode, fi.flags)
+            fi.keep_cache = self.operations.kcache.keep_pages
+            return 0
 
         def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
             return self.operations.read_into(None if path is None else path.decode(self.encoding, self.errors),

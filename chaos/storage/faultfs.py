@@ -214,12 +214,17 @@ class FaultFS:
 
     # -- metadata -----------------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
-        self._gate("getattr", path)
-        st = os.fstat(fh) if fh is not None else os.stat(_rel(path), dir_fd=self.fd, follow_symlinks=False)
+        st = self.stat(path, fh)
         return {key: getattr(st, key) for key in (
             "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_ino", "st_blocks",
             "st_atime_ns", "st_mtime_ns", "st_ctime_ns")} | {
             "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
+
+    def stat(self, path: str | None, fh: int | None = None) -> os.stat_result:
+        """``getattr`` as the stat result itself (the mount copies it into the kernel's
+        reply without a mapping in between: a lookup is a getattr, the most frequent request)."""
+        self._gate("getattr", path)
+        return os.fstat(fh) if fh is not None else os.stat(_rel(path), dir_fd=self.fd, follow_symlinks=False)
 
     def access(self, path: str, amode: int) -> int:
         if not os.access(_rel(path), amode, dir_fd=self.fd):

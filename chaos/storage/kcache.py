@@ -19,6 +19,18 @@ kernel for that long.
 The kernel is told to forget only while nothing waits inside the layer (caching is on only
 while no rule is armed): a notification takes the kernel's locks of the inode, which a
 stalled operation would hold.
+
+File pages too (``keep_pages``): until the first rule or crash point arms, an open keeps
+what the kernel has cached of the file (libfuse's ``keep_cache``) and the kernel does not
+drop a file's pages because its mtime moved (``auto_inval_data`` off: every write through
+the layer moves it, so the read-back of a checkpoint just written came through the daemon
+again, ~5 requests of 1 MiB per save). That is exact while every change to the backing files
+goes through the layer: the mount is in place over them, and the layer's own changes behind
+the kernel -- a drop of unfsynced data -- make the kernel forget. From the first arming on,
+opens drop the pages again for the rest of the mount, as without caching: a page cached
+while a rule acted (a write corrupted, or cut short, on its way to the backing file) would
+otherwise outlive the rule, and forgetting at disarm could wait on an operation still held
+by a frozen crash point.
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ one checkpoint save (whose lookups repeat within milliseconds), short enough tha
 changed below the mount (by its owner, not through it) shows within a second."""
 _ROOT_ID = 1
 """FUSE_ROOT_ID: the node id of the mount's root in every FUSE file system."""
+FUSE_CAP_AUTO_INVAL_DATA = 1 << 12
+"""libfuse3's capability bit (fuse_common.h): drop a file's pages when its mtime changed."""
 
 
 def cached_names(backing_fd: int) -> tuple[list[str], list[str]]:
@@ -77,14 +91,19 @@ class KernelCache:
         self.on = False
         self.forgets = 0
         """How often the kernel was told to forget (the layer's state reports it)."""
+        self.keep_pages = True
+        """Whether an open may keep the file's cached pages: until the first arming."""
         self._lock = threading.Lock()
         self._config: Any = None
         self._lib: Any = None
         self._fuse: int | None = None
         self._session: int | None = None
 
-    def attach(self, lib: Any, fuse: int, config: Any) -> None:
-        """Called from the mount's ``init`` (libfuse's ``struct fuse`` and its live config)."""
+    def attach(self, lib: Any, fuse: int, config: Any, conn: Any = None) -> None:
+        """Called from the mount's ``init`` (libfuse's ``struct fuse``, its live config and the
+        connection's capabilities, negotiated when ``init`` returns)."""
+        if conn is not None:
+            conn.want &= ~FUSE_CAP_AUTO_INVAL_DATA
         lib.fuse_invalidate_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.fuse_invalidate_path.restype = ctypes.c_int
         lib.fuse_get_session.argtypes = [ctypes.c_void_p]
@@ -111,6 +130,7 @@ class KernelCache:
         """Stop caching and make the kernel forget what it cached meanwhile."""
         with self._lock:
             was_on, self.on = self.on, False
+            self.keep_pages = False
             self._apply()
             if was_on:
                 self._forget(backing_fd)

@@ -69,18 +69,27 @@ def test_rules_change_at_run_time_without_remounting(layer):
 
 
 def test_a_rule_armed_over_the_kernels_cache_acts_at_once(layer):
-    """No rule armed: the kernel keeps entries, attributes and pages (for a second). Arming a
-    rule makes it forget them first, so a read through a file handle opened before, and the
-    very next stat, reach the rule instead of the cache."""
+    """No rule armed: the kernel keeps entries and attributes (for a second) and pages (across
+    opens, until the first arming). Arming a rule makes it forget them first, so a read
+    through a file handle opened before, and the very next stat, reach the rule instead of
+    the cache; pages read under the rule are not kept past it."""
     path, control = layer
     target = path / "before.txt"
-    assert control.state()["kernel_cache"] is True
+    assert control.state()["kernel_cache"] is True and control.state()["kernel_pages"] is True
+    written = path / "through.bin"
+    written.write_bytes(b"written through the layer" * 1000)  # its pages: kept from the write on
+    kept = open(written, "rb", buffering=0)  # noqa: SIM115 - read again after arming
+    assert kept.read() == b"written through the layer" * 1000
     with open(target, "rb", buffering=0) as fh:
         assert fh.read() == b"written before the mount"  # its pages are cached now
         control.add_rule({"rule_id": "flip", "action": "corrupt", "ops": ["read"], "bits": 8})
         assert os.pread(fh.fileno(), 100, 0) != b"written before the mount"  # the rule, not the pages
+    with kept:
+        assert os.pread(kept.fileno(), 25000, 0) != b"written through the layer" * 1000
     control.remove_rule("flip")
+    # The flipped pages read under the rule are not kept past it: a new open drops them.
     assert control.state()["kernel_cache"] is True and target.read_bytes() == b"written before the mount"
+    assert control.state()["kernel_pages"] is False and written.read_bytes() == b"written through the layer" * 1000
 
     os.stat(target)  # its entry and attributes are cached now
     control.add_rule({"rule_id": "stat", "action": "error", "ops": ["getattr"]})

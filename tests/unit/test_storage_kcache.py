@@ -108,6 +108,38 @@ def test_a_crash_point_turns_caching_off_until_disarmed(fs):
     assert layer.kcache.on
 
 
+def test_pages_are_kept_until_the_first_arming_and_never_after(fs):
+    """An open keeps a file's cached pages only while no rule or crash point ever acted: a
+    page cached while a rule corrupted or cut a write would outlive the rule."""
+    layer, _lib, _config = fs
+    assert layer.kcache.keep_pages
+    layer.drop_unfsynced()  # a power loss with nothing armed: forgotten, pages still trusted
+    assert layer.kcache.keep_pages and layer.kcache.forgets == 1
+    layer.set_rules(RuleSet([Rule(rule_id="c", action="corrupt", ops=("write",))]))
+    assert not layer.kcache.keep_pages
+    layer.set_rules(RuleSet([]))
+    assert layer.kcache.on and not layer.kcache.keep_pages, "entries and attributes again, pages never"
+
+
+def test_a_crash_point_ends_kept_pages_too(fs):
+    layer, _lib, _config = fs
+    layer.arm_crash_point({"save": "*step-00000020*", "after": 2}, emit=lambda kind, **fields: None)
+    layer.arm_crash_point(None, emit=lambda kind, **fields: None)
+    assert layer.kcache.on and not layer.kcache.keep_pages
+
+
+def test_attaching_turns_off_only_the_kernels_auto_inval_data(tmp_path):
+    """Kept pages would be dropped anyway whenever a stat shows the mtime a write moved."""
+    from chaos.storage.kcache import FUSE_CAP_AUTO_INVAL_DATA
+
+    class Conn:
+        want = 0x14F819
+
+    conn = Conn()
+    KernelCache().attach(_Lib(), 1111, _Config(), conn)
+    assert conn.want == 0x14F819 & ~FUSE_CAP_AUTO_INVAL_DATA and FUSE_CAP_AUTO_INVAL_DATA & 0x14F819
+
+
 def test_dropped_unfsynced_data_is_forgotten_only_where_it_was_cached(fs):
     layer, lib, _config = fs
     fh = layer.create("/new", 0o644, os.O_WRONLY)
