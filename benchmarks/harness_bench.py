@@ -371,7 +371,9 @@ def _plain_torchrun(run_dir: str, timeout_s: float = 240) -> tuple[float, float]
                 if t_kill is None and e["src"] == "rank-3" and e["step"] == _WARM_KILL_AT and pid3:
                     os.kill(pid3, signal.SIGKILL)
                     t_kill = time.time()
-                elif t_kill is not None and recovered is None and e["t"] > t_kill:
+                elif t_kill is not None and recovered is None and (e.get("incarnation") or 0) > 0:
+                    # The restarted group's first step (as recovery_s is): ranks 0-2 end the
+                    # step they were in after the kill, and that is not a recovery.
                     recovered = e["t"]
             time.sleep(0.01)
         assert proc.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, f"torchrun failed: {run_dir}"
