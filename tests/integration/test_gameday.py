@@ -197,6 +197,10 @@ def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:
     harness = scenario["workload"]["harness"]
     harness["steps"] = 20000
     harness["failure"] = {"watchdog_s": 0}
+    # Cold, as shipped: started warm under make test's load (3 elastic nodes, each agent
+    # importing torch before it joins the rendezvous), its ranks had not all stepped after
+    # 150 s once (2026-12-02; cause not found yet), where cold it starts in well under that.
+    harness["warm_start"] = False
     with _running(Job(tmp_path, yaml.safe_dump(scenario), ranks=3)) as job:
         yield job
 
