@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from chaos.net.fabric import short_id
 from tests.integration._support import (
@@ -161,6 +162,13 @@ def test_local_only_copies_die_with_the_domain_and_a_replica_survives(placements
 def test_on_the_fabric_the_survivors_hear_silence_and_the_node_comes_back(tmp_path: Path) -> None:
     # Warm ranks: the survivors' two restarts (the shrink, the grow-back) fork them.
     scenario = warm_copy(SCENARIOS / "domain-out-on-fabric.yaml", tmp_path / "scenario")
+    # The outage outlasts the survivors' silence detection on any host: shipped, it lasts
+    # 5 s, and under make test's load their 3 s watchdog had not fired when the link came
+    # back, so a reset named it a crash. 15 s of outage, and the steps to grow back after it.
+    doc = yaml.safe_load(scenario.read_text())
+    doc["faults"][0]["params"]["duration_s"] = 15
+    doc["workload"]["harness"]["steps"] = 300
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     result = run_trainchaos(["run", str(scenario),
                              "--out", str(tmp_path / "out")],
                             env=_env(tmp_path), cwd=tmp_path, timeout=300)
