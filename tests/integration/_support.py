@@ -70,8 +70,6 @@ def _harness_doc(scenario: Path, **harness: Any) -> dict:
     return doc
 
 
-
-
 def harness_copy(scenario: Path, into: Path, **harness: Any) -> Path:
     """A copy of ``scenario`` (a harness workload) in ``into`` with these ``harness`` options
     (the tiny model where nothing asserted depends on the model's size, ``warm_start``): for
