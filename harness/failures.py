@@ -20,7 +20,7 @@ from chaos import probe
 from harness import checkpoint as ckpt
 from harness.config import HarnessConfig
 from harness.dist import DistEnv
-from harness.health import Diagnosis, PeerAddress, Watchdog, diagnose_peers
+from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog, diagnose_peers
 from harness.preempt import EmergencyStop
 from harness.progress import StallVerdict
 
@@ -44,6 +44,7 @@ class FailureHandling:
     cfg: HarnessConfig
     env: DistEnv
     peers: list[PeerAddress]
+    liveness: LivenessServer | None
     watchdog: Watchdog | None
     stop: EmergencyStop | None
     _failing: threading.Lock
@@ -64,6 +65,8 @@ class FailureHandling:
                    **details)
         if then is not None:
             then()
+        if suspect != probe.src():
+            self._farewell()  # another rank's failure: this exit is not one to blame
         probe.emit("rank_exit", code=code, reason=reason)
         probe.get().close()
         sys.stderr.write(f"[harness rank {self.env.rank}] {failure_class}: {reason}\n")
@@ -121,9 +124,17 @@ class FailureHandling:
             diag = hung[0]
             self.fail(f"stopping on SIGTERM: {diag.detail}", f"rank-{diag.rank}", "hang", 128 + signum,
                       then=self._kill_hung_node_mate(diag.rank))
+        self._farewell()
         probe.emit("rank_exit", code=128 + signum, reason="terminated by torchrun (SIGTERM)")
         probe.get().close()
         os._exit(128 + signum)
+
+    def _farewell(self) -> None:
+        """Tell the peers watching this rank that it leaves on purpose (health.FAREWELL), so
+        that none of them, seeing this exit and the failure that caused it at once, blames
+        this one."""
+        if self.liveness is not None:
+            self.liveness.farewell()
 
     def _every_peer_alive(self) -> bool:
         if self.watchdog is not None and self.watchdog.first_death() is not None:
@@ -154,12 +165,17 @@ class FailureHandling:
         if isinstance(exc, ckpt.CheckpointError | OSError) and not isinstance(exc, ConnectionError):
             return "storage", probe.src(), f"checkpoint storage failed: {short}"
         if any(m in text for m in _PEER_MARKERS + _TIMEOUT_MARKERS):
+            if self.watchdog is not None:
+                self.watchdog.settle()
             death = self.watchdog.first_death() if self.watchdog else None
             if death is not None:
                 # Several peers may be gone by now (agents tear down a failed node's other
                 # ranks); the first one whose connection dropped is the root cause.
                 return "crash", f"rank-{death[0]}", f"collective failed ({short}); rank {death[0]} died first"
             bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
+            if bad and self.watchdog is not None:
+                left = self.watchdog.farewells()
+                bad.sort(key=lambda d: d.rank in left)  # stable: crash first, then by rank
             if bad:
                 return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
             kind = "hang" if any(m in text for m in _TIMEOUT_MARKERS) else "crash"

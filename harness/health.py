@@ -33,6 +33,11 @@ __all__ = ["PROGRESS_REQUEST", "Diagnosis", "LivenessServer", "PeerAddress", "Wa
 PROGRESS_REQUEST = b"progress\n"
 """Asks a rank's liveness endpoint for its training loop's state (harness.progress)."""
 
+FAREWELL = b"bye\n"
+"""What a rank sends every peer watching it just before it leaves on purpose: torn down by
+its agent, or leaving because it detected another rank's failure. Its connections close a
+moment later like a crashed rank's; the farewell is what tells the two apart."""
+
 
 @dataclass(frozen=True)
 class PeerAddress:
@@ -57,6 +62,8 @@ class LivenessServer:
         """``bind_host``: the node's own address, never 0.0.0.0: the socket answers anyone
         who connects, and nothing beyond the job's own fabric has a reason to."""
         self.rank = rank
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
         self.status: Callable[[], dict[str, object]] | None = None
         """Answers ``progress`` with this (harness.progress): the loop's state, read by the
         same thread that answers pings, so a stuck training thread does not hold it up."""
@@ -75,20 +82,47 @@ class LivenessServer:
                 return
             threading.Thread(target=self._serve, args=(conn,), name="liveness-conn", daemon=True).start()
 
+    def farewell(self) -> None:
+        """Say FAREWELL on every open connection (never blocks: the rank is about to exit)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.send(FAREWELL, socket.MSG_DONTWAIT)
+
+    def close(self) -> None:
+        """Stop answering and drop every connection, as the process's exit would."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept loop, which close() would not
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     def _serve(self, conn: socket.socket) -> None:
         reply = f"pong {self.rank} {os.getpid()}\n".encode()
+        with self._conns_lock:
+            self._conns.add(conn)
         with conn:
-            while True:
-                try:
-                    data = conn.recv(64)
-                    if not data:
-                        return
-                    if data.startswith(PROGRESS_REQUEST) and self.status is not None:
-                        conn.sendall(json.dumps(self.status()).encode() + b"\n")
-                        continue
-                    conn.sendall(reply * data.count(b"\n"))
-                except OSError:
+            self._answer(conn, reply)
+        with self._conns_lock:
+            self._conns.discard(conn)
+
+    def _answer(self, conn: socket.socket, reply: bytes) -> None:
+        while True:
+            try:
+                data = conn.recv(64)
+                if not data:
                     return
+                if data.startswith(PROGRESS_REQUEST) and self.status is not None:
+                    conn.sendall(json.dumps(self.status()).encode() + b"\n")
+                    continue
+                conn.sendall(reply * data.count(b"\n"))
+            except OSError:
+                return
 
 
 def diagnose(peer: PeerAddress, timeout_s: float = 1.0) -> Diagnosis:
@@ -124,6 +158,9 @@ def ask(peer: PeerAddress, request: bytes, timeout_s: float = 1.0) -> bytes | Di
             return Diagnosis(peer.rank, "crash", f"rank {peer.rank} reset the connection")
     if not data:
         return Diagnosis(peer.rank, "crash", f"rank {peer.rank} closed the connection")
+    if data.startswith(FAREWELL):
+        return Diagnosis(peer.rank, "crash", f"rank {peer.rank} is leaving (its agent stopped it, "
+                         "or it detected another rank's failure)")
     return data
 
 
@@ -153,6 +190,10 @@ class Watchdog:
     * A peer whose connection hits EOF/reset died: reported at once as ``crash``, and its
       time of death is kept, so that when several peers are gone (an agent tears down the
       rest of a node after one rank died) the first to die is the one blamed.
+    * A peer that said FAREWELL first left on purpose: torn down by its agent, or leaving on
+      a failure it detected elsewhere. Its end is kept but not reported: the rank whose
+      death set off the teardown is the one to blame, even when this rank, short of CPU,
+      sees both ends at once.
     * Every ``heartbeat_s`` each peer is pinged; a peer silent for ``timeout_s`` is
       diagnosed with a fresh connection (hang, network) and reported. ``timeout_s`` 0 turns
       this off (plain gloo: a frozen peer blocks the job until the collective timeout).
@@ -172,7 +213,11 @@ class Watchdog:
         self._conns: dict[int, socket.socket] = {}
         self._last_pong: dict[int, float] = {}
         self._deaths: dict[int, float] = {}
+        self._farewells: set[int] = set()
         self._lock = threading.Lock()
+        # Held while reading the connections: settle() reads them from the caller's thread
+        # too, and one reader at a time keeps a farewell and its EOF in order.
+        self._io_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
 
@@ -192,12 +237,24 @@ class Watchdog:
         self._stop.set()
 
     def first_death(self) -> tuple[int, float] | None:
-        """(rank, monotonic time) of the first peer seen dying, if any."""
+        """(rank, monotonic time) of the first peer seen dying, if any; a peer that died
+        without a farewell comes before any that said one."""
         with self._lock:
             if not self._deaths:
                 return None
-            rank = min(self._deaths, key=self._deaths.__getitem__)
+            rank = min(self._deaths, key=lambda r: (r in self._farewells, self._deaths[r]))
             return rank, self._deaths[rank]
+
+    def farewells(self) -> set[int]:
+        """The peers that said they were leaving on purpose."""
+        with self._lock:
+            return set(self._farewells)
+
+    def settle(self) -> None:
+        """Take in, from the calling thread, whatever the peers have sent by now (deaths,
+        farewells): a caller about to blame a peer sees what the watchdog thread, short of
+        CPU, may not have read yet. The thread still reports what is found."""
+        self._take_news()
 
     def _close(self, rank: int) -> None:
         sock = self._conns.pop(rank, None)
@@ -215,45 +272,69 @@ class Watchdog:
         next_ping = time.monotonic()
         while not self._stop.is_set():
             timeout = max(0.0, next_ping - time.monotonic())
-            socks = {s: r for r, s in self._conns.items()}
+            socks = list(self._conns.values())
             if socks:
-                try:
-                    ready, _, _ = select.select(list(socks), [], [], timeout)
-                except (OSError, ValueError):
-                    ready = []
+                with contextlib.suppress(OSError, ValueError):
+                    select.select(socks, [], [], timeout)
             else:
                 self._stop.wait(timeout)
-                ready = []
-            for sock in ready:
-                rank = socks[sock]
-                try:
-                    data = sock.recv(4096)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    data = b""
-                if data:
-                    self._last_pong[rank] = time.monotonic()
-                    continue
-                with self._lock:
-                    self._deaths.setdefault(rank, time.monotonic())
-                self._close(rank)
-                self._report(Diagnosis(rank, "crash", f"rank {rank} closed its connection: its process is gone"))
+            self._take_news()
+            dead = self._first_unannounced_death()
+            if dead is not None:
+                self._report(Diagnosis(dead, "crash", f"rank {dead} closed its connection: its process is gone"))
                 return
             if time.monotonic() >= next_ping:
                 next_ping = time.monotonic() + self._heartbeat_s
                 if self._ping_and_check():
                     return
 
+    def _first_unannounced_death(self) -> int | None:
+        with self._lock:
+            unannounced = {r: t for r, t in self._deaths.items() if r not in self._farewells}
+        return min(unannounced, key=unannounced.__getitem__) if unannounced else None
+
+    def _take_news(self) -> None:
+        """Read every connection until none has more: pongs, farewells, ends. (A farewell or
+        an end may wait behind a pong: one read each would leave it for the next round.)"""
+        with self._io_lock:
+            for _ in range(16):  # bounded: a peer answering pings cannot keep this busy
+                socks = {s: r for r, s in self._conns.items()}
+                try:
+                    ready = select.select(list(socks), [], [], 0)[0] if socks else []
+                except (OSError, ValueError):
+                    ready = []
+                if not ready:
+                    return
+                for sock in ready:
+                    self._read(socks[sock], sock)
+
+    def _read(self, rank: int, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._last_pong[rank] = time.monotonic()
+            if FAREWELL in data:
+                with self._lock:
+                    self._farewells.add(rank)
+            return
+        with self._lock:
+            self._deaths.setdefault(rank, time.monotonic())
+        self._close(rank)
+
     def _ping_and_check(self) -> bool:
         """Ping everyone; diagnose and report peers silent too long. True when reported."""
-        for rank, sock in list(self._conns.items()):
-            try:
-                sock.send(b"ping\n")
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                self._close(rank)
+        with self._io_lock:
+            for rank, sock in list(self._conns.items()):
+                try:
+                    sock.send(b"ping\n")
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    self._close(rank)
         if self._timeout_s <= 0:
             return False
         now = time.monotonic()

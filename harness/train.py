@@ -85,6 +85,7 @@ class Trainer(FailureHandling):
         self.cfg = cfg
         self.env = env
         self.peers: list[PeerAddress] = []
+        self.liveness: LivenessServer | None = None
         self.watchdog: Watchdog | None = None
         self.progress: ProgressWatchdog | None = None
         self.slow = SlowRankDetector(cfg.slow_rank, env.rank, env.world_size, probe.emit, probe.src())
@@ -112,7 +113,7 @@ class Trainer(FailureHandling):
             # start here, paid again on every restart).
             torch.use_deterministic_algorithms(True)
         store = init_process_group(env, cfg.failure.collective_timeout_s, cfg.failure.store_timeout_s)
-        liveness = LivenessServer(env.rank, node_address())
+        self.liveness = liveness = LivenessServer(env.rank, node_address())
         self.peers = exchange_peers(store, env, liveness.port)
         TerminationGuard(self._on_sigterm)
         if self.peers:

@@ -1,0 +1,76 @@
+"""The peer watchdog (harness.health.Watchdog) for real over liveness endpoints on loopback:
+whom it blames when peers end, with and without a farewell."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog
+
+
+@pytest.fixture
+def peers():
+    """Ranks 1-3 answering on loopback; closed afterwards (a closed one twice does no harm)."""
+    servers = {rank: LivenessServer(rank, "127.0.0.1") for rank in (1, 2, 3)}
+    yield servers
+    for server in servers.values():
+        server.close()
+
+
+def _watch(servers: dict[int, LivenessServer]) -> tuple[Watchdog, list[Diagnosis]]:
+    reports: list[Diagnosis] = []
+    addresses = [PeerAddress(rank=r, host="127.0.0.1", port=s.port, pid=0, node=r // 2) for r, s in servers.items()]
+    # A long heartbeat and no silence timeout: only connections ending can report here.
+    watchdog = Watchdog(addresses, heartbeat_s=30.0, timeout_s=0.0, on_failure=reports.append)
+    watchdog.start()
+    deadline = time.monotonic() + 5
+    while any(not s._conns for s in servers.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # each endpoint serves its connection: a farewell has somewhere to go
+    return watchdog, reports
+
+
+def _wait_for(reports: list[Diagnosis], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not reports and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_peer_dying_unannounced_is_reported_at_once_as_a_crash(peers) -> None:
+    watchdog, reports = _watch(peers)
+    peers[2].close()
+    _wait_for(reports)
+    assert [(d.rank, d.failure_class) for d in reports] == [(2, "crash")]
+    assert watchdog.first_death()[0] == 2 and watchdog.farewells() == set()
+
+
+def test_a_node_mate_torn_down_after_the_first_death_is_not_blamed_even_when_both_are_seen_at_once(peers) -> None:
+    """Rank 3 is killed; its agent then tears down rank 2, which says farewell first. The
+    watching rank, short of CPU, reads both ends in one go, rank 2's the earlier one: it
+    still reports rank 3, and first_death names rank 3 (what a failed collective blames)."""
+    watchdog, reports = _watch(peers)
+    with watchdog._io_lock:  # the watchdog thread cannot read meanwhile: as if descheduled
+        peers[2].farewell()
+        peers[2].close()
+        time.sleep(0.1)
+        peers[3].close()
+        time.sleep(0.1)
+    watchdog.settle()
+    assert watchdog.first_death()[0] == 3
+    _wait_for(reports)
+    assert [(d.rank, d.failure_class) for d in reports] == [(3, "crash")]
+    assert watchdog.farewells() == {2}
+
+
+def test_a_farewell_alone_is_not_reported_but_is_still_the_death_on_record(peers) -> None:
+    """Every peer that ended said farewell (the whole node stopped on purpose): nothing is
+    reported, and a failed collective still has someone to name."""
+    watchdog, reports = _watch(peers)
+    peers[1].farewell()
+    peers[1].close()
+    deadline = time.monotonic() + 5
+    while watchdog.first_death() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert reports == [] and watchdog.first_death()[0] == 1 and watchdog.farewells() == {1}
