@@ -262,7 +262,7 @@ class HarnessConfig:
     warm_start: bool = False
     """Start ranks from a per-node zygote that has imported torch already (harness/zygote.py):
     a restart pays rendezvous and checkpoint load, not Python's imports (kill -> next step
-    3.1 s warm, 10.8 s cold, 8.3 s plain torchrun here; benchmarks/harness_bench.py). Off by
+    2.0 s warm, 5.7 s cold, 4.7 s plain torchrun on 2 cores; benchmarks/harness_bench.py). Off by
     default: recovery is what trainchaos measures, and a cold restart is what most stacks
     pay; on for quick iterations (tests, demos; TRAINCHAOS_WARM_START=1 turns it on where a
     scenario does not set it). The run record says which was measured."""
