@@ -165,19 +165,32 @@ class FailureHandling:
         if isinstance(exc, ckpt.CheckpointError | OSError) and not isinstance(exc, ConnectionError):
             return "storage", probe.src(), f"checkpoint storage failed: {short}"
         if any(m in text for m in _PEER_MARKERS + _TIMEOUT_MARKERS):
-            if self.watchdog is not None:
-                self.watchdog.settle()
-            death = self.watchdog.first_death() if self.watchdog else None
-            if death is not None:
-                # Several peers may be gone by now (agents tear down a failed node's other
-                # ranks); the first one whose connection dropped is the root cause.
-                return "crash", f"rank-{death[0]}", f"collective failed ({short}); rank {death[0]} died first"
-            bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
-            if bad and self.watchdog is not None:
-                left = self.watchdog.farewells()
-                bad.sort(key=lambda d: d.rank in left)  # stable: crash first, then by rank
-            if bad:
-                return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
-            kind = "hang" if any(m in text for m in _TIMEOUT_MARKERS) else "crash"
-            return kind, None, f"collective failed ({short}); every peer answers"
+            return self._classify_peer_failure(text, short)
         return "unknown", probe.src(), f"unexpected error: {short}"
+
+    def _classify_peer_failure(self, text: str, short: str) -> tuple[str, str | None, str]:
+        """A collective failed: blame the first peer that died on its own; else the peer a
+        fresh diagnosis finds failed (hung, cut off, gone), one that left on purpose last.
+
+        A peer that said farewell (health.FAREWELL) left because it detected a failure or
+        was torn down: when it is the only one gone (it saw a peer hang and left first),
+        the diagnosis finds the hung peer it left over."""
+        left: set[int] = set()
+        death = None
+        if self.watchdog is not None:
+            self.watchdog.settle()
+            left = self.watchdog.farewells()
+            death = self.watchdog.first_death()
+        if death is not None and death[0] not in left:
+            # Several peers may be gone by now (agents tear down a failed node's other
+            # ranks); the first one whose connection dropped is the root cause.
+            return "crash", f"rank-{death[0]}", f"collective failed ({short}); rank {death[0]} died first"
+        bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
+        bad.sort(key=lambda d: d.rank in left)  # stable: crash first, then by rank
+        if bad and (bad[0].rank not in left or death is None):
+            return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
+        if death is not None:
+            return ("crash", f"rank-{death[0]}",
+                    f"collective failed ({short}); rank {death[0]} left first, no other peer is down")
+        kind = "hang" if any(m in text for m in _TIMEOUT_MARKERS) else "crash"
+        return kind, None, f"collective failed ({short}); every peer answers"

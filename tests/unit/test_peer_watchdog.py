@@ -3,10 +3,12 @@ whom it blames when peers end, with and without a farewell."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
 
+from harness.failures import FailureHandling
 from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog
 
 
@@ -34,6 +36,12 @@ def _watch(servers: dict[int, LivenessServer]) -> tuple[Watchdog, list[Diagnosis
 def _wait_for(reports: list[Diagnosis], seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not reports and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _wait_for_death(watchdog: Watchdog, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while watchdog.first_death() is None and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -69,8 +77,47 @@ def test_a_farewell_alone_is_not_reported_but_is_still_the_death_on_record(peers
     watchdog, reports = _watch(peers)
     peers[1].farewell()
     peers[1].close()
-    deadline = time.monotonic() + 5
-    while watchdog.first_death() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_for_death(watchdog)
     time.sleep(0.2)
     assert reports == [] and watchdog.first_death()[0] == 1 and watchdog.farewells() == {1}
+
+
+class _Rank(FailureHandling):
+    """The failure side of a rank, with only what a failed collective's diagnosis reads."""
+
+    def __init__(self, peers: list[PeerAddress], watchdog: Watchdog) -> None:
+        self.peers, self.watchdog = peers, watchdog
+
+
+def test_a_collective_failed_by_a_peer_that_left_on_a_hang_blames_the_hung_peer(peers) -> None:
+    """Rank 1 saw rank 3 hang and left first (farewell); this rank's collective then fails on
+    rank 1's closed connection. The one gone is not the one to blame: a fresh diagnosis
+    finds rank 3 accepting connections but not answering, and blames it as hung."""
+    peers[3].close()
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)  # the kernel accepts connections; nobody answers them, as in a frozen rank
+    servers = {1: peers[1], 2: peers[2]}
+    watchdog, reports = _watch(servers)
+    addresses = [PeerAddress(rank=r, host="127.0.0.1", port=s.port, pid=0, node=r // 2) for r, s in servers.items()]
+    addresses.append(PeerAddress(rank=3, host="127.0.0.1", port=frozen.getsockname()[1], pid=0, node=1))
+    peers[1].farewell()
+    peers[1].close()
+    _wait_for_death(watchdog)
+    try:
+        failure_class, suspect, reason = _Rank(addresses, watchdog).classify(
+            RuntimeError("Connection closed by peer [127.0.0.1]:1234"))
+    finally:
+        frozen.close()
+    assert (failure_class, suspect) == ("hang", "rank-3"), reason
+    assert reports == []
+
+
+def test_a_collective_failed_by_a_peer_that_left_with_nobody_else_down_still_names_it(peers) -> None:
+    watchdog, _reports = _watch(peers)
+    peers[2].farewell()
+    peers[2].close()
+    _wait_for_death(watchdog)
+    addresses = [PeerAddress(rank=r, host="127.0.0.1", port=s.port, pid=0, node=r // 2) for r, s in peers.items()]
+    failure_class, suspect, _reason = _Rank(addresses, watchdog).classify(RuntimeError("Connection reset by peer"))
+    assert (failure_class, suspect) == ("crash", "rank-2")
