@@ -185,8 +185,7 @@ class FailureHandling:
             # Several peers may be gone by now (agents tear down a failed node's other
             # ranks); the first one whose connection dropped is the root cause.
             return "crash", f"rank-{death[0]}", f"collective failed ({short}); rank {death[0]} died first"
-        bad = diagnose_peers(self.peers, timeout_s=1.0) if self.peers else []
-        bad.sort(key=lambda d: d.rank in left)  # stable: crash first, then by rank
+        bad = diagnose_peers(self.peers, timeout_s=1.0, left=left) if self.peers else []
         if bad and (bad[0].rank not in left or death is None):
             return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
         if death is not None:

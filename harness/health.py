@@ -164,8 +164,10 @@ def ask(peer: PeerAddress, request: bytes, timeout_s: float = 1.0) -> bytes | Di
     return data
 
 
-def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0) -> list[Diagnosis]:
-    """Diagnose every peer in parallel; returns only the unhealthy ones, crash first."""
+def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0,
+                   left: set[int] | frozenset[int] = frozenset()) -> list[Diagnosis]:
+    """Diagnose every peer in parallel; returns only the unhealthy ones, crash first, and
+    the peers in ``left`` (they said FAREWELL: gone on purpose) after every other one."""
     results: list[Diagnosis] = []
     lock = threading.Lock()
 
@@ -181,7 +183,7 @@ def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0) -> list[Dia
         t.join(timeout_s * 2 + 0.5)
     order = {"crash": 0, "hang": 1, "network": 2}
     bad = [d for d in results if d.failure_class != "alive"]
-    return sorted(bad, key=lambda d: (order.get(d.failure_class, 9), d.rank))
+    return sorted(bad, key=lambda d: (d.rank in left, order.get(d.failure_class, 9), d.rank))
 
 
 class Watchdog:
@@ -289,9 +291,9 @@ class Watchdog:
                     return
 
     def _first_unannounced_death(self) -> int | None:
-        with self._lock:
-            unannounced = {r: t for r, t in self._deaths.items() if r not in self._farewells}
-        return min(unannounced, key=unannounced.__getitem__) if unannounced else None
+        # A farewell arrives before its sender's EOF: once dead, a peer's farewell is final.
+        death = self.first_death()
+        return death[0] if death is not None and death[0] not in self.farewells() else None
 
     def _take_news(self) -> None:
         """Read every connection until none has more: pongs, farewells, ends. (A farewell or
@@ -343,7 +345,7 @@ class Watchdog:
             return False
         # Confirm with a fresh connection: it also tells a frozen process from a dead one
         # or an unreachable host.
-        diagnoses = diagnose_peers([self._peers[r] for r in silent], timeout_s=1.0)
+        diagnoses = diagnose_peers([self._peers[r] for r in silent], timeout_s=1.0, left=self.farewells())
         if not diagnoses:
             for r in silent:
                 self._last_pong[r] = time.monotonic()

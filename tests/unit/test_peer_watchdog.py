@@ -121,3 +121,29 @@ def test_a_collective_failed_by_a_peer_that_left_with_nobody_else_down_still_nam
     addresses = [PeerAddress(rank=r, host="127.0.0.1", port=s.port, pid=0, node=r // 2) for r, s in peers.items()]
     failure_class, suspect, _reason = _Rank(addresses, watchdog).classify(RuntimeError("Connection reset by peer"))
     assert (failure_class, suspect) == ("crash", "rank-2")
+
+
+def test_silent_peers_name_a_hung_one_before_one_that_left(peers) -> None:
+    """Rank 1 leaves with a farewell, rank 3 is frozen from the start: both fall silent, and
+    the watchdog's silence check names rank 3, hung, not rank 1's closed endpoint."""
+    peers[3].close()
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)
+    addresses = [PeerAddress(rank=r, host="127.0.0.1", port=peers[r].port, pid=0, node=0) for r in (1, 2)]
+    addresses.append(PeerAddress(rank=3, host="127.0.0.1", port=frozen.getsockname()[1], pid=0, node=0))
+    reports: list[Diagnosis] = []
+    watchdog = Watchdog(addresses, heartbeat_s=0.05, timeout_s=0.5, on_failure=reports.append)
+    try:
+        watchdog.start()
+        deadline = time.monotonic() + 5
+        while not peers[1]._conns and time.monotonic() < deadline:
+            time.sleep(0.01)  # rank 1 serves the watchdog's connection: its farewell reaches it
+        peers[1].farewell()
+        peers[1].close()
+        _wait_for(reports)
+    finally:
+        watchdog.stop()
+        frozen.close()
+    assert [(d.rank, d.failure_class) for d in reports] == [(3, "hang")]
+    assert watchdog.farewells() == {1}
