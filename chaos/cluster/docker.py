@@ -383,7 +383,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         self.poll()
         for thread in self._log_threads:
             thread.join(timeout=2)
-        self._store = None
+        self.close_rendezvous()
         return killed
 
     def _running(self, node: int) -> bool:

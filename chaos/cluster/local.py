@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import ClassVar
 
 from pydantic import Field
@@ -43,6 +42,7 @@ from chaos.cluster.base import (
 )
 from chaos.cluster.capabilities import LocalDisk, PowerControl, StorageLayer
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
+from chaos.cluster.rdzv_store import RendezvousStore
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
 from chaos.rundir import RunDir
@@ -99,7 +99,7 @@ class LocalCluster(ClusterBackend):
         self.nodes: dict[int, _Node] = {}
         self._memory_cgroups: dict[int, str] = {}
         self.rdzv_port = 0
-        self._store: object | None = None
+        self._store: RendezvousStore | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -140,18 +140,20 @@ class LocalCluster(ClusterBackend):
 
     def serve_rendezvous(self, host: str) -> None:
         """Host the agents' c10d store on ``host`` only (TCPStore alone would bind every
-        interface): a socket bound here is handed over, and its port is the endpoint."""
-        from torch.distributed import TCPStore
-
+        interface): a socket bound here, its port the endpoint, served in this process
+        (chaos.cluster.rdzv_store: the controller never imports torch for it)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         sock.listen(512)
-        self.rdzv_port = sock.getsockname()[1]
-        # multi_tenant: the agents' rendezvous and nothing else shares this server.
-        self._store = TCPStore(host, self.rdzv_port, is_master=True, wait_for_workers=False,
-                               multi_tenant=True, timeout=timedelta(seconds=30),
-                               master_listen_fd=sock.detach())
+        self._store = RendezvousStore(sock)
+        self.rdzv_port = self._store.port
+
+    def close_rendezvous(self) -> None:
+        """The agents are gone: stop serving their store."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def note_event(self, event: dict) -> None:
         """Spares start once the job's first round has formed: the rendezvous takes whichever
@@ -252,7 +254,7 @@ class LocalCluster(ClusterBackend):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(timeout=5)
         self.poll()
-        self._store = None
+        self.close_rendezvous()
         return killed
 
     # -- nodes ----------------------------------------------------------------------------

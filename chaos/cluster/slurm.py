@@ -231,7 +231,7 @@ class SlurmCluster(LocalCluster):
         while self.job_id and self.options.jobid is None and time.monotonic() < deadline and self._job_active():
             time.sleep(0.1)
         self._poll_scheduler(force=True)
-        self._store = None
+        self.close_rendezvous()
         if self._slurm_probe is not None:
             self._slurm_probe.close()
         return killed
