@@ -13,8 +13,8 @@ DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command 
 DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
 # The project's bytecode, written before a run: every controller, agent, zygote and storage
-# daemon imports chaos and harness, and where PYTHONDONTWRITEBYTECODE is set (as on the
-# project's CI machine) no import writes it, so each of the hundreds of processes of a
+# daemon imports chaos and harness, and where PYTHONDONTWRITEBYTECODE is set (as in this
+# machine's environment) no import writes it, so each of the hundreds of processes of a
 # `make test` compiled them again (0.1-0.2 s of CPU apiece). compileall writes it whatever
 # that variable says; a source edited later is recompiled on import as usual.
 COMPILE := $(BIN)/python -m compileall -q chaos harness
