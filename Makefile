@@ -12,16 +12,18 @@ TORCH_PIN := torch==2.13.0
 DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command -v dockerd 2>/dev/null)),,docker.io)
 DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
+
+.PHONY: install bytecode demo slurm-demo test test-stress test-unit test-integration lint bench clean
+
+install: $(STAMP)
+
 # The project's bytecode, written before a run: every controller, agent, zygote and storage
 # daemon imports chaos and harness, and where PYTHONDONTWRITEBYTECODE is set (as in this
 # machine's environment) no import writes it, so each of the hundreds of processes of a
 # `make test` compiled them again (0.1-0.2 s of CPU apiece). compileall writes it whatever
 # that variable says; a source edited later is recompiled on import as usual.
-COMPILE := $(BIN)/python -m compileall -q chaos harness
-
-.PHONY: install demo slurm-demo test test-stress test-unit test-integration lint bench clean
-
-install: $(STAMP)
+bytecode: install
+	$(BIN)/python -m compileall -q chaos harness
 
 $(STAMP): pyproject.toml Makefile
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -38,8 +40,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,stacks]' "$(TORCH_PIN)"
 	touch $(STAMP)
 
-demo: install
-	$(COMPILE)
+demo: bytecode
 	$(BIN)/trainchaos run scenarios/smoke --out reports/smoke --junit reports/smoke/junit.xml
 
 # A throwaway local Slurm (munge, slurmctld, 4 emulated slurmd under a temp directory),
@@ -57,8 +58,7 @@ slurm-demo: install
 TEST_JOBS ?= 3
 WORKERS = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS))
 TIMELINE ?= reports/test-timeline.tsv
-test: install
-	$(COMPILE)
+test: bytecode
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider --timeout 900 --durations=25 --timeline $(TIMELINE) $(WORKERS)
 
 # Flaky tests are found here before they land: the integration tests on a host whose cores
@@ -71,25 +71,21 @@ STRESS_COUNT ?= 2
 STRESS_HOGS ?= $(shell nproc)
 STRESS_JOBS ?= $(TEST_JOBS)
 STRESS_TIMELINE ?= reports/stress-timeline.tsv
-test-stress: install
-	$(COMPILE)
+test-stress: bytecode
 	$(BIN)/python -m pytest $(STRESS_TESTS) -q -p no:cacheprovider -m integration --timeout 1800 \
 	  --stress-hogs $(STRESS_HOGS) --count $(STRESS_COUNT) --repeat-scope function \
 	  --durations=25 --timeline $(STRESS_TIMELINE) $(if $(filter-out 1,$(STRESS_JOBS)),-n $(STRESS_JOBS))
 
-test-unit: install
-	$(COMPILE)
+test-unit: bytecode
 	$(BIN)/python -m pytest tests/unit -q
 
-test-integration: install
-	$(COMPILE)
+test-integration: bytecode
 	$(BIN)/python -m pytest tests -q -m integration --timeout 900 $(WORKERS)
 
 lint: install
 	$(BIN)/ruff check chaos harness tests benchmarks
 
-bench: install
-	$(COMPILE)
+bench: bytecode
 	$(BIN)/python benchmarks/harness_bench.py
 	$(BIN)/python benchmarks/scale_bench.py
 	$(BIN)/python benchmarks/sdc_bench.py

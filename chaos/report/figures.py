@@ -71,7 +71,7 @@ def _fixed_layout(fig: Any, *, tick_chars: int, ylabel: bool = True, title: bool
     """Margins computed from what the figure holds (the longest y tick label, a y label, a
     title, x tick labels and label, legend rows below), not measured: matplotlib's
     constrained layout measures by drawing the figure once more, which was 40 % of a run
-    page's rendering (0.56 -> 0.34 s of CPU a page; every run writes two)."""
+    page's rendering (0.56 -> 0.35-0.39 s of CPU a page; every run writes two)."""
     width, height = fig.get_size_inches()
     left = 0.1 + ((_LABEL_PT if ylabel else 0.0) + tick_chars * _TICK_PT * _EM + 7.0) * _PT
     bottom = 0.08 + (_TICK_PT * 1.3 + 7.0 + (_LABEL_PT if xlabel else 0.0) + legend_rows * _LEGEND_ROW_PT) * _PT
@@ -97,7 +97,7 @@ def _legend_below(fig: Any, handles: list[Any], ncol: int) -> None:
 
 
 def _legend_rows(count: int, ncol: int) -> int:
-    return -(-count // ncol) if count else 0
+    return -(-count // ncol)
 
 
 def _to_svg(fig: Any, prefix: str, titles: dict[str, str]) -> str:
