@@ -165,7 +165,7 @@ class DetectConfig:
     spike_window: int = 50
     """Steps the spike detector compares against; it judges once it has 20 of them."""
     digest_every: int = 10
-    """Cross-replica parameter digest every N steps and before every checkpoint save: data-parallel replicas must be bitwise equal (0 = off)."""
+    """Cross-replica parameter digest every N steps and before every checkpoint save: data-parallel replicas must be bitwise equal (0 = off). While the fingerprint runs, the periodic digest is of the parameters the step's update is about to read (it rides with the fingerprint; a pass vouches for the previous step's state); the one before a save is of the state saved."""
     fingerprint: Literal["off", "params", "update"] = "params"
     """Every step, before the optimizer update: an exact checksum of the bits of each replica's parameters (params; on steps that end in a checkpoint, of everything the update reads), or of everything the update reads at every step (update: parameters, gradients, optimizer state), compared across replicas: a single flipped bit of what is checksummed is seen at that step, by construction (off = none)."""
     golden_every: int = 50

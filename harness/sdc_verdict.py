@@ -21,12 +21,13 @@ from harness.config import DetectConfig
 from harness.dist import GradientGather
 from harness.sdc_checksum import DIGEST_WORDS
 
-__all__ = ["HOST_COLUMN", "LATE_COLUMN", "ROW", "STOP_COLUMN", "Detection", "RobustSpike", "Verdicts"]
+__all__ = ["DIGEST_AFTER_UPDATE", "DIGEST_BEFORE_UPDATE", "HOST_COLUMN", "LATE_COLUMN", "ROW", "STOP_COLUMN", "Detection", "RobustSpike", "Verdicts"]
 
 # --------------------------------------------------------------------------- the evidence row
 
 ROW = 17
-"""[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest present,
+"""[local loss, gradient norm, golden status (0 not run, 1 pass, -1 fail), digest (0 none,
+``DIGEST_AFTER_UPDATE``, ``DIGEST_BEFORE_UPDATE``),
 digest words x4, stop vote, fingerprint present, fingerprint words x6, host seconds] per
 rank, float64."""
 STOP_COLUMN = 8
@@ -34,6 +35,11 @@ STOP_COLUMN = 8
 collective, so agreeing on a stop step costs no collective of its own."""
 HOST_COLUMN = 16
 """A rank's host time of the step (harness.slowrank), riding the same way; 0: not measured."""
+DIGEST_AFTER_UPDATE, DIGEST_BEFORE_UPDATE = 1.0, 2.0
+"""A row's digest column: the digest is of the parameters after this step's update (a
+checkpoint step, or no fingerprint), or of those the update was about to read (a periodic
+digest riding with the fingerprint): what a pass vouches for is this step's state, or the
+previous step's."""
 LATE_COLUMN = ROW
 """In a row that rides on the gradient gather: 1 when this rank needs evidence that only the
 end of the step has (a digest, the full fingerprint before a checkpoint): then every rank
@@ -183,9 +189,11 @@ class Verdicts:
 
     def _replicas(self, step: int, table: list[list[float]], norms_valid: bool) -> list[Detection]:
         world = self.world_size
+        # the last step whose state a passing digest vouches for
+        vouched = step - 1 if table[0][3] == DIGEST_BEFORE_UPDATE else step
         if world < 2:
             if table[0][3]:
-                self.last_pass["digest"] = step  # one replica agrees with itself
+                self.last_pass["digest"] = vouched  # one replica agrees with itself
             return []
         out = []
         if norms_valid:
@@ -209,7 +217,7 @@ class Verdicts:
                     "digest", step, f"parameter digests of the replicas differ: {sets}; {who}",
                     suspect, self.last_pass["digest"] + 1))
             elif not out:
-                self.last_pass["digest"] = step
+                self.last_pass["digest"] = vouched
         return out
 
     def _fingerprints(self, step: int, table: list[list[float]]) -> list[Detection]:

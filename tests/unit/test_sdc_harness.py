@@ -16,11 +16,15 @@ from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
 from harness.config import DetectConfig, HarnessConfig
 from harness.config_load import config_from_args, config_to_args
 from harness.sdc import (
+    DIGEST_AFTER_UPDATE,
+    DIGEST_BEFORE_UPDATE,
+    DIGEST_WORDS,
     ROW,
     GoldenSelfTest,
     RobustSpike,
     SdcMonitor,
     bits_checksum,
+    digest_words,
     param_digest,
     update_fingerprint,
     words_of,
@@ -418,7 +422,8 @@ def test_detectors_that_are_on_by_default_can_be_switched_off_from_the_command_l
 
 def test_the_evidence_rides_on_the_gradient_gather_and_only_late_steps_add_a_collective(one_rank_group, monkeypatch):
     """Issue 25.4: the rows travel with the gradient all-gather DDP does anyway; a collective of
-    their own only on steps that need evidence from after the update (a digest, a checkpoint)."""
+    their own only on steps that need evidence from after the update (a checkpoint). A periodic
+    digest rides with the fingerprint: of the parameters the update is about to read."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -434,26 +439,47 @@ def test_the_evidence_rides_on_the_gradient_gather_and_only_late_steps_add_a_col
     reduces = []
     real = dist.all_reduce
     monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: (reduces.append(t.numel()), real(t, *a, **k))[1])
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4):
         loss = ddp(torch.ones(2, 3)).sum()
         opt.zero_grad()
-        monitor.before_backward(step, loss.detach(), verify=False, stop=step == 2, host_s=lambda: 0.25)
+        digest_before = param_digest(model)
+        monitor.before_backward(step, loss.detach(), verify=step == 4, stop=step == 2, host_s=lambda: 0.25)
         loss.backward()
         norm = monitor.grad_norm(model)
-        monitor.fingerprint(opt)
+        monitor.fingerprint(opt, verify=step == 4)
         opt.step()
-        global_loss = monitor.end_step(step, loss.detach(), norm, verify=False, stop=False, host_s=0.25)
+        global_loss = monitor.end_step(step, loss.detach(), norm, verify=step == 4, stop=False, host_s=0.25)
         assert global_loss == float(loss) and monitor.detection is None
         assert monitor.stop_votes == ([0] if step == 2 else []) and monitor.host_times == [0.25]
-        if step < 3:
-            assert not reduces  # the rows came with the gradients
+        if step < 4:
+            assert not reduces  # the rows came with the gradients, the digest of step 3 too
             # the averaged gradient's norm, taken in the hook, is the one the guard judges
             assert norm == pytest.approx(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
-    assert reduces == [ROW]  # step 3: a digest step, the full row after the update
-    assert monitor.last_pass["digest"] == 3
+        if step == 3:
+            # the digest of the parameters step 3's update read: it vouches for step 2's state
+            assert gather.rows[0][4:4 + DIGEST_WORDS].tolist() == digest_words(digest_before)
+            assert monitor.last_pass["digest"] == 2 and monitor.checkpoint_record(3).get("param_sha256") is None
+    assert reduces == [ROW]  # step 4 ends in a checkpoint: the full row after the update
+    assert monitor.last_pass["digest"] == 4
+    assert monitor.checkpoint_record(4)["param_sha256"] == param_digest(model).hex()
     # a non-finite gradient is judged from what came with the gather, at its own step
     loss = ddp(torch.ones(2, 3)).sum() * math.inf
     monitor.before_backward(4, loss.detach(), verify=False)
     loss.backward()
     monitor.end_step(4, loss.detach(), monitor.grad_norm(model), verify=False)
     assert monitor.detection is not None and monitor.detection.detector == "nonfinite" and len(reduces) == 1
+
+
+def test_a_digest_taken_before_the_update_blames_the_steps_after_the_state_it_vouched_for():
+    monitor = _monitor(digest_every=10)
+    before = _row(digest=(7.0, 7.0, 7.0, 7.0))
+    before[3] = DIGEST_BEFORE_UPDATE
+    assert monitor._judge(10, [before, list(before)], 2.0, False) == []
+    assert monitor.last_pass["digest"] == 9  # what step 10's update read: the state after step 9
+    other = list(before)
+    other[4] = 8.0
+    (det,) = monitor._judge(20, [before, other], 2.0, False)
+    assert (det.detector, det.clean_before) == ("digest", 10)
+    after = _row(digest=(7.0, 7.0, 7.0, 7.0))
+    assert after[3] == DIGEST_AFTER_UPDATE and monitor._judge(30, [after, list(after)], 2.0, False) == []
+    assert monitor.last_pass["digest"] == 30
