@@ -101,6 +101,19 @@ def test_a_rule_armed_over_the_kernels_cache_acts_at_once(layer):
     control.remove_rule("stat")
 
 
+def test_the_daemon_keeps_a_python_thread_state_per_worker_not_per_request(layer):
+    """Each request is a ctypes callback on one of libfuse's threads; the Python thread state
+    ctypes makes for it is kept for the thread's life (chaos.storage.daemon), so hundreds of
+    requests make as many states as there are workers, not one each."""
+    path, control = layer
+    for i in range(300):
+        with pytest.raises(FileNotFoundError):
+            os.stat(path / f"missing-{i}")  # a lookup each: a name never seen is not cached
+    # a rule that never acts: the daemon answers a new rules version with its state as of now
+    state = control.add_rule({"rule_id": "never", "action": "error", "ops": ["write"], "probability": 0.0})
+    assert 1 <= state["python_thread_states"] <= 20
+
+
 @pytest.mark.machine_cleanup
 def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_path, state_dir):
     """No registry entry leads to it (a foreign state dir, an entry removed by hand): the scan
