@@ -15,7 +15,8 @@ medians over repeats, each ratio against a reference measured in the same run.
    vary 2x within minutes, and a median of 5 moved the ratio by +-0.4 between runs.
    Measured 2026-12-02 (five runs, load < 1.5 at each start): 1.40 / 1.39 / 1.38 / 1.31 /
    1.37 x, 5 of 5 within the goal; after eff4566's cheaper read-back (both sides), at load
-   ~1.5 and rising: 1.42 / 1.38 / 1.69 / 1.55 / 2.28 x (docs/storage.md, Measured).
+   ~1.5 and rising: 1.42 / 1.38 / 1.69 / 1.55 / 2.28 x; with fewer and cheaper round trips
+   (422a0ed), nothing else running: 1.33 / 1.33 / 1.38 / 1.24 / 1.36 x (docs/storage.md, Measured).
 2. The layer's throughput on a 256 MiB file: write in 1 MiB calls + fsync, then read back
    after reopening, each against the same on the bare directory.
 3. Training time blocked per save, async over sync, on the mounted layer without faults
