@@ -77,7 +77,8 @@ the record was written by ``trainchaos cleanup``."""
 RankLaunch = Literal["cold", "warm"]
 """How the job's ranks were started: ``cold`` (each a new interpreter importing torch, as
 most stacks start them) or ``warm`` (forked by a per-node zygote that had imported it,
-``harness.warm_start``): launch and restart times measured warm leave the imports out."""
+``harness.warm_start``; on the ``local`` backend each node's torchrun agent is forked too, by
+the controller's agent zygote): launch and restart times measured warm leave the imports out."""
 Precision = Literal["exact", "next_step", "late", "early"]
 """Where a step-triggered fault landed: on the planned step, one later (a signal arriving
 during the next step), later still, or before it (a rank ahead of the one whose step counts).

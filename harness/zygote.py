@@ -92,7 +92,9 @@ from dataclasses import dataclass
 
 from chaos import contract
 
-__all__ = ["PREIMPORTS", "Zygote", "fork_from_agent", "live_threads", "main", "run_rank", "serve"]
+__all__ = ["PREIMPORTS", "Zygote", "die_with", "fork_from_agent", "fork_into", "imported_unthreaded", "listen",
+           "live_threads", "main", "receive_message", "run_rank", "send_message", "serve", "socket_address",
+           "take_over"]
 
 PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel",
               "harness.procenv", "harness.train", "harness.config", "harness.config_load", "runpy")
@@ -106,11 +108,11 @@ _CONNECT_WAIT_S = 60.0
 _LOG = "[trainchaos-zygote]"
 
 
-def _address(name: str) -> str:
+def socket_address(name: str) -> str:
     return "\0" + name  # the abstract namespace: nothing on disk to leave behind
 
 
-def _send(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def send_message(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
     data = json.dumps(message).encode()
     if fds:
         socket.send_fds(conn, [data], fds)
@@ -128,6 +130,9 @@ class _Rank:
 
 class Zygote:
     """The fork server: one selector loop, one thread. Each request forks one rank."""
+
+    program = "module"
+    """The request's field that names what the child runs (``python -m <module>``)."""
 
     def __init__(self, listener: socket.socket) -> None:
         # A node's stop signals are for its ranks, not for the server that forks them (see
@@ -162,12 +167,12 @@ class Zygote:
             request = json.loads(data)
             if len(fds) != 3 or not isinstance(request.get("argv"), list) \
                     or not isinstance(request.get("env"), dict) or not isinstance(request.get("cwd"), str) \
-                    or not isinstance(request.get("module"), str):
-                raise ValueError("expected module, argv, env, cwd and the three stdio descriptors")
+                    or not isinstance(request.get(self.program), str):
+                raise ValueError(f"expected {self.program}, argv, env, cwd and the three stdio descriptors")
             pid = self._fork(request, fds)
         except (ValueError, OSError) as exc:
             with contextlib.suppress(OSError):
-                _send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+                send_message(conn, {"error": f"{type(exc).__name__}: {exc}"})
             conn.close()
             return
         finally:
@@ -178,10 +183,10 @@ class Zygote:
         self.selector.register(rank.pidfd, selectors.EVENT_READ, lambda _fd, r=rank: self._reap(r))
         self.selector.register(conn, selectors.EVENT_READ, lambda _c, r=rank: self._client_gone(r))
         with contextlib.suppress(OSError):
-            _send(conn, {"pid": pid})
+            send_message(conn, {"pid": pid})
 
     def _fork(self, request: dict, fds: list[int]) -> int:
-        return _fork_into(lambda: _become_rank(request, fds))
+        return fork_into(lambda: _become_rank(request, fds))
 
     def _reap(self, rank: _Rank) -> None:
         _, status = os.waitpid(rank.pid, 0)
@@ -190,7 +195,7 @@ class Zygote:
         del self.ranks[rank.pid]
         if rank.conn is not None:
             with contextlib.suppress(OSError):
-                _send(rank.conn, {"status": status})
+                send_message(rank.conn, {"status": status})
             self._drop_conn(rank)
 
     def _client_gone(self, rank: _Rank) -> None:
@@ -202,7 +207,11 @@ class Zygote:
             if rank.conn.recv(1, socket.MSG_DONTWAIT):
                 return  # clients send nothing after the request; ignore stray bytes
         self._drop_conn(rank)
-        _kill_group(rank.pid, signal.SIGKILL)
+        self._abandoned(rank.pid)
+
+    def _abandoned(self, pid: int) -> None:
+        """What becomes of a child whose client is gone: a rank goes with it."""
+        _kill_group(pid, signal.SIGKILL)
 
     def _drop_conn(self, rank: _Rank) -> None:
         assert rank.conn is not None
@@ -211,7 +220,7 @@ class Zygote:
         rank.conn = None
 
 
-def _fork_into(child: Callable[[], int]) -> int:
+def fork_into(child: Callable[[], int]) -> int:
     """Fork; the child runs ``child`` and exits with its code (never returning into the
     parent's code: the zygote's loop, the agent's program); the parent gets the pid."""
     sys.stdout.flush()
@@ -233,22 +242,29 @@ def _fork_into(child: Callable[[], int]) -> int:
     return pid
 
 
-def _become_rank(request: dict, fds: list[int]) -> int:
-    """In the forked child: look like the process torchrun would have started
-    (``python -m <module> <argv>``), then run that module as ``__main__``."""
+def take_over(request: dict, fds: list[int], what: str) -> None:
+    """In a child forked by a zygote: become the process a launcher would have started --
+    a session of its own, the three stdio descriptors handed over and nothing else open, the
+    request's environment (``/proc/<pid>/environ`` included) and working directory."""
     os.setsid()  # torchrun starts each worker in its own session and signals that group
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     # The zygote's mask (Zygote.__init__): a stop sent since the fork is delivered now.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # a cold rank has 0-2 only
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # a cold start has 0-2 only
     from harness import procenv
 
     complete = procenv.set_environ({str(k): str(v) for k, v in request["env"].items()})
     os.chdir(request["cwd"])
     if not complete:
-        print(f"{_LOG} rank environment larger than the zygote's room: /proc/{os.getpid()}/environ "
+        print(f"{_LOG} {what} environment larger than the zygote's room: /proc/{os.getpid()}/environ "
               "shows RANK and the trainchaos names first, not every variable", file=sys.stderr)
+
+
+def _become_rank(request: dict, fds: list[int]) -> int:
+    """In the forked child: look like the process torchrun would have started
+    (``python -m <module> <argv>``), then run that module as ``__main__``."""
+    take_over(request, fds, "rank")
     import runpy
 
     # As ``python -m``: the module runs as __main__ with its spec (a DataLoader worker the
@@ -275,7 +291,7 @@ def _kill_group(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """SIGKILL when the agent that started us exits (set, then checked: it may be gone)."""
     import ctypes
 
@@ -290,7 +306,7 @@ def live_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _imported(modules: tuple[str, ...]) -> bool:
+def imported_unthreaded(modules: tuple[str, ...]) -> bool:
     """Import what a rank imports; False (the reason on stderr) if that started a thread:
     forking from this process would be unsafe then."""
     for module in modules:
@@ -303,9 +319,9 @@ def _imported(modules: tuple[str, ...]) -> bool:
     return True
 
 
-def _listen(name: str) -> socket.socket:
+def listen(name: str) -> socket.socket:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(_address(name))
+    listener.bind(socket_address(name))
     listener.listen(256)
     return listener
 
@@ -327,15 +343,15 @@ def fork_from_agent(argv: tuple[str, ...], modules: tuple[str, ...] = PREIMPORTS
     # which the zygote and each rank inherit; torchrun's workers must not carry it on.
     os.environ.pop(contract.ZYGOTE_ENV_ROOM_ENV, None)
     started = time.perf_counter()
-    if not _imported(modules):  # before torchrun has started a thread, too
+    if not imported_unthreaded(modules):  # before torchrun has started a thread, too
         raise SystemExit(1)
-    listener = _listen(name)  # before the fork: no client can come too early
+    listener = listen(name)  # before the fork: no client can come too early
     gc.freeze()  # the imports' objects stay shared with the zygote and the ranks, not copied by a GC
     # Blocked across the fork: the zygote keeps them blocked (Zygote.__init__), the agent
     # gets its mask back, and with it any signal sent in between.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     title = (sys.executable, "-u", *argv, str(agent))
-    pid = _fork_into(lambda: _serve_forked(agent, listener, title, modules, started))
+    pid = fork_into(lambda: _serve_forked(agent, listener, title, modules, started))
     listener.close()
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return pid
@@ -343,7 +359,7 @@ def fork_from_agent(argv: tuple[str, ...], modules: tuple[str, ...] = PREIMPORTS
 
 def _serve_forked(agent: int, listener: socket.socket, title: tuple[str, ...], modules: tuple[str, ...],
                   started: float) -> int:
-    _die_with(agent)
+    die_with(agent)
     # Nothing of the agent's but its stdout and stderr, as when it was a subprocess of it.
     with open(os.devnull, "rb") as null:
         os.dup2(null.fileno(), 0)
@@ -371,12 +387,12 @@ def serve(parent: int) -> int:
 
         env = dict(os.environ, **{contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-    _die_with(parent)
+    die_with(parent)
     name = os.environ[contract.ZYGOTE_SOCKET_ENV]
-    listener = _listen(name)  # bound before the imports: clients queue instead of failing
+    listener = listen(name)  # bound before the imports: clients queue instead of failing
     zygote = Zygote(listener)  # before the imports: a node's stop during them is not ours either
     started = time.perf_counter()
-    if not _imported(PREIMPORTS):
+    if not imported_unthreaded(PREIMPORTS):
         return 1
     gc.freeze()  # the imports' objects stay shared with the ranks instead of copied by their GC
     _forking(name, PREIMPORTS, started)
@@ -397,8 +413,8 @@ def run_rank(module: str, argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     conn = _connect(name)
     env = dict(os.environ)
-    _send(conn, {"module": module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
-    reply = _receive(conn)
+    send_message(conn, {"module": module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
+    reply = receive_message(conn)
     if reply is None or "pid" not in reply:
         why = reply.get("error") if reply else "the zygote closed the connection"
         print(f"{_LOG} the zygote did not start the rank: {why}", file=sys.stderr)
@@ -411,7 +427,7 @@ def run_rank(module: str, argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, _frame: _kill_group(pid, signum))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    done = _receive(conn)
+    done = receive_message(conn)
     if done is None or "status" not in done:
         print(f"{_LOG} the zygote went away; ending rank pid {pid}", file=sys.stderr)
         _kill_group(pid, signal.SIGKILL)
@@ -424,7 +440,7 @@ def _connect(name: str) -> socket.socket:
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            conn.connect(_address(name))
+            conn.connect(socket_address(name))
             return conn
         except (ConnectionRefusedError, FileNotFoundError):
             conn.close()
@@ -433,7 +449,7 @@ def _connect(name: str) -> socket.socket:
             time.sleep(0.02)  # the agent started it a moment ago: it binds before importing
 
 
-def _receive(conn: socket.socket) -> dict | None:
+def receive_message(conn: socket.socket) -> dict | None:
     data = conn.recv(_MAX_MESSAGE)
     return json.loads(data) if data else None
 

@@ -49,6 +49,7 @@ from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
+from chaos.workload.agent_forks import ForkedAgent, start_agent
 from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["LocalCluster", "LocalOptions", "NODE_LOCAL_ENV"]
@@ -60,7 +61,7 @@ LOOPBACK = "127.0.0.1"
 @dataclass
 class _Node:
     node: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedAgent
     log_path: str
     lost: bool = False
     returncode: int | None = None
@@ -85,6 +86,10 @@ class LocalCluster(ClusterBackend):
                               "privileges needed")
     capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
     options_model: ClassVar[type[StrictModel]] = LocalOptions
+    forks_agents: ClassVar[bool] = True
+    """A warm node's agent is forked by this controller's agent zygote: the agent is a plain
+    process of this machine here (a backend that wraps it, a namespace's ``ip netns exec``,
+    starts it as a new interpreter)."""
 
     @classmethod
     def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
@@ -221,10 +226,14 @@ class LocalCluster(ClusterBackend):
     def start_node(self, node: int) -> None:
         log_path = RunDir(self.spec.run_dir).node_log(node)
         log = open(log_path, "ab")  # noqa: SIM115 (owned by the child from here on)
-        proc = subprocess.Popen(
-            self.agent_command(node), env=self.node_env(node), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir,
-        )
+        command, env = self.agent_command(node), self.node_env(node)
+        proc: subprocess.Popen | ForkedAgent
+        if self.forks_agents and self.launcher().warm_start:
+            # A warm node's agent forked from imports done once (chaos.workload.agent_forks).
+            proc = start_agent(command, env, self.spec.run_dir, log)
+        else:
+            proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir)
         log.close()
         if node in self._memory_cgroups:
             # Moved before torchrun starts a worker (it first parses, imports and meets the

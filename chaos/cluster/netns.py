@@ -62,6 +62,7 @@ class NetnsCluster(LocalCluster):
                               "root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip and nft")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
     capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, LocalDisk)
+    forks_agents: ClassVar[bool] = False  # an agent starts in its node's namespace (ip netns exec)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)

@@ -86,8 +86,9 @@ def render_summary(journal: dict[str, Any]) -> str:
 
 _RANK_LAUNCH = {
     "cold": "cold: each rank a new interpreter that imports torch, as most stacks start them",
-    "warm": ("warm: forked by a per-node zygote that had imported torch (harness.warm_start); "
-             "launch and restart times leave out the imports a cold-starting stack pays"),
+    "warm": ("warm: forked by a per-node zygote that had imported torch (harness.warm_start; on the "
+             "local backend the node's agent too, by the controller's agent zygote); launch and restart "
+             "times leave out the imports a cold-starting stack pays"),
 }
 
 

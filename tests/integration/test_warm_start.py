@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from chaos.events import read_events
-from chaos.procs import find_run_processes
+from chaos.procs import find_run_processes, kill_pids
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
 
@@ -68,3 +72,66 @@ def test_a_rank_killed_under_warm_start_is_the_trainer_and_the_model_ends_as_col
     assert metrics["resumed_from"] == 20 and metrics["lost_steps"] == fault["step_at_inject"] - 20
     # Seeded, same world size: warm and cold training end bitwise equal.
     assert _digest(run_dir) == _digest(cold["run_dir"])
+
+
+_REPORT = """\
+import json, os, sys
+fds = sorted(os.listdir("/proc/self/fd"))[:-1]  # the last: the listing's own
+with open(os.environ["TRAINCHAOS_TEST_REPORT"], "w") as fh:
+    json.dump({"argv": sys.argv, "path0": sys.path[0], "pid": os.getpid(), "ppid": os.getppid(),
+               "sid": os.getsid(0), "cwd": os.getcwd(), "fds": fds,
+               "cmdline": [a for a in open("/proc/self/cmdline", "rb").read().decode().split("\\0") if a],
+               "environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+               "tmpdir": __import__("tempfile").gettempdir(), "torch": "torch" in sys.modules}, fh)
+if sys.argv[1] == "wait":
+    os.kill(os.getpid(), 19)  # SIGSTOP: held until the test has looked
+print("agent says hello", flush=True)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_warm_nodes_agent_is_forked_from_imports_done_once_and_looks_started(tmp_path):
+    """``chaos.workload.agent_forks``: the agent the backend gets is a real process of its own
+    session, with the node's environment, command line and working directory, the server's
+    child, and its exit (a code, or a signal) reaches the controller as a Popen's would."""
+    from chaos.workload.agent_forks import ForkedAgent, start_agent
+
+    python = sys.executable
+    run_id = f"trainchaos-agentfork-{os.getpid()}"
+    env = dict(os.environ, TRAINCHAOS_RUN_ID=run_id, TRAINCHAOS_NODE="1", TMPDIR=str(tmp_path),
+               OMP_NUM_THREADS="1")
+    try:
+        started = []
+        for name, argv in (("first", ["done", "3"]), ("second", ["wait", "0"])):
+            with open(tmp_path / f"{name}.log", "ab") as log:
+                agent_env = dict(env, TRAINCHAOS_TEST_REPORT=str(tmp_path / f"{name}.json"))
+                agent = start_agent([python, "-c", _REPORT, *argv], agent_env, str(tmp_path), log)
+            assert isinstance(agent, ForkedAgent), "the agent was started as a new interpreter"
+            started.append(agent)
+        first, second = started
+        assert first.wait(timeout=120) == 3
+        assert "agent says hello" in (tmp_path / "first.log").read_text()
+        seen = json.loads((tmp_path / "first.json").read_text())
+        # Forked from a process that had imported torch: the server, not this controller, is its parent.
+        assert seen["torch"] and seen["ppid"] != os.getpid()
+        assert seen["argv"] == ["-c", "done", "3"] and seen["path0"] == ""
+        assert seen["cmdline"] == [python, "-c", _REPORT, "done", "3"]
+        assert seen["sid"] == seen["pid"] and seen["cwd"] == str(tmp_path) and seen["fds"] == ["0", "1", "2"]
+        assert f"TRAINCHAOS_RUN_ID={run_id}" in seen["environ"].split("\0")
+        assert seen["tmpdir"] == str(tmp_path)
+        # The same server forked the second: one import for every agent of this controller.
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "second.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads((tmp_path / "second.json").read_text())["ppid"] == seen["ppid"]
+        (found,) = find_run_processes(run_id)
+        assert found.pid == second.pid and found.node == 1
+        with pytest.raises(subprocess.TimeoutExpired):
+            second.wait(timeout=0.2)
+        assert second.poll() is None
+        os.kill(second.pid, signal.SIGKILL)
+        assert second.wait(timeout=30) == -signal.SIGKILL
+    finally:  # a stopped agent outlives this test otherwise
+        kill_pids([p.pid for p in find_run_processes(run_id)])

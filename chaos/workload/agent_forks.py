@@ -1,0 +1,235 @@
+"""The controller's side of warm agents (``harness.agent_zygote``): start the agent zygote,
+ask it to fork a node's agent, and hold that agent as a backend holds a ``Popen``.
+
+A backend that places its agents as plain processes of this machine (``local``) calls
+``start_agent`` instead of ``subprocess.Popen`` when the workload starts warm
+(``TorchrunPerNode.warm_start``). One server per interpreter and per environment the agents
+share (a node's environment less the ``TRAINCHAOS_*`` names and ``TMPDIR``): every run of
+this controller, the fault-free twin's and every node a fault brings back included, forks
+its agents from the same imports. When the server cannot fork (it did not come up, or its
+imports started a thread), the agent is started as before, as a new interpreter, and the
+reason is said once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import IO
+
+from chaos import contract
+from harness.procenv import ENV_ROOM_BYTES
+from harness.zygote import receive_message, send_message, socket_address
+
+__all__ = ["ForkedAgent", "start_agent"]
+
+ARGV_ROOM_BYTES = 32 << 10
+"""Room in the server's argument area for a forked agent's command line (the agent's
+program, ~2 KiB, and torchrun's options with the workload's after them)."""
+ENV_ROOM_FACTOR = 3
+"""The server's environment room, in ``ENV_ROOM_BYTES``: a node's agent writes its
+environment there (the server's plus the node's names and the room its zygote and ranks
+write theirs into), then each of them writes its own."""
+MAX_SERVERS = 3
+"""Agent zygotes one controller keeps (each holds torch's imports, ~0.3 GiB): beyond it, an
+idle one is closed for a new one."""
+_NODE_VARYING = ("TMPDIR",)
+"""Names besides ``TRAINCHAOS_*`` whose value differs between nodes and runs."""
+_CONNECT_TIMEOUT_S = 120.0
+"""How long a request may wait for the server's imports (seconds on a busy machine)."""
+_LOG = "trainchaos: warm agents:"
+
+
+class ForkedAgent:
+    """A node's agent forked by the agent zygote, held as a ``subprocess.Popen`` is: ``pid``,
+    ``poll``, ``wait`` and ``returncode`` (negative: killed by that signal). The exit status
+    comes from the server, whose child it is; were the server to go first, the agent's
+    end is still seen (a pidfd), its status then unknown (255)."""
+
+    def __init__(self, pid: int, conn: socket.socket, args: list[str]) -> None:
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self._conn: socket.socket | None = conn
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError):
+            self._pidfd = os.pidfd_open(pid)  # still there: the server reaps only after telling us
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._settle(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._settle(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode
+
+    def _settle(self, timeout: float | None) -> None:
+        # The server's word while it is there (it reaps the agent, then tells); the agent's
+        # own end once it is not.
+        if self._conn is not None:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                return
+            message = _receive_nowait(self._conn)
+            if message is not None and "status" in message:
+                self._ended(os.waitstatus_to_exitcode(int(message["status"])))
+                return
+            self._conn.close()
+            self._conn = None
+            timeout = 0
+        if self._pidfd is not None and select.select([self._pidfd], [], [], timeout)[0]:
+            print(f"{_LOG} the agent zygote went before agent pid {self.pid}; its exit status is "
+                  "unknown", file=sys.stderr)
+            self._ended(255)
+
+    def _ended(self, code: int) -> None:
+        self.returncode = code
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _receive_nowait(conn: socket.socket) -> dict | None:
+    """The message a select said is there (None: the server closed the connection)."""
+    try:
+        data = conn.recv(1 << 16, socket.MSG_DONTWAIT)
+    except (BlockingIOError, ConnectionResetError):
+        return None
+    return json.loads(data) if data else None
+
+
+class _Server:
+    """One agent zygote: its process, the pipe that ends it, the name it listens on."""
+
+    _names = itertools.count()
+
+    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.name = f"trainchaos-agents-{os.getpid()}-{next(self._names)}"
+        server_env = dict(env)
+        server_env[contract.ZYGOTE_ENV_ROOM_ENV] = " " * (ENV_ROOM_BYTES * ENV_ROOM_FACTOR)
+        self.broken: str | None = None
+        self.agents: list[ForkedAgent] = []
+        # stdin: a pipe nobody writes to, whose EOF tells the server this controller is gone
+        # What it says (torch's import warnings, why it could not fork) goes to a file that
+        # is gone from disk already: read when it fails, nothing left behind.
+        self.errors = tempfile.TemporaryFile()  # noqa: SIM115 (kept for the server's life)
+        self.proc = subprocess.Popen(
+            [python, "-m", "harness.agent_zygote", "serve", self.name, " " * ARGV_ROOM_BYTES],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors, env=server_env,
+            start_new_session=True, close_fds=True)
+
+    def fork(self, command: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int) -> ForkedAgent:
+        """The agent of ``command`` (``python -c <code> <args>``) forked; raises OSError when the
+        server does not answer or says no."""
+        conn = self._connect()
+        try:
+            with open(os.devnull, "rb") as null:
+                send_message(conn, {"code": command[2], "argv": list(command[3:]), "env": dict(env), "cwd": cwd},
+                             [null.fileno(), stdout, stdout])
+            reply = receive_message(conn)
+        except BaseException:
+            conn.close()
+            raise
+        if reply is None or "pid" not in reply:
+            conn.close()
+            raise OSError(reply.get("error") if reply else self._gone())
+        conn.settimeout(None)
+        agent = ForkedAgent(int(reply["pid"]), conn, list(command))
+        self.agents.append(agent)
+        return agent
+
+    def idle(self) -> bool:
+        """None of its agents runs (closing it then leaves none without its exit status)."""
+        self.agents = [a for a in self.agents if a.poll() is None]
+        return not self.agents
+
+    def _connect(self) -> socket.socket:
+        """Connected to the server, which binds its name a moment after it starts (before
+        its imports: a request then waits for them)."""
+        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            conn.settimeout(_CONNECT_TIMEOUT_S)
+            try:
+                conn.connect(socket_address(self.name))
+                return conn
+            except (ConnectionRefusedError, FileNotFoundError):
+                conn.close()
+                if self.proc.poll() is not None:
+                    raise OSError(self._gone()) from None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _gone(self) -> str:
+        """Why the server is not there: its exit and the end of what it wrote."""
+        code = self.proc.wait()
+        self.errors.seek(0)
+        said = self.errors.read().decode(errors="replace").strip().splitlines()
+        return f"the agent zygote exited with {code}" + (f": {said[-1]}" if said else "")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self.errors.close()
+
+
+_servers: dict[tuple, _Server] = {}
+_lock = threading.Lock()
+
+
+def _shared_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith(contract.ENV_PREFIX) and k not in _NODE_VARYING}
+
+
+def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: IO[bytes]) -> ForkedAgent | subprocess.Popen:
+    """A node's agent, ``[python, "-c", code, *args]``, forked by this controller's agent
+    zygote for that interpreter and environment (started on first use); a new process of
+    its own when the server cannot fork it (the reason on stderr, once)."""
+    shared = _shared_env(env)
+    key = (command[0], tuple(sorted(shared.items())))
+    with _lock:
+        server = _servers.get(key)
+        if server is None:
+            # A controller whose environment keeps changing (a test suite's in-process runs)
+            # keeps the servers it still needs, not one per environment it ever had.
+            for stale in [k for k, s in _servers.items() if s.idle()][:max(0, len(_servers) + 1 - MAX_SERVERS)]:
+                _servers.pop(stale).close()
+            server = _servers[key] = _Server(command[0], shared)
+    if server.broken is None:
+        try:
+            return server.fork(command, env, cwd, log.fileno())
+        except OSError as exc:
+            server.broken = str(exc) or type(exc).__name__
+            print(f"{_LOG} forking agents failed ({server.broken}); agents start as new interpreters",
+                  file=sys.stderr)
+    return subprocess.Popen(list(command), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+
+
+@atexit.register
+def _close_servers() -> None:
+    with _lock:
+        for server in _servers.values():
+            server.close()
+        _servers.clear()
