@@ -13,7 +13,7 @@ import time
 import pytest
 
 from chaos.events import read_events
-from chaos.procs import find_run_processes, kill_pids
+from chaos.procs import find_run_processes, kill_pids, process_state
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
 
@@ -123,8 +123,8 @@ def test_a_warm_nodes_agent_is_forked_from_imports_done_once_and_looks_started(t
         assert seen["tmpdir"] == str(tmp_path)
         # The same server forked the second: one import for every agent of this controller.
         deadline = time.monotonic() + 60
-        while not (tmp_path / "second.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while process_state(second.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)  # it stops itself once its report is written and closed
         assert json.loads((tmp_path / "second.json").read_text())["ppid"] == seen["ppid"]
         (found,) = find_run_processes(run_id)
         assert found.pid == second.pid and found.node == 1
