@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from chaos import probe
 from harness import checkpoint as ckpt
+from harness.admission import group_may_be_admitting
 from harness.config import HarnessConfig
 from harness.dist import DistEnv
 from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog, diagnose_peers
@@ -35,6 +37,10 @@ _DEVICE_MARKERS = ("CUDA error", "Xid", "NCCL error", "device-side assert", "ECC
 _PEER_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "connectFullMesh",
                  "Socket closed", "Connection refused", "EOF")
 _TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
+ADMISSION_TEARDOWN_WAIT_S = 5.0
+"""How long a rank whose peer was torn down to admit a node waits for its own agent's SIGTERM:
+each agent stops its group at its own monitor tick (0.1 s here), seconds apart on a loaded
+host. Paid for nothing only when a peer is stopped for another reason just as a node waits."""
 
 
 class FailureHandling:
@@ -156,6 +162,17 @@ class FailureHandling:
                   f"(checkpoint.save_deadline_s={self.cfg.checkpoint.save_deadline_s:g})",
                   probe.src(), "storage", EXIT_FAILURE, detector="save_deadline", step=step, tier=tier)
 
+    def _await_admission_teardown(self, peer: int) -> None:
+        """Rank ``peer`` left with a farewell, nobody is down, and a node waits to join: its
+        agent stopped it to admit that node (harness.admission), and this rank's agent is about
+        to stop this one for the same reason. Its SIGTERM ends this rank as a teardown
+        (``_on_sigterm``, from the SIGTERM guard thread), with no failure to report; only if it
+        does not come within ``ADMISSION_TEARDOWN_WAIT_S`` is the peer blamed after all."""
+        sys.stderr.write(f"[harness rank {self.env.rank}] rank {peer} left while a node waits to join: "
+                         f"waiting up to {ADMISSION_TEARDOWN_WAIT_S:g} s for this group's restart\n")
+        sys.stderr.flush()
+        time.sleep(ADMISSION_TEARDOWN_WAIT_S)
+
     def classify(self, exc: BaseException) -> tuple[str, str | None, str]:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
         text = f"{type(exc).__name__}: {exc}".strip()
@@ -174,7 +191,9 @@ class FailureHandling:
 
         A peer that said farewell (health.FAREWELL) left because it detected a failure or
         was torn down: when it is the only one gone (it saw a peer hang and left first),
-        the diagnosis finds the hung peer it left over."""
+        the diagnosis finds the hung peer it left over; when nobody is down and a node waits
+        to join, its agent was admitting that node and this rank's own teardown is coming
+        (``_await_admission_teardown``)."""
         left: set[int] = set()
         death = None
         if self.watchdog is not None:
@@ -189,6 +208,8 @@ class FailureHandling:
         if bad and (bad[0].rank not in left or death is None):
             return bad[0].failure_class, f"rank-{bad[0].rank}", f"collective failed ({short}); {bad[0].detail}"
         if death is not None:
+            if group_may_be_admitting():
+                self._await_admission_teardown(death[0])
             return ("crash", f"rank-{death[0]}",
                     f"collective failed ({short}); rank {death[0]} left first, no other peer is down")
         kind = "hang" if any(m in text for m in _TIMEOUT_MARKERS) else "crash"

@@ -43,14 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos import probe
-from harness.quarantine import agent_pid
+from harness.admission import admission_restart_possible, agent_cmdline, group_nodes
 
-__all__ = ["EXIT_PEER_STOPPED", "EXIT_STOPPED", "EmergencyStop", "StopVerdict", "admission_restart_possible",
-           "agent_cmdline"]
+__all__ = ["EXIT_PEER_STOPPED", "EXIT_STOPPED", "EmergencyStop", "StopVerdict"]
 
 EXIT_STOPPED = 128 + signal.SIGTERM
 EXIT_PEER_STOPPED = 77
-NNODES_FLAG = "--nnodes"
 
 
 @dataclass
@@ -65,36 +63,6 @@ class StopVerdict:
     @property
     def exit_code(self) -> int:
         return EXIT_STOPPED if self.asked_here else EXIT_PEER_STOPPED
-
-
-def admission_restart_possible(parent_cmdline: list[str], group_nodes: int) -> bool:
-    """Whether the torchrun agent (``parent_cmdline``) could be restarting this group to admit
-    a waiting node: only an elastic group below its maximum node count does that."""
-    for i, arg in enumerate(parent_cmdline):
-        value = None
-        if arg == NNODES_FLAG and i + 1 < len(parent_cmdline):
-            value = parent_cmdline[i + 1]
-        elif arg.startswith(NNODES_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            upper = value.rpartition(":")[2]
-            return upper.isdigit() and group_nodes < int(upper)
-    return False
-
-
-def agent_cmdline(start: int | None = None) -> list[str]:
-    """The command line of the torchrun agent this rank runs under (``quarantine.agent_pid``
-    from ``start``, default the parent): the parent of a cold rank, the zygote's parent under
-    ``harness.warm_start``. Read from the parent instead, a warm rank saw the zygote's command
-    line, took a grow-back restart's SIGTERM for its node being stopped, and blamed itself."""
-    pid = agent_pid(start)
-    if pid is None:
-        return []
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return []
 
 
 @dataclass
@@ -133,8 +101,7 @@ class EmergencyStop:
             return False
         self._requested.set()
         name = signal.Signals(signum).name
-        group_nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
-        if admission_restart_possible(agent_cmdline(), group_nodes):
+        if admission_restart_possible(agent_cmdline(), group_nodes()):
             self.emit("stop_requested", signal=name, notice=False,
                       reason=f"{name} with every peer alive while the elastic group is below its "
                              "maximum size (torchrun admitting a node, or a stop request)")

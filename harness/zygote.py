@@ -19,7 +19,7 @@ The design, and why (fault semantics stay honest):
 - The agent is the parent, the zygote its child: the agent is what the backend started
   and waits on (its exit is the node's), what torchrun runs in (its own signal handling,
   its workers its children) and what a rank finds as its torchrun among its ancestors
-  (``harness.quarantine.agent_pid``, ``harness.preempt.agent_cmdline``). The agent forks
+  (``harness.quarantine.agent_pid``, ``harness.admission.agent_cmdline``). The agent forks
   before torchrun has started any thread (checked, as below) and with the stop signals
   blocked across the fork (the zygote keeps them blocked, the agent gets its mask back).
   The zygote drops everything of the agent's but stdout and stderr (stdin is

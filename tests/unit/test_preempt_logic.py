@@ -12,14 +12,9 @@ import pytest
 import torch
 from torch import nn
 
+from harness.admission import admission_restart_possible, agent_cmdline
 from harness.config import ConfigError, DetectConfig, FailureConfig
-from harness.preempt import (
-    EXIT_PEER_STOPPED,
-    EXIT_STOPPED,
-    EmergencyStop,
-    admission_restart_possible,
-    agent_cmdline,
-)
+from harness.preempt import EXIT_PEER_STOPPED, EXIT_STOPPED, EmergencyStop
 from harness.sdc import SdcMonitor
 
 
