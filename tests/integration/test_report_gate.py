@@ -60,9 +60,17 @@ def suites(tmp_path_factory: pytest.TempPathFactory) -> Suites:
         data["workload"]["harness"].setdefault("failure", {})["restart_delay_s"] = RESTART_DELAY_S
         (slow / source.name).write_text(yaml.safe_dump(data, sort_keys=False))
     s = Suites(root, env, root / "A", root / "B", root / "store", None, None)  # type: ignore[arg-type]
-    s.run_a = s.cli("run", str(SUITE), "--out", str(s.a), "--junit", str(s.a / "junit.xml"),
-                    "--baseline-from", str(s.store), "--update-baseline", timeout=300)
-    assert s.run_a.returncode == 0, s.run_a.stdout + s.run_a.stderr
+    for _attempt in range(2):
+        shutil.rmtree(s.a, ignore_errors=True)
+        shutil.rmtree(s.store, ignore_errors=True)
+        s.run_a = s.cli("run", str(SUITE), "--out", str(s.a), "--junit", str(s.a / "junit.xml"),
+                        "--baseline-from", str(s.store), "--update-baseline", timeout=300)
+        assert s.run_a.returncode == 0, s.run_a.stdout + s.run_a.stderr
+        # A baseline whose one restart stalled (torchrun's rendezvous took 34 s once in a
+        # make test, against ~2 s in every other of its 288) is no yardstick for a restart
+        # 15 s slower: this is a test of the gate, so the baseline is recorded again.
+        if _journal(s.a / "tiny-kill" / "0")["metrics"]["recovery_s"] < RESTART_DELAY_S:
+            break
     s.run_b = s.cli("run", str(slow), "--out", str(s.b), "--baseline-from", str(s.store), timeout=300)
     return s
 
