@@ -87,8 +87,10 @@ class AgentZygote(Zygote):
 
 
 def _become_agent(request: dict, fds: list[int]) -> int:
-    """In the forked child: look like ``python -c <code> <argv>`` started by the backend, then
-    run the code as that would."""
+    """In the forked child: join the node's cgroup if it has one, look like ``python -c <code>
+    <argv>`` started by the backend, then run the code as that would."""
+    if request.get("cgroup"):
+        _join_cgroup(request["cgroup"])
     take_over(request, fds, "agent")
     import tempfile
 
@@ -104,6 +106,18 @@ def _become_agent(request: dict, fds: list[int]) -> int:
     sys.modules["__main__"] = main
     exec(compile(request["code"], "<string>", "exec"), main.__dict__)  # noqa: S102 (the agent's program)
     return 0
+
+
+def _join_cgroup(path: str) -> None:
+    """Into the node's cgroup (the local backend's ``memory_mb``) before anything else: the
+    agent forks the node's zygote, and the zygote the ranks, within milliseconds of its start,
+    and what they fork inherits the cgroup only if the agent is in it by then. (A cold agent
+    spends a second importing first, so the backend's move after the start is in time.)"""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w", encoding="utf-8") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as exc:
+        print(f"{_LOG} the agent could not join its node's cgroup {path}: {exc}", file=sys.stderr)
 
 
 def serve(name: str) -> int:

@@ -230,7 +230,7 @@ class LocalCluster(ClusterBackend):
         proc: subprocess.Popen | ForkedAgent
         if self.forks_agents and self.launcher().warm_start:
             # A warm node's agent forked from imports done once (chaos.workload.agent_forks).
-            proc = start_agent(command, env, self.spec.run_dir, log)
+            proc = start_agent(command, env, self.spec.run_dir, log, cgroup=self._memory_cgroups.get(node))
         else:
             proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir)
@@ -238,7 +238,8 @@ class LocalCluster(ClusterBackend):
         if node in self._memory_cgroups:
             # Moved before torchrun starts a worker (it first parses, imports and meets the
             # rendezvous): every rank, and every restart of one, is the agent's child and
-            # inherits the cgroup.
+            # inherits the cgroup. A forked agent joined it itself, first thing: it forks the
+            # node's zygote (the ranks' parent) within milliseconds, before this move.
             move_to(self._memory_cgroups[node], [proc.pid])
         self.nodes[node] = _Node(node=node, proc=proc, log_path=log_path)
 

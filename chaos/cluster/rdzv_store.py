@@ -34,6 +34,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 
 __all__ = ["RendezvousStore"]
 
@@ -48,6 +49,10 @@ STOP_WAITING, WAIT_CANCELED = 0, 1
 _U32, _U64, _I64 = struct.Struct("<I"), struct.Struct("<Q"), struct.Struct("<q")
 _MAX_FIELD = 1 << 30
 """A length above this is no store value of ours: the stream is not the protocol."""
+SLOW_WAIT_S = 10.0
+"""A WAIT answered later than this, or given up by its client, is logged (a warning on the
+controller's stderr): a rendezvous takes about 2 s here, and once in a few hundred restarts one
+took 34 s with nothing on record to say which key it waited for."""
 
 
 class _Incomplete(Exception):
@@ -100,6 +105,10 @@ def _value(data: bytes) -> bytes:
     return _U64.pack(len(data)) + data
 
 
+def _names(keys: list[bytes]) -> str:
+    return ", ".join(k.decode(errors="replace") for k in keys)
+
+
 class _Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -108,6 +117,8 @@ class _Connection:
         self.closed = False
         self.awaited = 0
         """Keys this connection's WAIT still waits for (0: none)."""
+        self.wait_keys: list[bytes] = []
+        self.wait_since = 0.0
 
 
 class RendezvousStore:
@@ -259,6 +270,9 @@ class RendezvousStore:
         elif query == WAIT:
             self._wait(conn, msg.fields())
         elif query == CANCEL_WAIT:
+            if conn.awaited:
+                log.warning("rendezvous store: a client gave up waiting for %s after %.1f s",
+                            _names(conn.wait_keys), time.monotonic() - conn.wait_since)
             self._forget_waits(conn)
             self._reply(conn, bytes([WAIT_CANCELED]))
         elif query == DELETE_KEY:
@@ -284,6 +298,10 @@ class RendezvousStore:
         for waiter in self._waiting.pop(key, []):
             waiter.awaited -= 1
             if waiter.awaited == 0:
+                waited = time.monotonic() - waiter.wait_since
+                if waited > SLOW_WAIT_S:
+                    log.warning("rendezvous store: a wait for %s was answered after %.1f s",
+                                _names(waiter.wait_keys), waited)
                 self._reply(waiter, bytes([STOP_WAITING]))
                 self._send(waiter)
 
@@ -295,6 +313,7 @@ class RendezvousStore:
         for key in missing:
             self._waiting.setdefault(key, []).append(conn)
         conn.awaited = len(missing)
+        conn.wait_keys, conn.wait_since = missing, time.monotonic()
 
     def _forget_waits(self, conn: _Connection) -> None:
         if not conn.awaited:

@@ -135,14 +135,15 @@ class _Server:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.errors, env=server_env,
             start_new_session=True, close_fds=True)
 
-    def fork(self, command: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int) -> ForkedAgent:
-        """The agent of ``command`` (``python -c <code> <args>``) forked; raises OSError when the
-        server does not answer or says no."""
+    def fork(self, command: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int,
+             cgroup: str | None = None) -> ForkedAgent:
+        """The agent of ``command`` (``python -c <code> <args>``) forked, in ``cgroup`` from its
+        first instruction on; raises OSError when the server does not answer or says no."""
         conn = self._connect()
         try:
             with open(os.devnull, "rb") as null:
-                send_message(conn, {"code": command[2], "argv": list(command[3:]), "env": dict(env), "cwd": cwd},
-                             [null.fileno(), stdout, stdout])
+                send_message(conn, {"code": command[2], "argv": list(command[3:]), "env": dict(env), "cwd": cwd,
+                                    "cgroup": cgroup}, [null.fileno(), stdout, stdout])
             reply = receive_message(conn)
         except BaseException:
             conn.close()
@@ -202,10 +203,13 @@ def _shared_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(contract.ENV_PREFIX) and k not in _NODE_VARYING}
 
 
-def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: IO[bytes]) -> ForkedAgent | subprocess.Popen:
+def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: IO[bytes],
+                cgroup: str | None = None) -> ForkedAgent | subprocess.Popen:
     """A node's agent, ``[python, "-c", code, *args]``, forked by this controller's agent
     zygote for that interpreter and environment (started on first use); a new process of
-    its own when the server cannot fork it (the reason on stderr, once)."""
+    its own when the server cannot fork it (the reason on stderr, once). ``cgroup``: the
+    directory of the node's cgroup, which a forked agent joins before it runs anything (the
+    caller moves a new process there itself)."""
     shared = _shared_env(env)
     key = (command[0], tuple(sorted(shared.items())))
     with _lock:
@@ -218,7 +222,7 @@ def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: I
             server = _servers[key] = _Server(command[0], shared)
     if server.broken is None:
         try:
-            return server.fork(command, env, cwd, log.fileno())
+            return server.fork(command, env, cwd, log.fileno(), cgroup)
         except OSError as exc:
             server.broken = str(exc) or type(exc).__name__
             print(f"{_LOG} forking agents failed ({server.broken}); agents start as new interpreters",

@@ -33,7 +33,11 @@ unpaused) let a job with too few nodes go on; validation counts on it
 # Inline, not a module of ours: a node's interpreter may be a user's image without trainchaos.
 AGENT_MAIN = """\
 # trainchaos: the torchrun agent (torch.distributed.run) without interpreter teardown
-import atexit, os, runpy, sys, traceback
+import atexit, logging, os, runpy, sys, traceback
+# The rendezvous's own INFO lines (joining, joined round N as rank R), which torch leaves at
+# WARNING: a slow restart's node log then says where in the rendezvous its time went.
+logging.getLogger("torch.distributed.elastic.rendezvous.dynamic_rendezvous").setLevel(
+    os.environ.get("LOGLEVEL", "WARNING"))
 code = 0
 try:
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)

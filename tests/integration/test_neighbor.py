@@ -23,7 +23,11 @@ def test_neighbour_slows_and_leak_is_an_oom_of_the_right_rank(tmp_path, state_di
     scenario = parse_scenario({
         "name": "neighbor-and-leak",
         "seed": 5,
-        "workload": {"harness": {"model": {"name": "mlp"}, "steps": 260, "checkpoint": {"every_steps": 20}}},
+        # Paced: the leak (from step 120, 500 MB/s) must fill node 1's 1536 MB before the job
+        # ends. Unpaced, a quiet host ran the 140 steps after it in 2.5 s, and the job finished
+        # unkilled; paced, they last 5.6 s or more.
+        "workload": {"harness": {"model": {"name": "mlp"}, "steps": 260, "step_delay_s": 0.04,
+                                 "checkpoint": {"every_steps": 20}}},
         "topology": {"nodes": 2, "ranks_per_node": 1},
         "backend": {"local": {"memory_mb": 1536}},
         "faults": [

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from torch.distributed import TCPStore
 
+from chaos.cluster import rdzv_store
 from chaos.cluster.rdzv_store import MAGIC, VALIDATE, RendezvousStore
 
 
@@ -49,7 +50,7 @@ def test_every_operation_of_torchs_client_is_answered_as_torchs_server_answers_i
     assert _client(server).get("new") == b"made"
 
 
-def test_a_wait_ends_when_another_client_sets_the_key_and_a_timed_out_one_leaves_the_stream_in_step(server):
+def test_a_wait_ends_when_another_client_sets_the_key_and_a_timed_out_one_leaves_the_stream_in_step(server, caplog):
     waiter, setter = _client(server), _client(server)
     threading.Timer(0.3, lambda: setter.set("late", b"1")).start()
     t0 = time.monotonic()
@@ -60,10 +61,23 @@ def test_a_wait_ends_when_another_client_sets_the_key_and_a_timed_out_one_leaves
         waiter.wait(["never"])
     with pytest.raises(Exception, match="(?i)timeout|timed out|wait"):
         waiter.get("never")
+    # a wait given up is on record with its key (what a stalled rendezvous waited for)
+    assert "gave up waiting for /never after" in caplog.text
     # the cancelled waits are forgotten: a later set answers nobody out of turn
     setter.set("never", b"now")
     waiter.set_timeout(timedelta(seconds=5))
     assert waiter.get("never") == b"now" and waiter.add("n", 1) == 1
+
+
+def test_a_wait_answered_late_is_logged_with_its_key(server, monkeypatch, caplog):
+    monkeypatch.setattr(rdzv_store, "SLOW_WAIT_S", 0.2)
+    waiter, setter = _client(server), _client(server)
+    threading.Timer(0.4, lambda: setter.set("slow/key", b"1")).start()
+    waiter.wait(["slow/key"])
+    assert "a wait for /slow/key was answered after"  # torch's client prefixes "/" in caplog.text
+    setter.set("quick", b"1")
+    waiter.wait(["quick"])
+    assert "quick" not in caplog.text
 
 
 def test_a_bare_connect_and_a_stranger_are_dropped_and_the_store_serves_on(server):
