@@ -22,7 +22,7 @@ import os
 import pickle
 from datetime import timedelta
 
-from chaos import contract
+from harness.health import rendezvous_endpoint
 from harness.quarantine import agent_pid
 
 __all__ = ["NNODES_FLAG", "admission_restart_possible", "agent_cmdline", "group_may_be_admitting",
@@ -72,9 +72,9 @@ def group_nodes() -> int:
 def nodes_waiting_to_join(timeout_s: float = 1.0) -> int | None:
     """How many nodes wait in the rendezvous to join this job now; None when that cannot be
     read (no endpoint or run id exported, the store unreachable within ``timeout_s``)."""
-    host, _, port = os.environ.get(contract.RDZV_ENDPOINT_ENV, "").rpartition(":")
+    endpoint = rendezvous_endpoint()
     run_id = os.environ.get(RUN_ID_ENV)
-    if not host or not port.isdigit() or not run_id:
+    if endpoint is None or not run_id:
         return None
     try:
         from torch.distributed import TCPStore
@@ -82,7 +82,7 @@ def nodes_waiting_to_join(timeout_s: float = 1.0) -> int | None:
             C10dRendezvousBackend,
         )
 
-        store = TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
+        store = TCPStore(*endpoint, is_master=False, timeout=timedelta(seconds=timeout_s))
         got = C10dRendezvousBackend(store, run_id).get_state()
         if got is None:
             return 0  # no round yet: nobody can be waiting to join one

@@ -390,16 +390,24 @@ def own_link_cut(diagnoses: list[Diagnosis], remote: list[PeerAddress],
                      "other nodes nor the rendezvous store: its own node is cut off")
 
 
+def rendezvous_endpoint() -> tuple[str, int] | None:
+    """The rendezvous store's (host, port) from ``RDZV_ENDPOINT_ENV``; None when the launcher
+    does not export it."""
+    host, _, port = os.environ.get(contract.RDZV_ENDPOINT_ENV, "").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
 def rendezvous_reachable(timeout_s: float = 1.0) -> bool | None:
     """Whether this node still reaches the rendezvous store (``RDZV_ENDPOINT_ENV``); None when
     the address is unknown (a launcher that does not export it). A refused connection counts
     as reached: the refusal came back over the link."""
-    endpoint = os.environ.get(contract.RDZV_ENDPOINT_ENV, "")
-    host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit():
+    endpoint = rendezvous_endpoint()
+    if endpoint is None:
         return None
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        socket.create_connection(endpoint, timeout=timeout_s).close()
     except ConnectionRefusedError:
         return True
     except OSError:
