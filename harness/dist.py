@@ -218,7 +218,13 @@ def deterministic_allreduce_hook(state, bucket):  # noqa: ANN001
     if keeper is not None:
         keeper.keep(index, [part[:size] for part in gathered] if row is not None else gathered)
 
-    def sum_in_rank_order(_fut):
+    def sum_in_rank_order(fut):
+        # A callback of ``then`` runs on a failed future too, and what it returns completes the
+        # child: without this wait a gather that failed (a peer killed mid-step) averaged what
+        # the buffers held, and the step went on with garbage gradients and evidence rows
+        # (a fingerprint "mismatch" blamed on no one where a peer had crashed). Raising here
+        # fails the backward, as a failed all-reduce does.
+        fut.wait()
         total = gathered[0][:size].clone()
         for part in gathered[1:]:
             total.add_(part[:size])

@@ -483,3 +483,44 @@ def test_a_digest_taken_before_the_update_blames_the_steps_after_the_state_it_vo
     after = _row(digest=(7.0, 7.0, 7.0, 7.0))
     assert after[3] == DIGEST_AFTER_UPDATE and monitor._judge(30, [after, list(after)], 2.0, False) == []
     assert monitor.last_pass["digest"] == 30
+
+
+class _Bucket:
+    """What the comm hook reads of DDP's GradBucket."""
+
+    def __init__(self, values: list[float]) -> None:
+        self._buffer = torch.tensor(values)
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return 0
+
+    def is_last(self) -> bool:
+        return True
+
+
+def test_a_gather_that_failed_fails_the_backward_instead_of_averaging_stale_buffers(monkeypatch):
+    """A peer killed mid-step fails the gradient all-gather. ``Future.then`` runs its callback
+    on a failed future too and completes the child with what the callback returns: unless
+    the hook waits on the gather, DDP got an "average" of uninitialised buffers and the rows
+    it carried, and the corruption detectors blamed a mismatch where a peer had crashed
+    (a false SDC verdict in a kill_rank run)."""
+    import torch.distributed as dist
+
+    from harness.dist import GradientGather, deterministic_allreduce_hook
+
+    class FailedGather:
+        def get_future(self) -> torch.futures.Future:
+            future = torch.futures.Future()
+            future.set_exception(RuntimeError("Connection closed by peer [127.0.0.1]:4242"))
+            return future
+
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "all_gather", lambda outputs, send, group=None, async_op=False: FailedGather())
+    gather = GradientGather(group=object())
+    gather.send(lambda: torch.tensor([1.0, 2.0], dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        deterministic_allreduce_hook(gather, _Bucket([0.5, 0.25])).wait()
+    assert gather.rows is None  # no evidence row of a step that did not happen
