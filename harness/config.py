@@ -133,15 +133,17 @@ class FailureConfig:
     """On SIGTERM with every peer alive (a drain, a preemption, scancel), the group agrees on a step, checkpoints it and leaves (harness.preempt); off: the rank leaves at once and the steps since the last checkpoint are lost."""
     emergency_checkpoint_s: float = 15.0
     """The most seconds from SIGTERM to the agreed stop step; past it the rank leaves without an emergency checkpoint (keep it under the scheduler's grace: Slurm's KillWait or GraceTime)."""
+    late_node_wait_s: float = 60.0
+    """The job's first group, formed by an elastic torchrun (``--nnodes MIN:MAX``) with fewer nodes than launched (one still starting on a loaded host), waits up to this long before its first step for torchrun to admit the late ones (harness.admission); then trains at the size it has. Faults planned at a step hit the job at its full size, not a restart that lets a latecomer in (0 = train at once)."""
 
     def __post_init__(self) -> None:
         if self.emergency_checkpoint_s <= 0:
             raise ConfigError(f"failure.emergency_checkpoint_s must be > 0, got {self.emergency_checkpoint_s}: "
                               "a rank must be given some time to reach the agreed stop step")
         if self.watchdog_s < 0 or self.collective_timeout_s < 0 or self.restart_delay_s < 0 \
-                or self.store_timeout_s < 0:
-            raise ConfigError("failure.watchdog_s, failure.collective_timeout_s, "
-                              "failure.store_timeout_s and failure.restart_delay_s must be >= 0")
+                or self.store_timeout_s < 0 or self.late_node_wait_s < 0:
+            raise ConfigError("failure.watchdog_s, failure.collective_timeout_s, failure.store_timeout_s, "
+                              "failure.restart_delay_s and failure.late_node_wait_s must be >= 0")
         if self.heartbeat_s <= 0:
             raise ConfigError("failure.heartbeat_s must be > 0")
         if self.watchdog_s and self.watchdog_s < 2 * self.heartbeat_s:

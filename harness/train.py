@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from chaos import probe
 from harness import checkpoint as ckpt
+from harness.admission import await_late_nodes, first_round_short_of_nodes, group_nodes
 from harness.ckpt_tiers import agree_on_start, build_checkpoints
 from harness.config import HarnessConfig
 from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
@@ -50,7 +51,7 @@ from harness.health import (
     Watchdog,
 )
 from harness.model import build_model, build_optimizer, state_digest
-from harness.preempt import EmergencyStop
+from harness.preempt import EXIT_STOPPED, EmergencyStop
 from harness.progress import ProgressWatchdog
 from harness.quarantine import quarantine_node, suspect_node
 from harness.sdc import Detection, GoldenSelfTest, SdcMonitor
@@ -345,6 +346,23 @@ def _preimport_in_background() -> None:
     threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True).start()
 
 
+def _await_late_nodes(wait_s: float, env: DistEnv) -> None:
+    """The first group formed short of the nodes launched: wait for torchrun to admit the late
+    ones before training (harness.admission), leaving as a rank stopped by its agent does."""
+    sys.stderr.write(f"[harness rank {env.rank}] the first group has {group_nodes()} node(s), fewer than "
+                     f"launched: waiting up to {wait_s:g} s for torchrun to admit the rest\n")
+
+    def leave() -> None:
+        probe.emit("rank_exit", code=EXIT_STOPPED,
+                   reason="stopped before the first step: torchrun re-forms the group to admit a late node")
+        probe.get().close()
+        os._exit(EXIT_STOPPED)
+
+    if not await_late_nodes(wait_s, leave):
+        sys.stderr.write(f"[harness rank {env.rank}] no late node came within {wait_s:g} s: training with "
+                         f"{group_nodes()} node(s)\n")
+
+
 def run(cfg: HarnessConfig) -> int:
     _preimport_in_background()
     env = DistEnv.from_env()
@@ -352,6 +370,8 @@ def run(cfg: HarnessConfig) -> int:
                node=env.node, pid=os.getpid(), restart_count=env.restart_count)
     if cfg.failure.restart_delay_s and probe.incarnation() > 0:
         time.sleep(cfg.failure.restart_delay_s)  # stands for a slow restart (see the option)
+    if cfg.failure.late_node_wait_s and first_round_short_of_nodes():
+        _await_late_nodes(cfg.failure.late_node_wait_s, env)
     trainer = Trainer(cfg, env)
     try:
         trainer.setup()

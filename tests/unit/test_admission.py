@@ -32,7 +32,12 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 from chaos.contract import RDZV_ENDPOINT_ENV
 from harness import admission, failures
-from harness.admission import RUN_ID_ENV, group_may_be_admitting, nodes_waiting_to_join
+from harness.admission import (
+    RUN_ID_ENV,
+    first_round_short_of_nodes,
+    group_may_be_admitting,
+    nodes_waiting_to_join,
+)
 from harness.health import LivenessServer, PeerAddress, Watchdog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,3 +183,64 @@ def test_the_ranks_own_teardown_during_the_wait_ends_it_without_a_failure(tmp_pa
     events = [json.loads(line) for p in tmp_path.glob("*.jsonl") for line in p.read_text().splitlines()]
     assert [e["kind"] for e in events if e["kind"] in ("detected", "rank_exit")] == ["rank_exit"], events
     assert [e["reason"] for e in events if e["kind"] == "rank_exit"] == ["terminated by torchrun (SIGTERM)"]
+
+
+def _round(number: int) -> bytes:
+    state = _RendezvousState()
+    state.round = number
+    state.complete = True
+    state.participants = {_NodeDesc("node1", 101, 0): 0, _NodeDesc("node2", 102, 0): 1}
+    return pickle.dumps(state)
+
+
+def test_only_the_jobs_first_round_short_of_nodes_waits_for_the_late_ones(
+        store: TCPStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round is the group's (every rank reads the same one): a node back from a power cut
+    starts with torchrun's restart count 0, the survivors' has moved; round 0 is the launch."""
+    monkeypatch.setattr(admission, "agent_cmdline", lambda: ["torchrun", "--nnodes", "1:3", "train.py"])
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    assert first_round_short_of_nodes() is False  # no round in the store yet
+    backend = C10dRendezvousBackend(store, RUN)
+    token = None
+    for number, waits in ((0, True), (1, False), (4, False)):
+        _, token, _ = backend.set_state(_round(number), token)
+        assert first_round_short_of_nodes() is waits, number
+    _, token, _ = backend.set_state(_round(0), token)
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "3")
+    assert first_round_short_of_nodes() is False  # every node launched is in
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setattr(admission, "agent_cmdline", lambda: ["torchrun", "--nnodes", "2", "train.py"])
+    assert first_round_short_of_nodes() is False  # not elastic: torchrun admits no one
+    monkeypatch.setattr(admission, "agent_cmdline", lambda: ["torchrun", "--nnodes", "1:3", "train.py"])
+    monkeypatch.delenv(RDZV_ENDPOINT_ENV)
+    assert first_round_short_of_nodes() is False  # cannot ask: train at once, as before
+
+
+_WAITS = """
+import os, sys
+sys.path[:0] = [{repo!r}]
+from harness.admission import await_late_nodes
+
+def leave():
+    print("left", flush=True)
+    os._exit(143)
+
+print("waiting", flush=True)
+print("gave up" if await_late_nodes(float(sys.argv[1]), leave) is False else "?", flush=True)
+"""
+
+
+def test_the_wait_for_late_nodes_ends_in_the_agents_sigterm_or_at_its_bound() -> None:
+    script = textwrap.dedent(_WAITS.format(repo=str(REPO)))
+    proc = subprocess.Popen([sys.executable, "-c", script, "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        assert proc.stdout.read().split() == ["left"] and time.monotonic() - t0 < 30
+    finally:
+        proc.kill()
+        proc.wait()
+    bounded = subprocess.run([sys.executable, "-c", script, "0.2"], capture_output=True, text=True, timeout=30)
+    assert bounded.returncode == 0 and bounded.stdout.split() == ["waiting", "gave", "up"], bounded
