@@ -53,7 +53,7 @@ slurm-demo: install
 # an integration test's time is waiting on timeouts, paced steps and restarts, not CPU;
 # tests/conftest.py says what stays together). TEST_JOBS=1 runs everything one at a time in
 # one process, quickest module first. The slowest 25 are listed at the end, so a test that
-# grew past its budget is seen; TIMELINE gets when each test ran on which worker (what the
+# grew past its budget is seen; TIMELINE gets when each test ran on which worker and its CPU (what the
 # suite's wall time waited on; tests/conftest.py's MODULE_SECONDS are refreshed from it).
 TEST_JOBS ?= 3
 WORKERS = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS))

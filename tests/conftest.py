@@ -81,28 +81,57 @@ def _own_tmpdir(worker: str) -> str:
     return path
 
 
+CPU_PROPERTY = "trainchaos_cpu_s"
+"""A test report's user property: the CPU seconds of its phase (``pytest_runtest_makereport``)."""
+_cpu_mark: list[float] = []
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time and that of every child it reaped (and theirs, reaped in turn)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """Each phase's report carries the CPU spent since the phase before it ended: by the
+    test's process and the processes it started and reaped (controllers, agents, ranks,
+    a Chromium). The daemons a test talks to are not its children (the session's dockerd,
+    its containers, the Slurm testbed's), so a docker or Slurm test reads low. In a suite
+    that keeps both cores busy, the CPU a test costs is what its wall time costs the others."""
+    outcome = yield
+    now = _cpu_seconds()
+    spent = now - _cpu_mark[0] if _cpu_mark else 0.0
+    _cpu_mark[:] = [now]
+    outcome.get_result().user_properties.append((CPU_PROPERTY, round(spent, 3)))
+
+
 class Timeline:
-    """Each test's span (setup to teardown) and the worker that ran it, from the reports the
-    main process receives; written at the end of the session, in order of start."""
+    """Each test's span (setup to teardown), the CPU it took (``pytest_runtest_makereport``)
+    and the worker that ran it, from the reports the main process receives; written at the
+    end of the session, in order of start."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.spans: dict[str, tuple[str, float, float]] = {}
+        self.spans: dict[str, tuple[str, float, float, float]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         gateway = getattr(getattr(report, "node", None), "gateway", None)
         worker = gateway.id if gateway is not None else "main"
-        _, start, stop = self.spans.get(report.nodeid, (worker, report.start, report.stop))
-        self.spans[report.nodeid] = (worker, min(start, report.start), max(stop, report.stop))
+        cpu = sum(value for name, value in report.user_properties if name == CPU_PROPERTY)
+        _, start, stop, spent = self.spans.get(report.nodeid, (worker, report.start, report.stop, 0.0))
+        self.spans[report.nodeid] = (worker, min(start, report.start), max(stop, report.stop), spent + cpu)
 
     def pytest_sessionfinish(self) -> None:
         rows = sorted(self.spans.items(), key=lambda kv: kv[1][1])
         t0 = rows[0][1][1] if rows else 0.0
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path, "w", encoding="utf-8") as fh:
-            fh.write("worker\tstart_s\tend_s\tseconds\ttest\n")
-            for nodeid, (worker, start, stop) in rows:
-                fh.write(f"{worker}\t{start - t0:.1f}\t{stop - t0:.1f}\t{stop - start:.1f}\t{nodeid}\n")
+            fh.write("worker\tstart_s\tend_s\tseconds\tcpu_s\ttest\n")
+            for nodeid, (worker, start, stop, cpu) in rows:
+                fh.write(f"{worker}\t{start - t0:.1f}\t{stop - t0:.1f}\t{stop - start:.1f}\t{cpu:.1f}\t{nodeid}\n")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
