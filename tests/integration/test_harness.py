@@ -9,9 +9,10 @@ identical to the fault-free run; corrupt checkpoints are never silently trained 
 After every run: no process of the run is left, none is left stopped, and nothing was
 written outside the test's ``tmp_path``.
 
-The fault-free runs start cold; the killed and hung runs start warm (``harness.warm_start``:
-each node's zygote forks the ranks, so their restart pays no imports) and must still end
-bitwise on the cold fault-free weights.
+The first fault-free run starts cold; its repeat and the killed and hung runs start warm
+(``harness.warm_start``: each node's agent and zygote are forked, the zygote forks the ranks,
+so neither a start nor a restart pays the imports) and must still end bitwise on the cold
+fault-free weights.
 
 Wall time on a 2-core machine: about 2.5 minutes with other work on it (load 5; 4 runs of 4
 ranks and 60 steps, 3 short runs of 2 ranks).
@@ -191,13 +192,14 @@ def fault_free(tmp_path_factory: pytest.TempPathFactory, state_dir: Path) -> dic
 @pytest.mark.timeout(240)
 def test_fault_free_run_is_reproducible_and_learns(fault_free: dict[str, Any], tmp_path: Path) -> None:
     run_dir = tmp_path / "again"
-    journal = _run_scenario(_scenario("fault-free"), run_dir, with_faults=False)
+    journal = _run_scenario(_scenario("fault-free", warm=True), run_dir, with_faults=False)
     assert journal["status"] == "completed", journal["error"]
 
     first, again = fault_free["final"], _final(run_dir)
     assert first["step"] == again["step"] == STEPS
     assert first["world_size"] == again["world_size"] == 4
-    assert again["digest"] == first["digest"], "same seed and options must give bitwise-identical weights"
+    assert again["digest"] == first["digest"], \
+        "same seed and options must give bitwise-identical weights, whether the ranks started cold or warm"
 
     for final, events in ((first, fault_free["events"]), (again, read_events(str(run_dir / "events")))):
         losses = [e["loss"] for e in _of(events, "step_end", src="rank-0")]
