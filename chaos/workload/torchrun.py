@@ -51,6 +51,20 @@ except BaseException:
     traceback.print_exc()
     code = 1
 atexit._run_exitfuncs()
+# A warm node's zygote would die with this agent all the same (PR_SET_PDEATHSIG), but then
+# init reaps it, and the CPU of the zygote and of every rank it reaped is nobody's: killed
+# and reaped here it is this agent's, and its parent's (the controller's, a test's).
+zygote = globals().get("_trainchaos_zygote")
+if zygote:
+    import signal, time
+    try:
+        os.kill(zygote, signal.SIGKILL)
+        for _ in range(100):  # at most 1 s: an exit never waits on a zygote stuck in the kernel
+            if os.waitpid(zygote, os.WNOHANG)[0]:
+                break
+            time.sleep(0.01)
+    except OSError:
+        pass
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(code)
@@ -67,7 +81,7 @@ import os
 os.environ[{socket_env!r}] = "trainchaos-zygote-%s-%s-%d" % (
     os.environ.get({run_env!r}, ""), os.environ.get({node_env!r}, ""), os.getpid())
 from harness.zygote import fork_from_agent
-fork_from_agent({argv!r})
+_trainchaos_zygote = fork_from_agent({argv!r})
 """
 
 

@@ -335,6 +335,39 @@ def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool)
         assert argv[:2] == ["-m", "harness"] and program == AGENT_MAIN and env == {}
 
 
+_SUBREAPER = textwrap.dedent("""
+    import ctypes, os, subprocess, sys, time
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here
+    agent = subprocess.Popen([sys.executable, "-c", sys.argv[1], "--help"], stdout=subprocess.DEVNULL)
+    agent.wait()
+    orphans = []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break  # no child left at all: none was handed to us
+        if pid:
+            orphans.append(pid)
+        time.sleep(0.01)
+    print(agent.returncode, orphans)
+""")
+
+
+def test_a_warm_agent_reaps_its_zygote_so_their_cpu_is_counted_by_whoever_waits_for_the_agent() -> None:
+    """The zygote dies with its agent anyway (PR_SET_PDEATHSIG); an agent that left it to
+    init left the CPU of the zygote and every rank it reaped uncounted: a test's or a
+    controller's CPU accounting (the suite's timeline) missed the training of warm runs."""
+    from chaos.workload.torchrun import agent_main
+
+    program = agent_main(("-m", "harness.zygote", "serve"))
+    # OMP_NUM_THREADS=1 as a node has it (chaos.cluster.local): else importing torch starts
+    # a thread and the agent forks no zygote
+    res = subprocess.run([sys.executable, "-c", _SUBREAPER, program], env=_env(OMP_NUM_THREADS="1"), capture_output=True,
+                         text=True, timeout=120)
+    assert res.stdout.split() == ["0", "[]"], (res.stdout, res.stderr[-2000:])
+
+
 @pytest.mark.parametrize(("env", "scenario", "warm"), [
     ("1", None, True), ("0", None, False), ("", None, False),
     ("1", False, False), ("0", True, True),  # the scenario's own value wins
