@@ -87,11 +87,30 @@ _cpu_mark: list[float] = []
 
 
 def _cpu_seconds() -> float:
-    """This process's CPU time and that of every child it reaped (and theirs, reaped in turn)."""
+    """This process's CPU time, that of every child it reaped (and theirs, reaped in turn),
+    and so far that of its live children (and what they reaped): a helper that outlives
+    the test that started it (the controller's agent zygote, kept for the session by an
+    in-process controller) is counted as it goes, not when it is reaped at the end."""
     import resource
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _live_children_cpu()
+
+
+def _live_children_cpu() -> float:
+    me, ticks, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # after the name: state, ppid, ... utime (14th field of the file), stime, cutime, cstime
+        if int(fields[1]) == me:
+            total += sum(int(v) for v in fields[11:15])
+    return total / ticks
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -100,11 +119,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     test's process and the processes it started and reaped, and theirs (controllers, a
     Chromium). A lower bound: the daemons a test talks to are not its children (the
     session's dockerd, its containers, the Slurm testbed's), and a process whose parent
-    did not wait for it is reaped by init, with its CPU (which of test_harness's processes
-    escape is not yet known). Measured alone on an idle machine, test_harness took 108 CPU-s of the
-    machine and 30 were counted here; test_slurm 162 and 48, test_docker and
-    test_gameday 122 and 37. In a suite that keeps both cores busy, the CPU a test costs is
-    what its wall time costs the others."""
+    did not wait for it is reaped by init, with its CPU. Measured alone on an idle
+    machine: test_harness took 109 CPU-s of the machine and 77 were counted here (the
+    rest is pytest's own start, before the first test); test_slurm 162 and 48, test_docker
+    and test_gameday 122 and 37. In a suite that keeps both cores busy, the CPU a test
+    costs is what its wall time costs the others."""
     outcome = yield
     now = _cpu_seconds()
     spent = now - _cpu_mark[0] if _cpu_mark else 0.0
