@@ -84,9 +84,12 @@ def _own_tmpdir(worker: str) -> str:
 CPU_PROPERTY = "trainchaos_cpu_s"
 """A test report's user property: the CPU seconds of its phase (``pytest_runtest_makereport``)."""
 _cpu_mark: list[float] = []
+_live_cpu: list[float] = []
+"""The live children's CPU when /proc was last read: an integration test's phases read it
+(a few ms each), a unit test's reuse it (1400 of them would cost about 20 CPU-s)."""
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds(live: bool = True) -> float:
     """This process's CPU time, that of every child it reaped (and theirs, reaped in turn),
     and so far that of its live children (and what they reaped): a helper that outlives
     the test that started it (the controller's agent zygote, kept for the session by an
@@ -94,7 +97,9 @@ def _cpu_seconds() -> float:
     import resource
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _live_children_cpu()
+    if live:
+        _live_cpu[:] = [_live_children_cpu()]
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + sum(_live_cpu)
 
 
 def _live_children_cpu() -> float:
@@ -125,7 +130,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     and test_gameday 122 and 37. In a suite that keeps both cores busy, the CPU a test
     costs is what its wall time costs the others."""
     outcome = yield
-    now = _cpu_seconds()
+    if not item.config.getoption("--timeline"):
+        return
+    now = _cpu_seconds(live=item.get_closest_marker("integration") is not None)
     spent = now - _cpu_mark[0] if _cpu_mark else 0.0
     _cpu_mark[:] = [now]
     outcome.get_result().user_properties.append((CPU_PROPERTY, round(spent, 3)))
