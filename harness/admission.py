@@ -33,7 +33,8 @@ from harness.health import rendezvous_endpoint
 from harness.quarantine import agent_pid
 
 __all__ = ["NNODES_FLAG", "admission_restart_possible", "agent_cmdline", "await_late_nodes",
-           "first_round_short_of_nodes", "group_may_be_admitting", "group_nodes", "nodes_waiting_to_join"]
+           "first_round_short_of_nodes", "group_below_max", "group_may_be_admitting", "group_nodes",
+           "nodes_waiting_to_join"]
 
 NNODES_FLAG = "--nnodes"
 RUN_ID_ENV = "TORCHELASTIC_RUN_ID"
@@ -80,6 +81,12 @@ _NO_ROUND = object()
 """The store holds no rendezvous state yet (no round has begun)."""
 
 
+def group_below_max() -> bool:
+    """Whether this rank's torchrun agent could restart its group to admit a node
+    (``admission_restart_possible`` of the agent's command line and this group's size)."""
+    return admission_restart_possible(agent_cmdline(), group_nodes())
+
+
 def _rendezvous_state(timeout_s: float) -> Any:
     """The rendezvous state the agents keep in the store (torch's ``_RendezvousState``, as they
     pickle it), ``_NO_ROUND`` before any round, None when it cannot be read (no endpoint or
@@ -119,7 +126,7 @@ def first_round_short_of_nodes(timeout_s: float = 1.0) -> bool:
     Every rank of a round reads the same answer (the round is the group's, unlike torchrun's
     per-agent restart count, which a node that comes back after a power cut starts at 0
     while the survivors' count has moved), so either the whole group waits or none does."""
-    if not admission_restart_possible(agent_cmdline(), group_nodes()):
+    if not group_below_max():
         return False
     state = _rendezvous_state(timeout_s)
     return state is not None and state is not _NO_ROUND and state.round == 0
@@ -147,6 +154,6 @@ def await_late_nodes(wait_s: float, on_stop: Callable[[], None]) -> bool:
 
 def group_may_be_admitting() -> bool:
     """Whether this rank's agent is (or is about to be) restarting the group for a waiting node."""
-    if not admission_restart_possible(agent_cmdline(), group_nodes()):
+    if not group_below_max():
         return False
     return (nodes_waiting_to_join() or 0) > 0

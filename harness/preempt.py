@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaos import probe
-from harness.admission import admission_restart_possible, agent_cmdline, group_nodes
+from harness.admission import group_below_max
 
 __all__ = ["EXIT_PEER_STOPPED", "EXIT_STOPPED", "EmergencyStop", "StopVerdict"]
 
@@ -101,7 +101,7 @@ class EmergencyStop:
             return False
         self._requested.set()
         name = signal.Signals(signum).name
-        if admission_restart_possible(agent_cmdline(), group_nodes()):
+        if group_below_max():
             self.emit("stop_requested", signal=name, notice=False,
                       reason=f"{name} with every peer alive while the elastic group is below its "
                              "maximum size (torchrun admitting a node, or a stop request)")

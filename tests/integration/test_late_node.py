@@ -22,6 +22,7 @@ import pytest
 from torch.distributed import TCPStore
 
 from chaos.contract import EVENTS_DIR_ENV, RDZV_ENDPOINT_ENV
+from chaos.events import read_events
 
 pytestmark = pytest.mark.integration
 
@@ -44,17 +45,6 @@ def _agent(port: int, run_dir: Path, events: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _events(events: Path) -> list[dict]:
-    found = []
-    for path in events.glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            try:
-                found.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a line still being written
-    return sorted(found, key=lambda e: e["t"])
-
-
 @pytest.mark.timeout(240)
 def test_a_node_late_to_the_first_rendezvous_is_waited_for_and_the_job_trains_at_full_size(tmp_path: Path) -> None:
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
@@ -65,7 +55,7 @@ def test_a_node_late_to_the_first_rendezvous_is_waited_for_and_the_job_trains_at
     late = None
     try:
         deadline = time.monotonic() + 120
-        while not any(e["kind"] == "rank_start" for e in _events(events)):
+        while not any(e["kind"] == "rank_start" for e in read_events(str(events))):
             assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.poll() else ""
             time.sleep(0.1)
         late = _agent(store.port, run_dir, events)
@@ -77,7 +67,7 @@ def test_a_node_late_to_the_first_rendezvous_is_waited_for_and_the_job_trains_at
                 agent.kill()
                 agent.wait()
 
-    seen = _events(events)
+    seen = read_events(str(events))
     starts = [e for e in seen if e["kind"] == "rank_start"]
     assert starts[0]["world_size"] == 1, starts  # the first group formed without the late node
     waited = [e for e in seen if e["kind"] == "rank_exit" and e["src"] == starts[0]["src"]

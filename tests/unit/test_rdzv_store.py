@@ -74,7 +74,7 @@ def test_a_wait_answered_late_is_logged_with_its_key(server, monkeypatch, caplog
     waiter, setter = _client(server), _client(server)
     threading.Timer(0.4, lambda: setter.set("slow/key", b"1")).start()
     waiter.wait(["slow/key"])
-    assert "a wait for /slow/key was answered after"  # torch's client prefixes "/" in caplog.text
+    assert "a wait for /slow/key was answered after" in caplog.text  # torch's client prefixes "/"
     setter.set("quick", b"1")
     waiter.wait(["quick"])
     assert "quick" not in caplog.text
