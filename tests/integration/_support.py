@@ -252,3 +252,12 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
 def missing(capability: str) -> str | None:
     """Why this machine cannot run a test marked ``capability`` (probed once a session)."""
     return CAPABILITIES[capability]()
+
+
+def catches_signal(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` in place (``SigCgt`` of its
+    /proc status): a test sends a signal only once the process under test is ready for it,
+    instead of racing its start-up."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signum - 1)))

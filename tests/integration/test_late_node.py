@@ -6,12 +6,14 @@ around the latecomer (harness.admission.await_late_nodes).
 Two real torchrun agents (``--nnodes 1:2``, one rank each) on a store this test hosts, as the
 controller hosts it. The second agent starts only once the first one's group has formed
 alone (its rank announced a world of 1): the late node is late by construction, not by a
-sleep that a quick machine might outrun."""
+sleep that a quick machine might outrun, and it comes once the first rank is ready to be
+told (its SIGTERM handler in place), not while a busy host still runs its start."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from torch.distributed import TCPStore
 
 from chaos.contract import EVENTS_DIR_ENV, RDZV_ENDPOINT_ENV
 from chaos.events import read_events
+from tests.integration._support import catches_signal
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +57,13 @@ def test_a_node_late_to_the_first_rendezvous_is_waited_for_and_the_job_trains_at
     first = _agent(store.port, run_dir, events)
     late = None
     try:
+        # The first group has formed alone once its rank started; it waits for the late
+        # node once its SIGTERM handler is in place (torchrun's SIGTERM admits the latecomer)
         deadline = time.monotonic() + 120
-        while not any(e["kind"] == "rank_start" for e in read_events(str(events))):
+        while not (started := [e for e in read_events(str(events)) if e["kind"] == "rank_start"]) \
+                or not catches_signal(started[0]["pid"], signal.SIGTERM):
             assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.poll() else ""
-            time.sleep(0.1)
+            time.sleep(0.05)
         late = _agent(store.port, run_dir, events)
         outputs = [agent.communicate(timeout=180)[0] for agent in (first, late)]
         assert [first.returncode, late.returncode] == [0, 0], outputs

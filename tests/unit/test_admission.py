@@ -39,6 +39,7 @@ from harness.admission import (
     nodes_waiting_to_join,
 )
 from harness.health import LivenessServer, PeerAddress, Watchdog
+from tests.integration._support import catches_signal
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = "trainchaos-test-admission"
@@ -230,19 +231,13 @@ print("gave up" if await_late_nodes(float(sys.argv[1]), leave) is False else "?"
 """
 
 
-def _catches_sigterm(pid: int) -> bool:
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
-    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
-
-
 def test_the_wait_for_late_nodes_ends_in_the_agents_sigterm_or_at_its_bound() -> None:
     script = textwrap.dedent(_WAITS.format(repo=str(REPO)))
     proc = subprocess.Popen([sys.executable, "-c", script, "60"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "waiting"
         deadline = time.monotonic() + 30
-        while not _catches_sigterm(proc.pid):  # the wait's handler is in place
+        while not catches_signal(proc.pid, signal.SIGTERM):  # the wait's handler is in place
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.01)
         t0 = time.monotonic()
