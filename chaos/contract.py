@@ -11,6 +11,7 @@ rank of a user's job.
 from __future__ import annotations
 
 __all__ = [
+    "AGENT_ZYGOTE_KEEPER_ENV",
     "CONTROLLER_ENV",
     "ENV_PREFIX",
     "EVENTS_DIR_ENV",
@@ -112,6 +113,11 @@ WARM_START_ENV = "TRAINCHAOS_WARM_START"
 """``1`` or ``0``: the bundled harness's ``warm_start`` where a scenario does not set it
 (a CI pipeline's quick runs, the test suite); a scenario's own value wins, and the run
 record's ``rank_launch`` says which start was measured."""
+AGENT_ZYGOTE_KEEPER_ENV = "TRAINCHAOS_AGENT_ZYGOTE_KEEPER_FD"
+"""An open file descriptor (inherited): the read end of a pipe that a process starting many
+controllers in turn (a test suite, a CI job) holds open. Controllers given it share one
+agent zygote per environment (``chaos.workload.agent_forks``), which lives until that pipe
+closes, instead of each starting and importing its own."""
 SLURM_TESTBED_ENV = "TRAINCHAOS_SLURM_TESTBED"
 """The root of a running local Slurm testbed; its daemons and job steps carry it."""
 

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import yaml
 
-from chaos.contract import STATE_DIR_ENV
+from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV, STATE_DIR_ENV
 from chaos.model import Scenario
 
 __all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
-           "missing", "run_trainchaos", "state_dir_env", "warm_copy"]
+           "missing", "popen_trainchaos", "run_trainchaos", "state_dir_env", "warm_copy"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,12 +98,6 @@ def load_warm(scenario: str | os.PathLike[str]) -> Scenario:
     return _load_harness(scenario, warm_start=True)
 
 
-def load_cold(scenario: str | os.PathLike[str]) -> Scenario:
-    """``scenario`` loaded with its ranks started cold whatever TRAINCHAOS_WARM_START says:
-    for a test that asserts what a cold launch is (a node's process set)."""
-    return _load_harness(scenario, warm_start=False)
-
-
 # ----------------------------------------------------------------------------- machine-wide cleanup
 # `trainchaos cleanup` (without --run-dir) and `cleanup --check` look at the whole machine:
 # every process whose controller is gone, every resource of a run not alive. A test that
@@ -147,13 +141,30 @@ def machine_cleanup_lock() -> Iterator[None]:
 TERM_GRACE_S = 120.0
 
 
+@functools.cache
+def _agent_zygote_keeper() -> int:
+    """The read end of a pipe this process holds open until it exits: the commands it runs
+    share their agent zygotes (``chaos.workload.agent_forks``), each paying no imports of
+    its own for its warm agents (about 3 CPU-s a command here)."""
+    read_end, _write_end = os.pipe()  # the write end stays open, unwritten, for the session
+    return read_end
+
+
+def popen_trainchaos(argv: list[str], *, env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """``trainchaos *argv`` started (``subprocess.Popen``'s keyword arguments), sharing this
+    process's agent zygotes with every other command it starts."""
+    keeper = _agent_zygote_keeper()
+    return subprocess.Popen([*TRAINCHAOS, *argv], env={**env, AGENT_ZYGOTE_KEEPER_ENV: str(keeper)},
+                            pass_fds=(keeper,), **popen)
+
+
 def run_trainchaos(argv: list[str], *, env: dict[str, str], timeout: float,
                    cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
     """``trainchaos *argv`` to its end, its output captured as text; past ``timeout`` seconds
     (or when the test itself is interrupted) it is SIGTERMed and, if it does not end within
     TERM_GRACE_S, SIGKILLed and cleaned up after with ``trainchaos cleanup``."""
-    proc = subprocess.Popen([*TRAINCHAOS, *argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_trainchaos(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

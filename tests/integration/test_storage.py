@@ -23,9 +23,9 @@ from chaos.run import run_scenario_once
 from chaos.storage.mounts import STORAGE_RUN_ENV, fuse_mounts
 from tests.integration._support import (
     REPO,
-    TRAINCHAOS,
     cli_env,
     load_warm,
+    popen_trainchaos,
     run_trainchaos,
     state_dir_env,
 )
@@ -175,7 +175,7 @@ def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
     env = cli_env(tmp_path / "state")
     scenario = tmp_path / "stall.yaml"
     scenario.write_text(STALL_FOREVER)
-    proc = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", str(tmp_path / "out")], env=env,
+    proc = popen_trainchaos(["run", str(scenario), "--out", str(tmp_path / "out")], env=env,
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     run_dir = tmp_path / "out" / "controller-killed-mid-stall" / "0"

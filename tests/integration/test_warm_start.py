@@ -16,6 +16,7 @@ from chaos.events import read_events
 from chaos.procs import find_run_processes, kill_pids, process_state
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
+from tests.integration._support import REPO
 
 
 def _scenario(warm: bool, faults: list[dict]) -> object:
@@ -135,3 +136,43 @@ def test_a_warm_nodes_agent_is_forked_from_imports_done_once_and_looks_started(t
         assert second.wait(timeout=30) == -signal.SIGKILL
     finally:  # a stopped agent outlives this test otherwise
         kill_pids([p.pid for p in find_run_processes(run_id)])
+
+
+_CONTROLLER = """\
+import os, sys
+from chaos.workload.agent_forks import start_agent
+with open(sys.argv[1] + ".log", "ab") as log:
+    agent = start_agent([sys.executable, "-c", sys.argv[2], "done", "0"],
+                        dict(os.environ, TRAINCHAOS_TEST_REPORT=sys.argv[1] + ".json"), os.getcwd(), log)
+sys.exit(agent.wait(timeout=120))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_controllers_given_a_keeper_fork_from_one_agent_zygote_that_ends_with_the_keeper(tmp_path):
+    """contract.AGENT_ZYGOTE_KEEPER_ENV: two controllers, one after the other, fork their
+    agents from the one server the first started, which outlives it and ends when the
+    keeper closes its pipe."""
+    read_end, write_end = os.pipe()
+    env = dict(os.environ, TRAINCHAOS_AGENT_ZYGOTE_KEEPER_FD=str(read_end), TMPDIR=str(tmp_path),
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    server = None
+    try:
+        for name in ("first", "second"):
+            done = subprocess.run([sys.executable, "-c", _CONTROLLER, str(tmp_path / name), _REPORT], env=env,
+                                  cwd=tmp_path, pass_fds=(read_end,), capture_output=True, text=True, timeout=200)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert "agent zygotes of its own" not in done.stderr and "failed" not in done.stderr, done.stderr
+        first, second = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("first", "second"))
+        server = first["ppid"]
+        assert first["torch"] and second["ppid"] == server, "the second controller started a server of its own"
+        assert process_state(server) is not None, "the server ended with the controller that started it"
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert server is not None
+    deadline = time.monotonic() + 30
+    while process_state(server) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_state(server) in (None, "Z"), "the server outlived its keeper's pipe"
