@@ -7,6 +7,8 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pandas as pd
@@ -18,6 +20,7 @@ from chaos.report import (
     ProgressDisplay,
     aggregate,
     print_verdict_table,
+    timeline,
     verdict_table,
     write_junit,
     write_run_reports,
@@ -227,7 +230,7 @@ def test_timeline_csv_survives_a_parquet_failure(tmp_path, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise ImportError("no parquet engine")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
+    monkeypatch.setattr(timeline, "_write_parquet", broken)
     paths = write_timeline(str(tmp_path), _events())
     assert [os.path.basename(p) for p in paths] == ["timeline.csv"]
     assert not (tmp_path / "timeline.parquet").exists()
@@ -366,3 +369,14 @@ def test_progress_on_a_terminal_does_not_crash():
         progress.event("detected by rank-0 in 0.31 s")
         progress.end_scenario(True)
     assert "PASS" in buffer.getvalue() and "detected by rank-0" in buffer.getvalue()
+
+
+def test_the_timeline_files_are_written_without_importing_pandas(tmp_path):
+    """Every run writes them: pandas would cost each controller process its import."""
+    code = ("import sys; from chaos.report import write_timeline; "
+            "write_timeline(sys.argv[1], [{'t': 1.0, 'kind': 'job_start', 'step': 3}, {'t': 2.0, 'kind': 'x', 'ok': True}]); "
+            "assert 'pandas' not in sys.modules, 'pandas imported'")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    parquet = pd.read_parquet(tmp_path / "timeline.parquet")
+    assert [str(t) for t in parquet.dtypes[["step", "ok"]]] == ["Int64", "boolean"]  # as pandas writes them
