@@ -34,7 +34,7 @@ def _warm_starts() -> Iterator[None]:
     """Every harness run of the integration tests starts its ranks warm where its scenario
     does not say (TRAINCHAOS_WARM_START=1): the suite runs on two cores, and a cold rank's
     start is ~4 CPU-seconds of imports, paid again at every restart. Tests that assert
-    what a cold launch is set ``warm_start: false`` (``load_cold``); test_warm_start and
+    what a cold launch is set ``warm_start: false`` (test_power's outage); test_warm_start and
     test_harness compare both. ``TRAINCHAOS_WARM_START=0 make test`` runs the suite cold."""
     before = os.environ.get(WARM_START_ENV)
     os.environ[WARM_START_ENV] = before or "1"

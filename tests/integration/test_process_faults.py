@@ -1,10 +1,10 @@
 """The smoke suite's other process/GPU faults, run for real: what each must show besides
 timing (timing targets belong to the verdict of `make demo`, not to a pass/fail test).
 
-The crash mid-checkpoint runs with warm ranks (``harness.warm_start``: its restart then pays
-no imports); the node kill stays cold, since it asserts the node's process set (a warm node
-also has its zygote and the ranks' clients), and the device error is the run ``make demo``
-makes."""
+The crash mid-checkpoint and the node kill run with warm ranks (``harness.warm_start``: a
+restart then pays no imports; the node kill asserts a warm node's process set, its zygote and
+the ranks' clients included: test_power's outage asserts a cold node's), and the device
+error is the run ``make demo`` makes."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import pytest
 from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
-from tests.integration._support import load_cold, load_warm
+from tests.integration._support import load_warm
 
 SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "smoke")
 
 
-def _run(name: str, tmp_path, warm: bool = False) -> tuple[dict, list[dict]]:
-    scenario = (load_warm if warm else load_cold)(os.path.join(SMOKE, f"{name}.yaml"))
+def _run(name: str, tmp_path) -> tuple[dict, list[dict]]:
+    scenario = load_warm(os.path.join(SMOKE, f"{name}.yaml"))
     journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed)
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     return journal, read_events(os.path.join(journal["run_dir"], "events"))
@@ -39,8 +39,10 @@ def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, state_dir)
     journal, events = _run("kill-node", tmp_path)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
-    # the agent and both of its ranks were hit at once
-    assert len(fault["details"]["pids"]) == 3
+    # every process of the node at once: its agent, its zygote, both ranks and their clients
+    ranks = {e["pid"] for e in events if e["kind"] == "rank_start" and e["node"] == 1 and e["t"] < fault["t_inject"]}
+    assert len(ranks) == 2 and ranks <= set(fault["details"]["pids"])
+    assert len(fault["details"]["pids"]) == 6, fault["details"]["pids"]
     # exactly at the planned step: both ranks of the node held after step 50 until the kill
     # was in effect (chaos.hold), so neither began step 51
     killed = [e["step"] for e in events if e["kind"] == "step_end" and e["src"] in ("rank-2", "rank-3")
@@ -74,7 +76,7 @@ def test_device_error_is_reported_by_the_failing_rank_at_its_step(smoke_device_e
 @pytest.mark.integration
 @pytest.mark.timeout(200)
 def test_crash_mid_checkpoint_never_loads_the_partial_file(tmp_path, state_dir):
-    journal, events = _run("crash-during-checkpoint", tmp_path, warm=True)
+    journal, events = _run("crash-during-checkpoint", tmp_path)
     assert journal["status"] == "completed", journal["error"]
     fault, metrics = _only_fault(journal)
     crash = next(e for e in events if e["kind"] == "fault_injected" and e["src"] == "rank-0")
