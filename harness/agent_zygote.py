@@ -46,6 +46,7 @@ import gc
 import os
 import selectors
 import sys
+import time
 import types
 
 from harness import procenv
@@ -69,10 +70,26 @@ class AgentZygote(Zygote):
 
     program = "code"
 
-    def __init__(self, listener, controller_fd: int = 0) -> None:  # noqa: ANN001 (socket)
+    def __init__(self, listener, controller_fd: int = 0, idle_exit_s: float | None = None) -> None:  # noqa: ANN001
         super().__init__(listener)
         # EOF on the pipe from the controller: it is gone, and so is the reason to be here.
         self.selector.register(controller_fd, selectors.EVENT_READ, self._controller_gone)
+        self.idle_exit_s = idle_exit_s
+        self.last_request = time.monotonic()
+
+    def serve_forever(self) -> None:
+        """Until the controller's pipe closes, or (``idle_exit_s``, a server shared by a
+        keeper's controllers) until it has had no agent and no request for that long: one
+        that no later controller asks for holds its imports' memory for nothing."""
+        while True:
+            self.serve_once(self.idle_exit_s)
+            if self.idle_exit_s is not None and not self.ranks \
+                    and time.monotonic() - self.last_request > self.idle_exit_s:
+                os._exit(0)
+
+    def _accept(self, listener) -> None:  # noqa: ANN001 (socket)
+        self.last_request = time.monotonic()
+        super()._accept(listener)
 
     def _fork(self, request: dict, fds: list[int]) -> int:
         return fork_into(lambda: _become_agent(request, fds))
@@ -87,11 +104,13 @@ class AgentZygote(Zygote):
 
 
 def _become_agent(request: dict, fds: list[int]) -> int:
-    """In the forked child: join the node's cgroup if it has one, look like ``python -c <code>
-    <argv>`` started by the backend, then run the code as that would."""
+    """In the forked child: join the node's cgroup and network namespace if it has them, look
+    like ``python -c <code> <argv>`` started by the backend, then run the code as that would."""
     if request.get("cgroup"):
         _join_cgroup(request["cgroup"])
     take_over(request, fds, "agent")
+    if request.get("netns"):  # after take_over: why it could not goes to the node log
+        _enter_netns(request["netns"])
     import tempfile
 
     tempfile.tempdir = None  # worked out from the server's TMPDIR if at all; the node has its own
@@ -120,12 +139,36 @@ def _join_cgroup(path: str) -> None:
         print(f"{_LOG} the agent could not join its node's cgroup {path}: {exc}", file=sys.stderr)
 
 
-def serve(name: str) -> int:
-    """``python -m harness.agent_zygote serve <name> <room>``: bind ``name`` (abstract),
-    import, then fork agents until the controller's pipe on stdin closes."""
+_CLONE_NEWNET = 0x40000000
+
+
+def _enter_netns(name: str) -> None:
+    """Into the node's network namespace (the ``netns`` backend's ``/run/netns/<name>``), as
+    ``ip netns exec`` puts a new agent there: the agent, its zygote and its ranks see only
+    the node's link. The child is single-threaded, as ``setns`` wants. A namespace it cannot
+    enter ends it (exit 1, the reason in the node log): an agent never trains in the wrong one."""
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if hasattr(os, "setns"):  # Python 3.12
+            os.setns(fd, _CLONE_NEWNET)
+            return
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into the network namespace {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def serve(name: str, idle_exit_s: float | None = None) -> int:
+    """``python -m harness.agent_zygote serve <name> [--idle-exit-s S] <room>``: bind ``name``
+    (abstract), import, then fork agents until the controller's pipe on stdin closes (or it
+    has been idle for S seconds)."""
     procenv.set_cmdline([sys.executable, "-m", "harness.agent_zygote", "serve", name])
     listener = listen(name)  # bound before the imports: a request waits instead of failing
-    zygote = AgentZygote(listener)
+    zygote = AgentZygote(listener, idle_exit_s=idle_exit_s)
     if not imported_unthreaded(AGENT_PREIMPORTS):
         return 1
     gc.freeze()  # the imports' objects stay shared with the agents, not copied by a collection
@@ -136,8 +179,9 @@ def serve(name: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) >= 2 and args[0] == "serve":
-        return serve(args[1])
-    print("usage: python -m harness.agent_zygote serve <name> [<room>]", file=sys.stderr)
+        idle = float(args[3]) if len(args) >= 4 and args[2] == "--idle-exit-s" else None
+        return serve(args[1], idle)
+    print("usage: python -m harness.agent_zygote serve <name> [--idle-exit-s S] [<room>]", file=sys.stderr)
     return 2
 
 

@@ -103,18 +103,30 @@ def _cpu_seconds(live: bool = True) -> float:
 
 
 def _live_children_cpu() -> float:
+    """The live children's CPU, and that of the agent zygotes this process's trainchaos
+    commands share (``_support.popen_trainchaos``): the command that started one ends
+    before it, so it is nobody's child here, and it forks the agents of every later run."""
+    from tests.integration._support import agent_zygote_keeper_name
+
     me, ticks, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0
+    shared = b"\0" + agent_zygote_keeper_name()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
+                head, tail = fh.read().rsplit(b")", 1)
+            fields = tail.split()
+            # after the name: state, ppid, ... utime (14th field of the file), stime, cutime, cstime
+            if int(fields[1]) != me:
+                if b"(python" not in head:  # the server: an interpreter whose command line names it
+                    continue
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if shared not in fh.read():
+                        continue
         except OSError:
             continue  # gone meanwhile
-        # after the name: state, ppid, ... utime (14th field of the file), stime, cutime, cstime
-        if int(fields[1]) == me:
-            total += sum(int(v) for v in fields[11:15])
+        total += sum(int(v) for v in fields[11:15])
     return total / ticks
 
 

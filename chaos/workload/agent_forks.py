@@ -43,7 +43,7 @@ from chaos import contract
 from harness.procenv import ENV_ROOM_BYTES
 from harness.zygote import receive_message, send_message, socket_address
 
-__all__ = ["ForkedAgent", "start_agent"]
+__all__ = ["ForkedAgent", "in_netns", "start_agent"]
 
 ARGV_ROOM_BYTES = 32 << 10
 """Room in the server's argument area for a forked agent's command line (the agent's
@@ -55,8 +55,14 @@ write theirs into), then each of them writes its own."""
 MAX_SERVERS = 3
 """Agent zygotes one controller keeps (each holds torch's imports, ~0.3 GiB): beyond it, an
 idle one is closed for a new one."""
-_NODE_VARYING = ("TMPDIR",)
-"""Names besides ``TRAINCHAOS_*`` whose value differs between nodes and runs."""
+_NODE_VARYING = ("TMPDIR", "PYTEST_CURRENT_TEST")
+"""Names besides ``TRAINCHAOS_*`` whose value differs between nodes and runs (pytest names the
+test running in ``PYTEST_CURRENT_TEST``, which a controller started by a test inherits), and
+which nothing reads as it imports."""
+KEEPER_IDLE_EXIT_S = 120.0
+"""A server shared by a keeper's controllers that has had no agent and no request for this
+long exits: a controller whose environment no later one shares leaves no server behind
+holding its imports' memory (about 0.3 GiB) until the keeper ends."""
 _CONNECT_TIMEOUT_S = 120.0
 """How long a request may wait for the server's imports (seconds on a busy machine)."""
 _LOG = "trainchaos: warm agents:"
@@ -153,20 +159,22 @@ class _Server:
         self.errors = tempfile.TemporaryFile()  # noqa: SIM115 (kept for the server's life)
         # stdin: a pipe nobody writes to, whose EOF tells the server its controller (or the
         # keeper) is gone
+        idle = [] if self.keeper is None else ["--idle-exit-s", str(KEEPER_IDLE_EXIT_S)]
         self.proc = subprocess.Popen(
-            [self.python, "-m", "harness.agent_zygote", "serve", self.name, " " * ARGV_ROOM_BYTES],
+            [self.python, "-m", "harness.agent_zygote", "serve", self.name, *idle, " " * ARGV_ROOM_BYTES],
             stdin=subprocess.PIPE if self.keeper is None else self.keeper.fd, stdout=subprocess.DEVNULL,
             stderr=self.errors, env=server_env, start_new_session=True, close_fds=True)
 
     def fork(self, command: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int,
-             cgroup: str | None = None) -> ForkedAgent:
-        """The agent of ``command`` (``python -c <code> <args>``) forked, in ``cgroup`` from its
-        first instruction on; raises OSError when the server does not answer or says no."""
+             cgroup: str | None = None, netns: str | None = None) -> ForkedAgent:
+        """The agent of ``command`` (``python -c <code> <args>``) forked, in ``cgroup`` and the
+        network namespace ``netns`` from its first instruction on; raises OSError when the
+        server does not answer or says no."""
         conn = self._connect()
         try:
             with open(os.devnull, "rb") as null:
                 send_message(conn, {"code": command[2], "argv": list(command[3:]), "env": dict(env), "cwd": cwd,
-                                    "cgroup": cgroup}, [null.fileno(), stdout, stdout])
+                                    "cgroup": cgroup, "netns": netns}, [null.fileno(), stdout, stdout])
             reply = receive_message(conn)
         except BaseException:
             conn.close()
@@ -190,6 +198,7 @@ class _Server:
         Two controllers of one keeper may start it at once: the one whose server could not
         bind the name forks from the other's."""
         deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        restarted = False
         while True:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             conn.settimeout(_CONNECT_TIMEOUT_S)
@@ -202,8 +211,13 @@ class _Server:
                     self._start()
                 elif self.proc.poll() is not None:
                     if self.keeper is not None and self._answers():
-                        continue
-                    raise OSError(self._gone()) from None
+                        continue  # another controller's server has the name
+                    if self.keeper is None or restarted:
+                        raise OSError(self._gone()) from None
+                    restarted = True  # ours was idle too long (KEEPER_IDLE_EXIT_S): a new one
+                    if self.errors is not None:
+                        self.errors.close()
+                    self._start()
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
@@ -279,13 +293,20 @@ def _shared_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(contract.ENV_PREFIX) and k not in _NODE_VARYING}
 
 
+def in_netns(netns: str | None, command: Sequence[str]) -> list[str]:
+    """``command`` as a new process runs it in the network namespace ``netns`` (None: this
+    machine's)."""
+    return ["ip", "netns", "exec", netns, *command] if netns else list(command)
+
+
 def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: IO[bytes],
-                cgroup: str | None = None) -> ForkedAgent | subprocess.Popen:
+                cgroup: str | None = None, netns: str | None = None) -> ForkedAgent | subprocess.Popen:
     """A node's agent, ``[python, "-c", code, *args]``, forked by this controller's agent
     zygote for that interpreter and environment (started on first use); a new process of
     its own when the server cannot fork it (the reason on stderr, once). ``cgroup``: the
     directory of the node's cgroup, which a forked agent joins before it runs anything (the
-    caller moves a new process there itself)."""
+    caller moves a new process there itself); ``netns``: the node's network namespace
+    (``ip netns exec`` for a new process)."""
     shared = _shared_env(env)
     key = (command[0], tuple(sorted(shared.items())))
     with _lock:
@@ -298,12 +319,12 @@ def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: I
             server = _servers[key] = _Server(command[0], shared, _keeper())
     if server.broken is None:
         try:
-            return server.fork(command, env, cwd, log.fileno(), cgroup)
+            return server.fork(command, env, cwd, log.fileno(), cgroup, netns)
         except OSError as exc:
             server.broken = str(exc) or type(exc).__name__
             print(f"{_LOG} forking agents failed ({server.broken}); agents start as new interpreters",
                   file=sys.stderr)
-    return subprocess.Popen(list(command), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(in_netns(netns, command), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
 
 

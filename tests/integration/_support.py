@@ -30,7 +30,7 @@ import yaml
 from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV, STATE_DIR_ENV
 from chaos.model import Scenario
 
-__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
+__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "agent_zygote_keeper_name", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
            "missing", "popen_trainchaos", "run_trainchaos", "state_dir_env", "warm_copy"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,6 +148,12 @@ def _agent_zygote_keeper() -> int:
     its own for its warm agents (about 3 CPU-s a command here)."""
     read_end, _write_end = os.pipe()  # the write end stays open, unwritten, for the session
     return read_end
+
+
+def agent_zygote_keeper_name() -> bytes:
+    """What the command line of each agent zygote this process keeps starts its name with
+    (``chaos.workload.agent_forks``: named after the keeper pipe's inode)."""
+    return f"trainchaos-agents-k{os.fstat(_agent_zygote_keeper()).st_ino}-".encode()
 
 
 def popen_trainchaos(argv: list[str], *, env: dict[str, str], **popen: Any) -> subprocess.Popen:
