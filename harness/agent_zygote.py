@@ -104,13 +104,11 @@ class AgentZygote(Zygote):
 
 
 def _become_agent(request: dict, fds: list[int]) -> int:
-    """In the forked child: join the node's cgroup and network namespace if it has them, look
-    like ``python -c <code> <argv>`` started by the backend, then run the code as that would."""
+    """In the forked child: join the node's cgroup if it has one, look like ``python -c <code>
+    <argv>`` started by the backend, then run the code as that would."""
     if request.get("cgroup"):
         _join_cgroup(request["cgroup"])
     take_over(request, fds, "agent")
-    if request.get("netns"):  # after take_over: why it could not goes to the node log
-        _enter_netns(request["netns"])
     import tempfile
 
     tempfile.tempdir = None  # worked out from the server's TMPDIR if at all; the node has its own
@@ -137,29 +135,6 @@ def _join_cgroup(path: str) -> None:
             fh.write(str(os.getpid()))
     except OSError as exc:
         print(f"{_LOG} the agent could not join its node's cgroup {path}: {exc}", file=sys.stderr)
-
-
-_CLONE_NEWNET = 0x40000000
-
-
-def _enter_netns(name: str) -> None:
-    """Into the node's network namespace (the ``netns`` backend's ``/run/netns/<name>``), as
-    ``ip netns exec`` puts a new agent there: the agent, its zygote and its ranks see only
-    the node's link. The child is single-threaded, as ``setns`` wants. A namespace it cannot
-    enter ends it (exit 1, the reason in the node log): an agent never trains in the wrong one."""
-    fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if hasattr(os, "setns"):  # Python 3.12
-            os.setns(fd, _CLONE_NEWNET)
-            return
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns into the network namespace {name}: {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 def serve(name: str, idle_exit_s: float | None = None) -> int:

@@ -49,7 +49,7 @@ from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
-from chaos.workload.agent_forks import ForkedAgent, in_netns, start_agent
+from chaos.workload.agent_forks import ForkedAgent, start_agent
 from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["LocalCluster", "LocalOptions", "NODE_LOCAL_ENV"]
@@ -87,9 +87,9 @@ class LocalCluster(ClusterBackend):
     capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
     options_model: ClassVar[type[StrictModel]] = LocalOptions
     forks_agents: ClassVar[bool] = True
-    """A warm node's agent is forked by this controller's agent zygote: the agent is a
-    process of this machine here, in the network namespace ``node_netns`` names (a backend
-    that wraps it in something else starts it as a new interpreter)."""
+    """A warm node's agent is forked by this controller's agent zygote: the agent is a plain
+    process of this machine here (a backend that wraps it, a namespace's ``ip netns exec``,
+    starts it as a new interpreter)."""
 
     @classmethod
     def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
@@ -172,10 +172,6 @@ class LocalCluster(ClusterBackend):
     def node_local_dir(self, node: int) -> str:
         return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
 
-    def node_netns(self, node: int) -> str | None:
-        """The network namespace the node's agent and ranks run in (None: this machine's)."""
-        return None
-
     def agent_command(self, node: int) -> list[str]:
         """The node's torchrun agent, as the workload's launcher writes it (RunSpec carries
         what the workload runs per rank); the backend says only where things are."""
@@ -232,13 +228,11 @@ class LocalCluster(ClusterBackend):
         log = open(log_path, "ab")  # noqa: SIM115 (owned by the child from here on)
         command, env = self.agent_command(node), self.node_env(node)
         proc: subprocess.Popen | ForkedAgent
-        netns = self.node_netns(node)
         if self.forks_agents and self.launcher().warm_start:
             # A warm node's agent forked from imports done once (chaos.workload.agent_forks).
-            proc = start_agent(command, env, self.spec.run_dir, log, cgroup=self._memory_cgroups.get(node),
-                               netns=netns)
+            proc = start_agent(command, env, self.spec.run_dir, log, cgroup=self._memory_cgroups.get(node))
         else:
-            proc = subprocess.Popen(in_netns(netns, command), env=env, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir)
         log.close()
         if node in self._memory_cgroups:

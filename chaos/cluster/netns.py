@@ -10,8 +10,7 @@ first, found by ``trainchaos cleanup``; ``chaos.net.fabric`` names and owns them
       (the controller's rendezvous store
        listens on 198.18.X.1 only)
 
-The agent and its ranks run in the node's namespace (a warm agent is forked into it, a cold one
-started with ``ip netns exec``); everything else
+The agent and its ranks run in the node's namespace (``ip netns exec``); everything else
 (processes found by run id, signals, node-local directories, spares joining late) is the
 ``local`` backend's. Needs root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and the ``ip`` and
 ``nft`` commands (``preflight`` makes and removes a throwaway namespace).
@@ -63,6 +62,7 @@ class NetnsCluster(LocalCluster):
                               "root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip and nft")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
     capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, LocalDisk)
+    forks_agents: ClassVar[bool] = False  # an agent starts in its node's namespace (ip netns exec)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -173,8 +173,8 @@ class NetnsCluster(LocalCluster):
         """The emulator's client if one was started (a revert never starts one)."""
         return self._emulator
 
-    def node_netns(self, node: int) -> str | None:
-        return self.namespace(node)
+    def agent_command(self, node: int) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(node), *super().agent_command(node)]
 
     def rdzv_endpoint(self) -> str:
         return f"{self.gateway}:{self.agent_rdzv_port or self.rdzv_port}"

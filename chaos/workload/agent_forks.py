@@ -43,7 +43,7 @@ from chaos import contract
 from harness.procenv import ENV_ROOM_BYTES
 from harness.zygote import receive_message, send_message, socket_address
 
-__all__ = ["ForkedAgent", "in_netns", "start_agent"]
+__all__ = ["ForkedAgent", "start_agent"]
 
 ARGV_ROOM_BYTES = 32 << 10
 """Room in the server's argument area for a forked agent's command line (the agent's
@@ -166,15 +166,14 @@ class _Server:
             stderr=self.errors, env=server_env, start_new_session=True, close_fds=True)
 
     def fork(self, command: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int,
-             cgroup: str | None = None, netns: str | None = None) -> ForkedAgent:
-        """The agent of ``command`` (``python -c <code> <args>``) forked, in ``cgroup`` and the
-        network namespace ``netns`` from its first instruction on; raises OSError when the
-        server does not answer or says no."""
+             cgroup: str | None = None) -> ForkedAgent:
+        """The agent of ``command`` (``python -c <code> <args>``) forked, in ``cgroup`` from its
+        first instruction on; raises OSError when the server does not answer or says no."""
         conn = self._connect()
         try:
             with open(os.devnull, "rb") as null:
                 send_message(conn, {"code": command[2], "argv": list(command[3:]), "env": dict(env), "cwd": cwd,
-                                    "cgroup": cgroup, "netns": netns}, [null.fileno(), stdout, stdout])
+                                    "cgroup": cgroup}, [null.fileno(), stdout, stdout])
             reply = receive_message(conn)
         except BaseException:
             conn.close()
@@ -293,20 +292,13 @@ def _shared_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(contract.ENV_PREFIX) and k not in _NODE_VARYING}
 
 
-def in_netns(netns: str | None, command: Sequence[str]) -> list[str]:
-    """``command`` as a new process runs it in the network namespace ``netns`` (None: this
-    machine's)."""
-    return ["ip", "netns", "exec", netns, *command] if netns else list(command)
-
-
 def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: IO[bytes],
-                cgroup: str | None = None, netns: str | None = None) -> ForkedAgent | subprocess.Popen:
+                cgroup: str | None = None) -> ForkedAgent | subprocess.Popen:
     """A node's agent, ``[python, "-c", code, *args]``, forked by this controller's agent
     zygote for that interpreter and environment (started on first use); a new process of
     its own when the server cannot fork it (the reason on stderr, once). ``cgroup``: the
     directory of the node's cgroup, which a forked agent joins before it runs anything (the
-    caller moves a new process there itself); ``netns``: the node's network namespace
-    (``ip netns exec`` for a new process)."""
+    caller moves a new process there itself)."""
     shared = _shared_env(env)
     key = (command[0], tuple(sorted(shared.items())))
     with _lock:
@@ -319,12 +311,12 @@ def start_agent(command: Sequence[str], env: Mapping[str, str], cwd: str, log: I
             server = _servers[key] = _Server(command[0], shared, _keeper())
     if server.broken is None:
         try:
-            return server.fork(command, env, cwd, log.fileno(), cgroup, netns)
+            return server.fork(command, env, cwd, log.fileno(), cgroup)
         except OSError as exc:
             server.broken = str(exc) or type(exc).__name__
             print(f"{_LOG} forking agents failed ({server.broken}); agents start as new interpreters",
                   file=sys.stderr)
-    return subprocess.Popen(in_netns(netns, command), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(list(command), env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
 
 

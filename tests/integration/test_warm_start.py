@@ -179,41 +179,6 @@ def test_controllers_given_a_keeper_fork_from_one_agent_zygote_that_ends_with_th
 
 
 @pytest.mark.integration
-@pytest.mark.netns
-@pytest.mark.timeout(300)
-def test_an_agent_forked_for_a_netns_node_runs_in_its_namespace_or_not_at_all(tmp_path):
-    """The netns backend's warm agents: forked into the node's network namespace (as ``ip
-    netns exec`` starts a cold one); a namespace that is not there ends the agent, exit 1."""
-    from chaos.workload.agent_forks import start_agent
-
-    netns = f"tc-{os.getpid() % 100000:05d}-wt"
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        env = dict(os.environ, TRAINCHAOS_NODE="0", TMPDIR=str(tmp_path), OMP_NUM_THREADS="1",
-                   TRAINCHAOS_TEST_REPORT=str(tmp_path / "in.json"))
-        with open(tmp_path / "in.log", "ab") as log:
-            agent = start_agent([sys.executable, "-c", _NETNS_REPORT], env, str(tmp_path), log, netns=netns)
-        assert agent.wait(timeout=120) == 0, (tmp_path / "in.log").read_text()
-        seen = json.loads((tmp_path / "in.json").read_text())
-        assert seen["netns"] == os.stat(f"/run/netns/{netns}").st_ino != os.stat("/proc/self/ns/net").st_ino
-        with open(tmp_path / "gone.log", "ab") as log:
-            agent = start_agent([sys.executable, "-c", _NETNS_REPORT],
-                                dict(env, TRAINCHAOS_TEST_REPORT=str(tmp_path / "gone.json")), str(tmp_path), log,
-                                netns=f"{netns}-gone")
-        assert agent.wait(timeout=120) == 1 and not (tmp_path / "gone.json").exists()
-        assert f"/run/netns/{netns}-gone" in (tmp_path / "gone.log").read_text()
-    finally:
-        subprocess.run(["ip", "netns", "delete", netns], check=False)
-
-
-_NETNS_REPORT = """\
-import json, os
-with open(os.environ["TRAINCHAOS_TEST_REPORT"], "w") as fh:
-    json.dump({"netns": os.stat("/proc/self/ns/net").st_ino}, fh)
-"""
-
-
-@pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_keepers_server_exits_when_idle_and_its_controller_starts_another(tmp_path, monkeypatch):
     """agent_forks.KEEPER_IDLE_EXIT_S: a shared server outlives its controller, so one that
