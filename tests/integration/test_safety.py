@@ -32,7 +32,7 @@ from chaos.cluster.resources import pending_resources, tmp_dir_for
 from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from chaos.record import run_record_json_schema
 from chaos.rollback import FaultJournal
-from tests.integration._support import cli_env, popen_trainchaos, run_trainchaos
+from tests.integration._support import TRAINCHAOS, cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,9 @@ class Sandbox:
     def start_run(self, scenario: Path) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"{scenario.stem}.out", "wb")  # noqa: SIM115 (closed after Popen)
         # Its own session: a terminal's SIGINT to the test runner must not reach it, only ours.
-        proc = popen_trainchaos(["run", str(scenario), "--out", str(self.out)], env=self.env,
+        # A controller of its own agent zygote, not the session's (popen_trainchaos): these
+        # tests signal and SIGKILL controllers mid-run and time their exits.
+        proc = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", str(self.out)], env=self.env,
                                 cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         log.close()
