@@ -43,7 +43,7 @@ from chaos import contract
 from harness.procenv import ENV_ROOM_BYTES
 from harness.zygote import receive_message, send_message, socket_address
 
-__all__ = ["ForkedAgent", "start_agent"]
+__all__ = ["ForkedAgent", "keeper_server_prefix", "start_agent"]
 
 ARGV_ROOM_BYTES = 32 << 10
 """Room in the server's argument area for a forked agent's command line (the agent's
@@ -144,7 +144,7 @@ class _Server:
         self.python = python
         self.env = dict(env)
         self.keeper = keeper
-        self.name = (f"trainchaos-agents-k{keeper.ino}-{_digest(python, env)}" if keeper is not None
+        self.name = (keeper_server_prefix(keeper.ino) + _digest(python, env) if keeper is not None
                      else f"trainchaos-agents-{os.getpid()}-{next(self._names)}")
         self.broken: str | None = None
         self.agents: list[ForkedAgent] = []
@@ -278,6 +278,12 @@ def _keeper() -> _Keeper | None:
                   "controller keeps agent zygotes of its own", file=sys.stderr)
         return None
     return _Keeper(fd, info.st_ino)
+
+
+def keeper_server_prefix(ino: int) -> str:
+    """How the name of every server kept by the pipe of inode ``ino`` begins (a keeper finds
+    its servers by it)."""
+    return f"trainchaos-agents-k{ino}-"
 
 
 def _digest(python: str, env: Mapping[str, str]) -> str:

@@ -153,7 +153,9 @@ def _agent_zygote_keeper() -> int:
 def agent_zygote_keeper_name() -> bytes:
     """What the command line of each agent zygote this process keeps starts its name with
     (``chaos.workload.agent_forks``: named after the keeper pipe's inode)."""
-    return f"trainchaos-agents-k{os.fstat(_agent_zygote_keeper()).st_ino}-".encode()
+    from chaos.workload.agent_forks import keeper_server_prefix
+
+    return keeper_server_prefix(os.fstat(_agent_zygote_keeper()).st_ino).encode()
 
 
 def popen_trainchaos(argv: list[str], *, env: dict[str, str], **popen: Any) -> subprocess.Popen:
