@@ -17,13 +17,19 @@ from harness.procenv import ENV_ROOM_BYTES
 if TYPE_CHECKING:
     from chaos import model as records
 
-__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "TorchrunPerNode", "agent_main"]
+__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "KEEP_ALIVE_INTERVAL_S", "KEEP_ALIVE_MAX_ATTEMPTS", "TorchrunPerNode", "agent_main"]
 
 JOIN_TIMEOUT_S = 60
 """How long the agents wait in the rendezvous for enough nodes (c10d ``join_timeout``):
 nodes a fault takes down that come back within it (power that returns, a container
 unpaused) let a job with too few nodes go on; validation counts on it
 (``chaos.schema.checks``)."""
+
+KEEP_ALIVE_INTERVAL_S = 1
+KEEP_ALIVE_MAX_ATTEMPTS = 5
+"""The rendezvous declares a node dead once its keep-alives (every KEEP_ALIVE_INTERVAL_S)
+have been missing KEEP_ALIVE_INTERVAL_S x KEEP_ALIVE_MAX_ATTEMPTS seconds (c10d
+``keep_alive_*``): how long a lost node holds up the group that re-forms without it."""
 
 # ``python -m torch.distributed.run``, except for how the agent process ends: once torchrun's
 # main has returned (or raised: same output, same exit status), the exit handlers run and
@@ -137,9 +143,14 @@ class TorchrunPerNode:
             # is_host=false: the controller hosts the store. last_call_timeout: how long a
             # shrunken group waits for stragglers before going on with fewer nodes.
             "--rdzv-conf", f"is_host=false,join_timeout={JOIN_TIMEOUT_S},last_call_timeout=2,read_timeout=30,"
-            # A dead node leaves the rendezvous when its keep-alives stop: 3 x 1 s here
-            # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds.
-            "keep_alive_interval=1,keep_alive_max_attempt=3",
+            # A dead node leaves the rendezvous when its keep-alives stop: 5 x 1 s here
+            # instead of torch's 3 x 5 s, so a shrunken group re-forms within seconds. Not
+            # 3 x 1 s: a node's heartbeats are ~2 s apart as a round completes (its join
+            # loop's last one, a 1 s poll that sees the round complete, then its timer's
+            # first tick 1 s later), so a 3 s expiry declared a live node dead after 1 s
+            # of starvation on a busy host, and a spare joining then saw a free place and
+            # restarted the healthy group (a fresh-clone make test: false detection).
+            f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S},keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPTS}",
             "--max-restarts", str(topology.max_restarts),
             "--monitor-interval", "0.1",
             "--local-addr", local_addr,

@@ -33,7 +33,7 @@ from harness.config_load import config_from_args
 
 RDZV = "127.0.0.1:29555"
 TORCHRUN_CONF = ("is_host=false,join_timeout=60,last_call_timeout=2,read_timeout=30,"
-                 "keep_alive_interval=1,keep_alive_max_attempt=3")
+                 "keep_alive_interval=1,keep_alive_max_attempt=5")
 
 
 def _scenario(workload: dict[str, Any] | None, **extra: Any) -> Any:
