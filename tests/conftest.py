@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from tests.machine_load import MachineLoad
+
 # A hog is a bare busy loop. Its command line names it, so `ps` tells what it is, and it
 # asks the kernel to kill it when pytest dies (PR_SET_PDEATHSIG): a SIGKILLed test session
 # must not leave the machine loaded.
@@ -69,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config._trainchaos_tmpdir = _own_tmpdir(worker) if worker else None
     if worker is None and (path := config.getoption("--timeline")):
         config.pluginmanager.register(Timeline(path), "trainchaos-timeline")
+        config.pluginmanager.register(MachineLoad(), "trainchaos-machine-load")
 
 
 def _own_tmpdir(worker: str) -> str:
