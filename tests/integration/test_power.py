@@ -115,9 +115,9 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
     assert fault["full_size_s"] is not None and fault["recovery_s"] is not None
     assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] >= fault["recovery_s"]
     assert journal["metrics"]["final_world_size"] == 3
-    # through the shrink and the grow-back: every sample of the 120 steps once, none twice
+    # through the shrink and the grow-back: every sample of the 140 steps once, none twice
     m = journal["metrics"]
-    assert (m["data_samples"], m["data_lost"], m["data_duplicated"]) == (120 * 12, 0, 0)
+    assert (m["data_samples"], m["data_lost"], m["data_duplicated"]) == (140 * 12, 0, 0)
 
 
 @pytest.fixture(scope="module")
