@@ -66,9 +66,10 @@ def calibration_ms() -> float:
 
 def summary(wall_s: float, used: CpuTimes, loop_start_ms: float, loop_end_ms: float) -> str:
     cores = used.total / wall_s if wall_s > 0 else 0.0
-    share = (lambda part: 100 * part / used.total) if used.total > 0 else (lambda part: 0.0)
+    total = used.total or 1.0  # nothing counted: every share 0 %
     return (f"machine: {wall_s:.0f} s wall on {cores:.1f} cores: busy {used.busy:.0f} CPU-s "
-            f"({share(used.busy):.1f} %), idle {share(used.idle):.1f} %, steal {share(used.steal):.1f} %; "
+            f"({100 * used.busy / total:.1f} %), idle {100 * used.idle / total:.1f} %, "
+            f"steal {100 * used.steal / total:.1f} %; "
             f"a fixed Python loop took {loop_start_ms:.1f} ms at the start, {loop_end_ms:.1f} ms at the end")
 
 

@@ -25,6 +25,7 @@ from torch.distributed import TCPStore
 
 from chaos.contract import EVENTS_DIR_ENV, RDZV_ENDPOINT_ENV
 from chaos.events import read_events
+from chaos.workload.torchrun import KEEP_ALIVE_INTERVAL_S, KEEP_ALIVE_MAX_ATTEMPTS
 from tests.integration._support import catches_signal
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def _agent(port: int, run_dir: Path, events: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", RUN,
             "--rdzv-conf", "is_host=false,join_timeout=60,last_call_timeout=1,read_timeout=30,"
-                           "keep_alive_interval=1,keep_alive_max_attempt=5",
+                           f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S},keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPTS}",
             "--max-restarts", "0", "--monitor-interval", "0.1", "--local-addr", "127.0.0.1",
             "-m", "harness", "--steps", str(STEPS), "--model-name", "mlp", "--global-batch", "8",
             "--run-dir", str(run_dir), "--checkpoint-every-steps", "0", "--failure-watchdog-s", "0"]

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV
 from chaos.events import read_events
 from chaos.procs import find_run_processes, kill_pids, process_state
 from chaos.run import run_scenario_once
@@ -155,7 +156,7 @@ def test_controllers_given_a_keeper_fork_from_one_agent_zygote_that_ends_with_th
     agents from the one server the first started, which outlives it and ends when the
     keeper closes its pipe."""
     read_end, write_end = os.pipe()
-    env = dict(os.environ, TRAINCHAOS_AGENT_ZYGOTE_KEEPER_FD=str(read_end), TMPDIR=str(tmp_path),
+    env = dict(os.environ, **{AGENT_ZYGOTE_KEEPER_ENV: str(read_end)}, TMPDIR=str(tmp_path),
                OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     server = None
     try:
@@ -187,23 +188,28 @@ def test_a_keepers_server_exits_when_idle_and_its_controller_starts_another(tmp_
     from chaos.workload.agent_forks import start_agent
 
     read_end, write_end = os.pipe()
-    monkeypatch.setenv("TRAINCHAOS_AGENT_ZYGOTE_KEEPER_FD", str(read_end))
+    monkeypatch.setenv(AGENT_ZYGOTE_KEEPER_ENV, str(read_end))
     monkeypatch.setattr(agent_forks, "KEEPER_IDLE_EXIT_S", 1.0)
     monkeypatch.setattr(agent_forks, "_servers", {})
     env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
-    sleeper = "import time; time.sleep(3)"
+    # The agent runs until the test lets it go: however late the test's own wait returns
+    # on a busy host, the agent is still running when the server is looked at.
+    release = tmp_path / "release"
+    waiter = f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.05)"
     try:
         with open(tmp_path / "agent.log", "ab") as log:
-            agent = start_agent([sys.executable, "-c", sleeper], env, str(tmp_path), log)
+            agent = start_agent([sys.executable, "-c", waiter], env, str(tmp_path), log)
             assert isinstance(agent, agent_forks.ForkedAgent)
             (server,) = agent_forks._servers.values()
-            time.sleep(2)
+            first = server.proc.pid
+            time.sleep(2)  # twice the idle time: had it counted its agent as idle, it would be gone
             assert server.proc.poll() is None, "the server left while its agent ran"
+            release.touch()
             assert agent.wait(timeout=60) == 0
             server.proc.wait(timeout=30)  # idle for a second once its agent is done
             again = start_agent([sys.executable, "-c", "pass"], env, str(tmp_path), log)
         assert isinstance(again, agent_forks.ForkedAgent), "no new server: the agent started cold"
-        assert again.wait(timeout=120) == 0 and server.proc.poll() is None
+        assert server.proc.pid != first and again.wait(timeout=120) == 0
     finally:
         for each in agent_forks._servers.values():
             each.close()

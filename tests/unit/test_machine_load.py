@@ -10,7 +10,7 @@ import pytest
 
 from tests.machine_load import CpuTimes, calibration_ms, parse_cpu_line, read_cpu_times, summary
 
-REPO_TESTS = "tests/unit/test_machine_load.py::test_the_cpu_line_is_read_by_state"
+ONE_TEST = "tests/unit/test_machine_load.py::test_the_cpu_line_is_read_by_state"
 
 
 def test_the_cpu_line_is_read_by_state() -> None:
@@ -43,12 +43,12 @@ def test_the_summary_gives_shares_of_the_cores_and_both_loop_times() -> None:
 def test_a_session_with_a_timeline_ends_with_the_machine_line(tmp_path) -> None:
     """A real pytest session, as `make test` runs it (--timeline), on one quick test."""
     timeline = tmp_path / "timeline.tsv"
-    proc = subprocess.run([sys.executable, "-m", "pytest", REPO_TESTS, "-q", "-p", "no:cacheprovider",
+    proc = subprocess.run([sys.executable, "-m", "pytest", ONE_TEST, "-q", "-p", "no:cacheprovider",
                            "--timeline", str(timeline)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("machine: ")]
     assert " cores: busy " in line and "a fixed Python loop took " in line
-    assert timeline.read_text().splitlines()[1].endswith(REPO_TESTS)
-    plain = subprocess.run([sys.executable, "-m", "pytest", REPO_TESTS, "-q", "-p", "no:cacheprovider"],
+    assert timeline.read_text().splitlines()[1].endswith(ONE_TEST)
+    plain = subprocess.run([sys.executable, "-m", "pytest", ONE_TEST, "-q", "-p", "no:cacheprovider"],
                            capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0 and "machine: " not in plain.stdout  # only where asked for
