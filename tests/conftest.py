@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from tests import failure_logs
 from tests.machine_load import MachineLoad
 
 # A hog is a bare busy loop. Its command line names it, so `ps` tells what it is, and it
@@ -69,6 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
     start = count and worker is None
     config._trainchaos_hogs = _start_hogs(count, config.getoption("--stress-nice")) if start else []
     config._trainchaos_tmpdir = _own_tmpdir(worker) if worker else None
+    # In every process that runs tests (the workers, or the main one without xdist).
+    config.pluginmanager.register(failure_logs, "trainchaos-failure-logs")
     if worker is None and (path := config.getoption("--timeline")):
         config.pluginmanager.register(Timeline(path), "trainchaos-timeline")
         config.pluginmanager.register(MachineLoad(), "trainchaos-machine-load")

@@ -10,8 +10,8 @@ on. What it takes on CPU (found here, see docs/stacks.md):
 
 - a fresh store for each iteration's process group: ``init_process_group`` on torchrun's
   store again after an abort blocks in gloo's rendezvous (it finds the previous iteration's
-  keys), so every iteration gets a ``PrefixStore`` of its own on a store rank 0 hosts at
-  MASTER_PORT+1 (the wrapper's own store is at MASTER_PORT+2, as in NVIDIA's examples);
+  keys), so every iteration gets a ``PrefixStore`` of its own, on the one store rank 0 hosts
+  for the wrapper too (``store_port``);
 - a short gloo timeout (``--pg-timeout``): ``AbortTorchDistributed`` aborts NCCL only; a rank
   blocked in a gloo collective waits for that timeout before the restart reaches it.
 
@@ -80,6 +80,24 @@ def seconds(value: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=value)
 
 
+def store_port() -> int:
+    """The port of the store rank 0 hosts for the wrapper and the iterations' process groups.
+
+    MASTER_PORT where torchrun's agent keeps its store to itself (TORCHELASTIC_USE_AGENT_STORE
+    is not "True", as under trainchaos): torchrun found that port free for worker rank 0 to
+    host the job's store. Else the agent serves MASTER_PORT, and its store outlives a worker
+    group (stale barrier keys), so the port above it, as in NVIDIA's examples. A fixed offset
+    is a bet that the port is free: torchrun's free port comes from bind(0), which Linux
+    gives odd, and connect() takes even ones first, so on a host with many connections
+    MASTER_PORT+1 is in use now and then. Rank 0 then fails to host (EADDRINUSE), the
+    wrapper restarts every rank on it, and a rank blocked connecting waits for the hard
+    timeout (CI met it once; with every even port held it is every run). Hence one store,
+    not NVIDIA's two at +1 and +2.
+    """
+    port = int(os.environ["MASTER_PORT"])
+    return port + 1 if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" else port
+
+
 def wrapped(args: argparse.Namespace) -> Any:
     """The training function, wrapped; its ``call_wrapper`` argument is filled by the wrapper."""
     ckpt = dcp_example.reporter(args.no_adapter)
@@ -90,21 +108,22 @@ def wrapped(args: argparse.Namespace) -> Any:
         from chaos.adapters import nvrx as chaos_nvrx
 
         iteration, abort = chaos_nvrx.iteration, chaos_nvrx.abort()
-    port = int(os.environ["MASTER_PORT"])
+    port = store_port()
     stores: list[dist.TCPStore] = []
 
     def iteration_store(n: int) -> dist.Store:
-        # Hosted by the first rank 0 for the whole process: a rank the wrapper renumbers
-        # later stays the client it was.
+        # The wrapper's server (multi_tenant: one per port and process), hosted by the first
+        # rank 0 for the whole process: a rank the wrapper renumbers later stays the client it
+        # was. The wrapper's keys have no "iteration-" prefix.
         if not stores:
-            stores.append(dist.TCPStore(os.environ["MASTER_ADDR"], port + 1, int(os.environ["WORLD_SIZE"]),
+            stores.append(dist.TCPStore(os.environ["MASTER_ADDR"], port, int(os.environ["WORLD_SIZE"]),
                                         is_master=os.environ["RANK"] == "0", multi_tenant=True,
-                                        wait_for_workers=True, use_libuv=True,
+                                        wait_for_workers=False, use_libuv=True,
                                         timeout=seconds(args.barrier_timeout)))
         return dist.PrefixStore(f"iteration-{n}", stores[0])
 
     @inprocess.Wrapper(
-        store_kwargs={"port": port + 2, "timeout": seconds(args.barrier_timeout)},
+        store_kwargs={"port": port, "multi_tenant": True, "timeout": seconds(args.barrier_timeout)},
         initialize=inprocess.initialize.RetryController(max_iterations=args.max_iterations),
         abort=abort,
         monitor_thread_interval=seconds(args.monitor_interval),

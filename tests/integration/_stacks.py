@@ -52,8 +52,10 @@ def straight_digest(tmp_path: Path, kind: str, doc: dict[str, Any], seed: int) -
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(REPO / "examples" / kind / "train.py"), "--steps", str(options["steps"]), "--seed", str(seed),
          "--ckpt-dir", str(tmp_path / "straight"), *options["args"], "--no-adapter"],
-        # TMPDIR: torchrun leaves a torchelastic_* folder there
-        env={**cli_env(tmp_path / "state"), "TMPDIR": str(tmp_path), "TORCH_CPP_LOG_LEVEL": "error"},
+        # TMPDIR: torchrun leaves a torchelastic_* folder there. The agent's store not shared,
+        # as trainchaos's backends launch (chaos/cluster/local.py): rank 0 hosts the job's.
+        env={**cli_env(tmp_path / "state"), "TMPDIR": str(tmp_path), "TORCH_CPP_LOG_LEVEL": "error",
+             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     found = re.search(r"final step (\d+) digest ([0-9a-f]{64})", out.stdout)
     assert out.returncode == 0 and found, out.stdout[-2000:] + out.stderr[-2000:]

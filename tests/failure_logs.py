@@ -1,0 +1,60 @@
+"""A failed integration test's report carries what its runs' node logs say went wrong.
+
+Why: CI keeps only pytest's output; the run directories under the test's tmp_path, with the
+torchrun agents' and the ranks' logs (``<run>/logs/node-N.log``), are gone with its machine.
+A test that fails there once in twenty runs (a stack's in-process restart that met a port
+in use, a rendezvous that restarted a healthy group) could only be guessed at from its
+assertion. The lines kept are the ones that tell a run's story: errors and tracebacks'
+last lines, the launcher's restarts and rendezvous rounds, the stacks' restart warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+SECTION = "run logs (the test's node logs: errors, restarts, rendezvous)"
+LINES_PER_FILE = 25
+"""The last this many telling lines of each log: a restart loop repeats itself."""
+MAX_FILES = 8
+LINE_CHARS = 300
+_TELLING = re.compile(
+    r"Error|Exception|Traceback|EADDRINUSE|[Ss]ignal|[Kk]illed|[Tt]imed? ?out"
+    r"|restart|Restart|Detected \d+ new nodes|has joined round|Rendezvous complete|WARNING|CRITICAL"
+)
+_NOISE = ("FutureWarning", "import pynvml", "warnings.warn")
+
+
+def telling_lines(log: Path) -> list[str]:
+    """The last LINES_PER_FILE lines of ``log`` that tell of errors, restarts or rounds."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    kept = [line[:LINE_CHARS] for line in text.splitlines()
+            if _TELLING.search(line) and not any(n in line for n in _NOISE)]
+    return kept[-LINES_PER_FILE:]
+
+
+def run_logs_section(root: Path) -> str:
+    """Each node log under ``root`` (newest first, MAX_FILES of them) with its telling lines."""
+    logs = sorted(root.glob("**/logs/*.log"), key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_FILES]
+    parts = []
+    for log in logs:
+        lines = telling_lines(log)
+        if lines:
+            parts.append(f"== {log.relative_to(root)}\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or item.get_closest_marker("integration") is None:
+        return
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if isinstance(tmp_path, Path) and (section := run_logs_section(tmp_path)):
+        report.sections.append((SECTION, section))
