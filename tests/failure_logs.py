@@ -10,6 +10,7 @@ last lines, the launcher's restarts and rendezvous rounds, the stacks' restart w
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -53,8 +54,25 @@ def run_logs_section(root: Path) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
     outcome = yield
     report = outcome.get_result()
-    if report.when != "call" or not report.failed or item.get_closest_marker("integration") is None:
+    # setup too: a module-scoped fixture that runs a suite fails there
+    if report.when == "teardown" or not report.failed or item.get_closest_marker("integration") is None:
         return
+    for root in _roots(item):
+        if section := run_logs_section(root):
+            report.sections.append((SECTION, f"(under {root})\n{section}"))
+            return
+
+
+def _roots(item: pytest.Item) -> list[Path]:
+    """Where the test's runs are: its tmp_path, else (a module-scoped fixture's runs, in a
+    directory of tmp_path_factory) this process's base temp dir, whose newest logs are the
+    latest tests' of this worker."""
+    roots = []
     tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
-    if isinstance(tmp_path, Path) and (section := run_logs_section(tmp_path)):
-        report.sections.append((SECTION, section))
+    if isinstance(tmp_path, Path):
+        roots.append(tmp_path)
+    factory = getattr(item.config, "_tmp_path_factory", None)
+    with contextlib.suppress(Exception):  # no base temp dir made yet: nothing to read
+        if factory is not None:
+            roots.append(factory.getbasetemp())
+    return roots

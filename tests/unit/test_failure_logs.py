@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests import failure_logs
 
@@ -47,3 +48,15 @@ def test_the_section_names_each_log_newest_first_and_skips_quiet_ones(tmp_path: 
     assert section == ("== reports/new/0/logs/node-1.log\nRendezvousClosedError\n"
                        "== reports/old/0/logs/node-0.log\nTraceback (most recent call last):")
     assert failure_logs.run_logs_section(tmp_path / "nothing-here") == ""
+
+
+def test_a_test_without_a_tmp_path_of_its_own_is_given_the_base_temp_dir(tmp_path: Path) -> None:
+    class Factory:
+        def getbasetemp(self) -> Path:
+            return tmp_path / "base"
+
+    own = SimpleNamespace(funcargs={"tmp_path": tmp_path / "own"}, config=SimpleNamespace(_tmp_path_factory=Factory()))
+    assert failure_logs._roots(own) == [tmp_path / "own", tmp_path / "base"]
+    fixture_only = SimpleNamespace(funcargs={}, config=SimpleNamespace(_tmp_path_factory=Factory()))
+    assert failure_logs._roots(fixture_only) == [tmp_path / "base"]
+    assert failure_logs._roots(SimpleNamespace(config=SimpleNamespace())) == []
