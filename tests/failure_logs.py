@@ -1,7 +1,7 @@
 """A failed integration test's report carries what its runs' node logs say went wrong.
 
 Why: CI keeps only pytest's output; the run directories under the test's tmp_path, with the
-torchrun agents' and the ranks' logs (``<run>/logs/node-N.log``), are gone with its machine.
+torchrun agents' and the ranks' logs (``<run>/logs/node-N.log``, chaos.rundir), are gone with its machine.
 A test that fails there once in twenty runs (a stack's in-process restart that met a port
 in use, a rendezvous that restarted a healthy group) could only be guessed at from its
 assertion. The lines kept are the ones that tell a run's story: errors and tracebacks'
@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from chaos.rundir import LOGS_SUBDIR
 
 SECTION = "run logs (the test's node logs: errors, restarts, rendezvous)"
 LINES_PER_FILE = 25
@@ -41,7 +43,7 @@ def telling_lines(log: Path) -> list[str]:
 
 def run_logs_section(root: Path) -> str:
     """Each node log under ``root`` (newest first, MAX_FILES of them) with its telling lines."""
-    logs = sorted(root.glob("**/logs/*.log"), key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_FILES]
+    logs = sorted(root.glob(f"**/{LOGS_SUBDIR}/*.log"), key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_FILES]
     parts = []
     for log in logs:
         lines = telling_lines(log)

@@ -51,6 +51,12 @@ def _events(journal: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(events, key=lambda e: e["t"])
 
 
+def _samples(name: str) -> int:
+    """Every sample the shipped scenario ``name`` trains: its steps times its global batch."""
+    harness = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())["workload"]["harness"]
+    return harness["steps"] * harness["global_batch"]
+
+
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("power")
@@ -90,8 +96,9 @@ def test_a_domain_dies_in_one_instant_and_spares_restore_full_size(suite) -> Non
     assert {e["node"] for e in after} >= {3, 4}, after
     assert {e["world_size"] for e in after} == {3}
     assert journal["metrics"]["final_world_size"] == 3 and fault["full_size_s"] is not None
-    # the spares took over the lost ranks' shards: every sample of the 80 steps once
-    assert journal["metrics"]["data_samples"] == 80 * 12 and journal["metrics"]["data_lost"] == 0
+    # the spares took over the lost ranks' shards: every sample of the run's steps once
+    assert journal["metrics"]["data_samples"] == _samples("domain-out-with-spare")
+    assert journal["metrics"]["data_lost"] == 0
 
 
 def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite) -> None:
@@ -115,9 +122,9 @@ def test_without_spares_the_job_shrinks_then_grows_back_when_power_returns(suite
     assert fault["full_size_s"] is not None and fault["recovery_s"] is not None
     assert t0 + fault["full_size_s"] > restored["t"] and fault["full_size_s"] >= fault["recovery_s"]
     assert journal["metrics"]["final_world_size"] == 3
-    # through the shrink and the grow-back: every sample of the 140 steps once, none twice
+    # through the shrink and the grow-back: every sample of the run's steps once, none twice
     m = journal["metrics"]
-    assert (m["data_samples"], m["data_lost"], m["data_duplicated"]) == (140 * 12, 0, 0)
+    assert (m["data_samples"], m["data_lost"], m["data_duplicated"]) == (_samples("domain-out-shrink-grow"), 0, 0)
 
 
 @pytest.fixture(scope="module")
