@@ -268,8 +268,10 @@ class HarnessConfig:
     default: recovery is what trainchaos measures, and a cold restart is what most stacks
     pay; on for quick iterations (tests, demos; TRAINCHAOS_WARM_START=1 turns it on where a
     scenario does not set it). On the local backend the node's torchrun agent is forked too,
-    from imports the controller's agent zygote did once (harness/agent_zygote.py). The run
-    record says which was measured."""
+    from imports the controller's agent zygote did once (harness/agent_zygote.py), and on
+    every backend its rendezvous names the events it records without inspect.stack()
+    (harness/rdzv_records.py: most of a warm agent's CPU). The run record says which was
+    measured."""
     data_restore_position: bool = True
     """Test aid: false makes the sampler ignore the data position saved in the checkpoint (every restart starts over at the first batch), the dataloader bug the exactly-once data checker must catch (docs/checkers.md)."""
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -80,7 +80,8 @@ os._exit(code)
 # zygote before torchrun, which then starts with torch imported: one import of torch per
 # node, not one in the agent and another in a zygote of its own. The zygote learns its
 # socket from the environment the agent's workers inherit too, and dies with this agent
-# (PR_SET_PDEATHSIG).
+# (PR_SET_PDEATHSIG). Its rendezvous names the events it records without inspect.stack()
+# (harness/rdzv_records.py: most of a warm agent's CPU).
 ZYGOTE_PRELUDE = """\
 # trainchaos: warm start: this agent forks the node's zygote, which forks the ranks torchrun asks for
 import os
@@ -88,6 +89,8 @@ os.environ[{socket_env!r}] = "trainchaos-zygote-%s-%s-%d" % (
     os.environ.get({run_env!r}, ""), os.environ.get({node_env!r}, ""), os.getpid())
 from harness.zygote import fork_from_agent
 _trainchaos_zygote = fork_from_agent({argv!r})
+from harness.rdzv_records import name_records_by_frame
+name_records_by_frame()
 """
 
 

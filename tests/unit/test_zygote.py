@@ -329,6 +329,7 @@ def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool)
     if warm:
         assert argv[:3] == ["-m", "harness.zygote", "rank"] and "--warm-start" in argv
         assert contract.ZYGOTE_SOCKET_ENV in program and "fork_from_agent(('-m', 'harness.zygote', 'serve'))" in program
+        assert "name_records_by_frame()" in program  # harness.rdzv_records: warm only
         # The agent's environment block, which the zygote and its ranks inherit, has their room.
         assert env == {contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES}
     else:
