@@ -7,7 +7,7 @@ event. ``inspect.stack()`` builds every frame's source context: it reads the sou
 each frame and searches ``sys.modules`` (about 2,000 modules once torch is imported) for
 each frame's module. On this machine that is 2 ms a call once the sources are cached, and a
 torchrun agent's whole CPU during a run was mostly that: a warm agent of a fault-free 2-node
-run took 0.63-0.95 CPU-s, 0.17-0.18 with the names read off the frame (2026-12-03). Every
+run took 0.63-0.95 CPU-s, 0.17-0.23 with the names read off the frame (2026-12-03). Every
 node's agent pays it in every rendezvous round, so a restart's rendezvous is slower by it
 on any host; on a few cores shared by many simulated nodes, the ranks wait on it too.
 
