@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -213,9 +214,11 @@ def test_run_page_is_self_contained_and_shows_timeline_loss_targets_and_fidelity
     # Tooltips on the marks, and the marks table with the same text.
     assert re.search(r'<g id="mark-fault-injected-1"><title>12\.00 s: f0-kill_rank injected', html)
     assert 'data-mark="mark-detected-1"' in html
-    # matplotlib's own ids are prefixed per figure: no clash between the two figures.
+    # The plotter's own ids are prefixed per figure: no clash between the two figures.
     ids = re.findall(r'\bid="([^"]+)"', html)
     assert len(ids) == len(set(ids))
+    for svg in re.findall(r"<svg.*?</svg>", html, flags=re.S):
+        ET.fromstring(svg)  # well-formed: a browser shows nothing of a figure that is not
     assert 'id="loss-baseline"' in html, "the fault-free twin's loss is drawn"
     assert "identical to the baseline at every step" in html
     assert "Fidelity of <code>f0-kill_rank</code>" in html and "Does not prove GPU physics." in html
