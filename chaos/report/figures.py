@@ -19,13 +19,11 @@ from typing import Any
 
 from chaos.metrics.catalogue import specs
 from chaos.report.runview import Mark, RunView
-from chaos.report.svgplot import (
+from chaos.report.svgparts import (
     LABEL_PT,
     LEGEND_ROW_PT,
     TICK_PT,
     TITLE_PT,
-    Axes,
-    Figure,
     LegendEntry,
     autoscale,
     legend_box_svg,
@@ -33,6 +31,7 @@ from chaos.report.svgplot import (
     legend_svg,
     text_width,
 )
+from chaos.report.svgplot import Axes, Figure
 
 __all__ = ["MARK_STYLE", "coverage_svg", "loss_svg", "mark_ids", "suite_metrics_svg", "suite_panels",
            "timeline_svg"]
@@ -317,8 +316,9 @@ def suite_metrics_svg(rows: list[dict[str, Any]]) -> str | None:
     if not rows or not panels:
         return None
     names = [r["scenario"] for r in rows]
-    # the scenario names are written at 20 degrees under each panel: room for the longest
-    names_h = text_width(max(names, key=len), 7.0) * 0.342 + 7.0 * 0.94 + 8
+    # the scenario names are written at 20 degrees under each panel (sin 0.342, cos 0.940):
+    # room for the widest
+    names_h = max(text_width(name, 7.0) for name in names) * 0.342 + 7.0 * 0.94 + 8
     cell_w = _WIDTH / _PANEL_COLUMNS
     cell_h = TITLE_PT + 10 + 96.0 + names_h + 10
     panel_rows = -(-len(panels) // _PANEL_COLUMNS)

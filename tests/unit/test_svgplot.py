@@ -8,8 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from chaos.report.svgplot import (
-    Figure,
+from chaos.report.svgparts import (
     LegendEntry,
     autoscale,
     legend_columns,
@@ -18,6 +17,7 @@ from chaos.report.svgplot import (
     text_width,
     tick_labels,
 )
+from chaos.report.svgplot import Figure
 
 SVG = "{http://www.w3.org/2000/svg}"
 
