@@ -167,7 +167,7 @@ class LegendEntry:
         if self.kind == "patch":
             return f'<rect {svg_attrs(x=x + 2, y=y - 4.5, width=18.0, height=9.0, fill=self.color, opacity=self.opacity)}/>'
         attrs = svg_attrs(x1=x, y1=y, x2=x + 22.0, y2=y, stroke=self.color, stroke_width=self.width,
-                       stroke_dasharray=self.dash, opacity=self.opacity)
+                          stroke_dasharray=self.dash, opacity=self.opacity)
         return f"<line {attrs}/>"
 
 

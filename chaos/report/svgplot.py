@@ -63,8 +63,8 @@ class Figure:
     def svg(self) -> str:
         body = "".join(ax.svg() for ax in self.axes) + "".join(self.extras)
         head = svg_attrs(class_="figure", role="img", aria_label=self.prefix, xmlns="http://www.w3.org/2000/svg",
-                      viewBox=f"0 0 {num(self.width)} {num(self.height)}", font_family=FONT_FAMILY,
-                      fill="#222222")
+                         viewBox=f"0 0 {num(self.width)} {num(self.height)}", font_family=FONT_FAMILY,
+                         fill="#222222")
         return (f"<svg {head}><rect {svg_attrs(width=self.width, height=self.height, fill='white')}/>"
                 f"{body}</svg>")
 
@@ -149,18 +149,25 @@ class Axes:
     def line(self, xs: Sequence[float], ys: Sequence[float], color: str, width: float = 1.0,
              dash: str | None = None, opacity: float | None = None, z: float = 2.0,
              gid: str | None = None, title: str | None = None) -> None:
+        """A line through the points; a point that is not finite breaks it there (NaN is no place)."""
         def render() -> str:
-            points = " ".join(f"{num(self.px(x))},{num(self.py(y))}" for x, y in zip(xs, ys, strict=True))
-            attrs = svg_attrs(points=points, fill="none", stroke=color, stroke_width=width, stroke_dasharray=dash,
-                           stroke_opacity=opacity, stroke_linejoin="round")
-            return titled(gid, title, f"<polyline {attrs}/>")
+            path, move = [], True
+            for x, y in zip(xs, ys, strict=True):
+                if not (math.isfinite(x) and math.isfinite(y)):
+                    move = True
+                    continue
+                path.append(f"{'M' if move else 'L'}{num(self.px(x))},{num(self.py(y))}")
+                move = False
+            attrs = svg_attrs(d="".join(path) or "M0,0", fill="none", stroke=color, stroke_width=width,
+                              stroke_dasharray=dash, stroke_opacity=opacity, stroke_linejoin="round")
+            return titled(gid, title, f"<path {attrs}/>")
         self._add(render, z)
 
     def vline(self, x: float, color: str, width: float = 1.0, dash: str | None = None,
               opacity: float | None = None, z: float = 3.0, gid: str | None = None, title: str | None = None) -> None:
         def render() -> str:
             attrs = svg_attrs(x1=self.px(x), y1=self.top, x2=self.px(x), y2=self.top + self.height, stroke=color,
-                           stroke_width=width, stroke_dasharray=dash, stroke_opacity=opacity)
+                              stroke_width=width, stroke_dasharray=dash, stroke_opacity=opacity)
             return titled(gid, title, f"<line {attrs}/>")
         self._add(render, z)
 
@@ -178,7 +185,7 @@ class Axes:
             left, right = sorted((self.px(x0), self.px(x1)))
             top, bottom = sorted((self.py(y0), self.py(y1)))
             attrs = svg_attrs(x=left, y=top, width=max(right - left, 0.3), height=bottom - top, fill=color,
-                           fill_opacity=opacity)
+                              fill_opacity=opacity)
             return titled(gid, title, f"<rect {attrs}/>")
         self._add(render, z)
 
@@ -219,7 +226,7 @@ class Axes:
             tip = (f"M{num(bx)},{num(by)}L{num(base_x - uy * half)},{num(base_y + ux * half)}"
                    f"L{num(base_x + uy * half)},{num(base_y - ux * half)}Z")
             curve = svg_attrs(d=f"M{num(ax_)},{num(ay)}Q{num(cx)},{num(cy)} {num(base_x)},{num(base_y)}",
-                           fill="none", stroke=color, stroke_width=width)
+                              fill="none", stroke=color, stroke_width=width)
             inner = f"<g {svg_attrs(opacity=opacity)}><path {curve}/><path {svg_attrs(d=tip, fill=color)}/></g>"
             return titled(gid, title, inner)
         self._add(render, z)
@@ -232,7 +239,7 @@ class Axes:
         def render() -> str:
             py = self.top + self.height * (1 - y) if y_fraction else self.py(y)
             attrs = svg_attrs(x=self.px(x) + dx, y=py + dy, font_size=size, fill=color,
-                           text_anchor=None if anchor == "start" else anchor, dominant_baseline="central")
+                              text_anchor=None if anchor == "start" else anchor, dominant_baseline="central")
             return f"<text {attrs}>{escape(text)}</text>"
         self._add(render, z)
 
@@ -240,7 +247,7 @@ class Axes:
         """Text in the middle of the axes (e.g. why a panel is empty)."""
         def render() -> str:
             attrs = svg_attrs(x=self.left + self.width / 2, y=self.top + self.height / 2, font_size=size, fill=color,
-                           text_anchor="middle", dominant_baseline="central")
+                              text_anchor="middle", dominant_baseline="central")
             return f"<text {attrs}>{escape(text)}</text>"
         self._overlay.append(render)
 
@@ -293,7 +300,7 @@ class Axes:
                 x = self.px(value)
                 if self.xtick_rotation:
                     attrs = svg_attrs(x=x, y=y - self.xtick_size * 0.3, font_size=self.xtick_size, text_anchor="end",
-                                   transform=f"rotate({num(-self.xtick_rotation)} {num(x)} {num(y)})")
+                                      transform=f"rotate({num(-self.xtick_rotation)} {num(x)} {num(y)})")
                 else:
                     attrs = svg_attrs(x=x, y=y, font_size=self.xtick_size, text_anchor="middle")
                 out.append(f"<text {attrs}>{escape(label)}</text>")
@@ -301,7 +308,7 @@ class Axes:
             if not self._in_y(value):
                 continue
             attrs = svg_attrs(x=self.left - TICK_LEN - 3, y=self.py(value), font_size=TICK_PT, text_anchor="end",
-                           dominant_baseline="central", font_weight="bold" if i in yticks.bold else None)
+                              dominant_baseline="central", font_weight="bold" if i in yticks.bold else None)
             text = f"<text {attrs}>{escape(label)}</text>"
             gid, title = yticks.ids.get(i, (None, None))
             out.append(titled(gid, title, text))

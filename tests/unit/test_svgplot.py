@@ -148,3 +148,12 @@ def test_legend_takes_as_many_columns_as_fit_and_lays_out_rows():
     svg = "<svg xmlns='http://www.w3.org/2000/svg'>" + legend_svg(entries, 3, 400, 0) + "</svg>"
     rows = sorted({float(t.get("y")) for t in ET.fromstring(svg).iter(f"{SVG}text")})
     assert len(rows) == 3  # 7 entries in rows of 3
+
+
+def test_a_line_breaks_where_a_value_is_not_finite():
+    fig = Figure(100, 100, "l")
+    ax = fig.add_axes(0, 0, 100, 100)
+    ax.xlim = ax.ylim = (0.0, 10.0)
+    ax.line([0, 5, 6, 10], [0, float("nan"), 5, 10], "red", gid="loss")
+    d = ET.fromstring(fig.svg()).find(f".//{SVG}g[@id='loss']/{SVG}path").get("d")
+    assert d == "M0,100M60,50L100,0"
