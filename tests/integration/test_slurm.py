@@ -199,10 +199,15 @@ def test_sigkilled_controller_with_a_node_down_is_cleaned_up(slurm_cluster: Slur
         time.sleep(1.0)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        # The Slurm node the fault took down, as the fault journal names it: the job's node 1
+        # is whichever host Slurm gave it, not always n2 (a fresh clone's run got n[1,3]).
+        applied = next(json.loads(line) for line in journal_path.read_text().splitlines()
+                       if json.loads(line).get("op") == "applied")
+        (downed,) = {s["slurm_node"] for s in applied["details"]["node_states"]}
         # Out of service: DOWN as the fault set it, shown as "drained" when Slurm added its
         # own DRAIN flag (a step it failed to end on a loaded host), which RESUME clears too
         states = _node_states(slurm_cluster)
-        assert any(word in states["n2"] for word in ("down", "drain")), states
+        assert any(word in states[downed] for word in ("down", "drain")), (downed, states)
         assert _trainchaos_jobs(slurm_cluster), "the job outlives its controller until cleanup"
         check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
         assert check.returncode == 1, check.stdout
