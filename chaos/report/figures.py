@@ -22,6 +22,7 @@ from chaos.report.runview import Mark, RunView
 from chaos.report.svgparts import (
     LABEL_PT,
     LEGEND_ROW_PT,
+    TICK_LEN,
     TICK_PT,
     TITLE_PT,
     LegendEntry,
@@ -61,7 +62,7 @@ _LINE_STYLE: dict[str, tuple[str, str | None, str]] = {
 _INCARNATION_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b")
 _WIDTH = 864.0  # 12 in
 _RIGHT = 12.0
-_X_AXIS_PT = 3.5 + 2 + TICK_PT * 1.3 + 6 + LABEL_PT
+_X_AXIS_PT = TICK_LEN + 2 + TICK_PT * 1.3 + 6 + LABEL_PT
 """Under an axes: tick marks, tick labels, the x label."""
 
 

@@ -315,9 +315,14 @@ class Axes:
         return out
 
     def _in_x(self, value: float) -> bool:
-        low, high = sorted(self.xlim)
-        return low - 1e-9 * (high - low) <= value <= high + 1e-9 * (high - low)
+        return _within(value, self.xlim)
 
     def _in_y(self, value: float) -> bool:
-        low, high = sorted(self.ylim)
-        return low - 1e-9 * (high - low) <= value <= high + 1e-9 * (high - low)
+        return _within(value, self.ylim)
+
+
+def _within(value: float, limits: tuple[float, float]) -> bool:
+    """Whether ``value`` lies inside ``limits`` (either order), give or take rounding."""
+    low, high = sorted(limits)
+    slack = 1e-9 * (high - low)
+    return low - slack <= value <= high + slack

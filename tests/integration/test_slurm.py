@@ -30,6 +30,7 @@ import pytest
 from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.procs import find_run_processes
+from chaos.rollback import FaultJournal
 from tests.integration._support import (
     REPO,
     TRAINCHAOS,
@@ -201,8 +202,7 @@ def test_sigkilled_controller_with_a_node_down_is_cleaned_up(slurm_cluster: Slur
         proc.wait(timeout=10)
         # The Slurm node the fault took down, as the fault journal names it: the job's node 1
         # is whichever host Slurm gave it, not always n2 (a fresh clone's run got n[1,3]).
-        applied = next(json.loads(line) for line in journal_path.read_text().splitlines()
-                       if json.loads(line).get("op") == "applied")
+        applied = next(r for r in FaultJournal(str(journal_path)).records() if r.get("op") == "applied")
         (downed,) = {s["slurm_node"] for s in applied["details"]["node_states"]}
         # Out of service: DOWN as the fault set it, shown as "drained" when Slurm added its
         # own DRAIN flag (a step it failed to end on a loaded host), which RESUME clears too
