@@ -166,10 +166,41 @@ def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if cfg.name == "tiny-gpt":
-            return TinyGPT(vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.seq_len)
-        if cfg.name == "mlp":
-            return TinyMLP(vocab_size, cfg.d_model, cfg.seq_len)
-    raise ValueError(f"unknown model {cfg.name!r}; known: tiny-gpt, mlp")
+            model: nn.Module = TinyGPT(vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.seq_len)
+        elif cfg.name == "mlp":
+            model = TinyMLP(vocab_size, cfg.d_model, cfg.seq_len)
+        else:
+            raise ValueError(f"unknown model {cfg.name!r}; known: tiny-gpt, mlp")
+    flatten_parameters(model)
+    return model
+
+
+def flatten_parameters(model: nn.Module) -> torch.Tensor | None:
+    """Move every parameter of ``model`` into one contiguous buffer, in name order, and
+    return the buffer (None, and nothing moved, where the parameters differ in dtype or
+    device).
+
+    The values do not change; each parameter becomes a view of its slice (as Megatron's
+    contiguous parameter buffer does). Why: the corruption detectors read every parameter
+    byte at every step (harness.sdc_checksum), and one stream of 1.5 MB costs less than
+    42 tensors scattered over the heap, in calls and above all in cache misses (the
+    parameters are cold after the forward: 62 vs 148 us a checksum here); in name order,
+    the sha256 digest of the parameters is one pass over the buffer too. The optimizer and
+    ``load_state_dict`` write into the parameters in place, so they stay views; a
+    checkpoint saves the buffer once (``torch.save`` keeps views of one storage together).
+    """
+    params = [param for _, param in sorted(model.named_parameters())]
+    if not params or len({(p.dtype, p.device) for p in params}) != 1:
+        return None
+    flat = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+    offset = 0
+    with torch.no_grad():
+        for param in params:
+            view = flat[offset:offset + param.numel()].view_as(param)
+            view.copy_(param)
+            param.data = view
+            offset += param.numel()
+    return flat
 
 
 def build_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:

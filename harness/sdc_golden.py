@@ -3,7 +3,6 @@ of a rank's arithmetic, not of its weights."""
 
 from __future__ import annotations
 
-import hashlib
 import struct
 
 import torch
@@ -12,8 +11,10 @@ from torch import nn
 
 __all__ = ["GOLDEN_BATCH", "GoldenSelfTest"]
 
-GOLDEN_BATCH = 2
-"""Sequences in the golden self-test's fixed batch."""
+GOLDEN_BATCH = 1
+"""Sequences in the golden self-test's fixed batch: one full-length sequence runs every
+module and every kernel of a step (a mercurial core's flip hits any forward); a second one
+added a third to the test's time (8.2 -> 6.0 ms here), not coverage."""
 
 
 class GoldenSelfTest:
@@ -34,18 +35,21 @@ class GoldenSelfTest:
         n = batch * seq_len
         self.x = tokens[:n].reshape(batch, seq_len)
         self.y = tokens[1:n + 1].reshape(batch, seq_len)
-        self.reference = self._run()
+        # The result kept whole, compared byte for byte (a memcmp): a tenth of hashing the
+        # gradients again at every test, for one more copy of them.
+        self.reference = [bytearray(part) for part in self._run()]
 
-    def _run(self) -> bytes:
+    def _run(self) -> list[memoryview]:
+        """The loss's bytes and every gradient's, as computed now."""
         from torch.func import functional_call
 
         logits = functional_call(self.model, self.params, (self.x,))
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
         grads = torch.autograd.grad(loss, list(self.params.values()))
-        digest = hashlib.sha256(struct.pack("<d", float(loss.detach())))
-        for grad in grads:
-            digest.update(grad.contiguous().reshape(-1).view(torch.uint8).numpy())
-        return digest.digest()
+        return [memoryview(struct.pack("<d", float(loss.detach())))] + [
+            memoryview(grad.contiguous().reshape(-1).view(torch.uint8).numpy()) for grad in grads]
 
     def passes(self) -> bool:
-        return self._run() == self.reference
+        result = self._run()
+        return len(result) == len(self.reference) and all(
+            ref == part for ref, part in zip(self.reference, result, strict=True))

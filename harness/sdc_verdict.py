@@ -12,6 +12,7 @@ nobody: a spike seen by every rank after the all-reduce says the job is corrupte
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from dataclasses import dataclass, field
@@ -74,14 +75,23 @@ class RobustSpike:
     def __init__(self, window: int, threshold: float) -> None:
         self.values: collections.deque[float] = collections.deque(maxlen=window)
         self.threshold = threshold
+        self._sorted: list[float] = []
+        """``values`` in ascending order, kept as they come and go (scored twice a step)."""
 
     def score(self, value: float) -> float | None:
         """The robust z-score of ``value``; None while the window is too short."""
         if len(self.values) < SPIKE_MIN_HISTORY or not math.isfinite(value):
             return None
-        ordered = sorted(self.values)
-        median = ordered[len(ordered) // 2]
-        mad = sorted(abs(v - median) for v in ordered)[len(ordered) // 2]
+        ordered = self._sorted
+        half = len(ordered) // 2
+        median = ordered[half]
+        # The absolute deviations without abs(): below the median they are median - v (a
+        # descending run), from it on v - median (an ascending one), the same floats
+        # (x - y is exactly -(y - x)); sorting two runs is one merge.
+        deviations = [median - v for v in ordered[:half]]
+        deviations += [v - median for v in ordered[half:]]
+        deviations.sort()
+        mad = deviations[half]
         # A floor on the scale: a window of near-identical values would make any wiggle a
         # "spike" (a MAD of 0 says nothing about what a real spike is).
         scale = max(1.4826 * mad, 1e-3 * abs(median), 1e-12)
@@ -93,7 +103,10 @@ class RobustSpike:
 
     def add(self, value: float) -> None:
         if math.isfinite(value):
+            if len(self.values) == self.values.maxlen:
+                del self._sorted[bisect.bisect_left(self._sorted, self.values[0])]
             self.values.append(value)
+            bisect.insort(self._sorted, value)
 
 
 class Verdicts:

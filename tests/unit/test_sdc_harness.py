@@ -171,6 +171,57 @@ def test_the_checksum_kept_across_steps_sees_what_the_one_off_sees(monkeypatch):
     assert kept(tensors) == bits_checksum(tensors) != reference
 
 
+@pytest.mark.parametrize("width", [6, 5])
+def test_parameters_in_one_buffer_are_checksummed_and_hashed_as_one(width):
+    """The harness's parameters tile one buffer (harness.model.flatten_parameters): the
+    checksum and the digest read it in one pass, and must say what they say of the same
+    tensors scattered -- a flip in the buffer included, and a parameter moved out of it.
+    ``width`` 5: tensors of odd sizes (not whole 64-bit words), checksummed the usual way."""
+    import harness.sdc_checksum as checksum
+    from harness.model import flatten_parameters
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, width), nn.LayerNorm(width), nn.Linear(width, 4))
+    scattered = [p.detach().clone() for p in model.parameters()]  # separate tensors, equal bits
+    digest = param_digest(model)
+    assert flatten_parameters(model) is not None
+    params = list(model.parameters())
+    kept, digests = checksum.BitsChecksum(), checksum.ParamDigest(model)
+    assert kept(params) == bits_checksum(scattered) and digests() == digest
+    assert len(digests._views) == 1  # one pass
+    assert (len(kept._direct) == 1 and not kept._packed) == (width % 2 == 0)
+    for param, index, bit in ((params[0], 0, 0), (params[3], 4, 31), (params[5], 2, 17)):
+        flip_(param.data, index, bit)
+        assert kept(params) != bits_checksum(scattered) and digests() != digest
+        assert kept(params) == bits_checksum([p.detach().clone() for p in params])
+        flip_(param.data, index, bit)
+    assert kept(params) == bits_checksum(scattered) and digests() == digest
+    params[2].data = params[2].data.clone()  # out of the buffer: a gap where it was
+    params[2].data[0] += 1
+    assert kept(params) == bits_checksum([p.detach().clone() for p in params]) != bits_checksum(scattered)
+    assert digests() == param_digest(model) != digest and len(digests._views) == len(params)
+
+
+def test_the_spike_window_kept_sorted_scores_as_sorting_it_each_time():
+    import random
+
+    def score(values, value):  # the definition: median and MAD of the window, sorted afresh
+        ordered = sorted(values)
+        median = ordered[len(ordered) // 2]
+        mad = sorted(abs(v - median) for v in ordered)[len(ordered) // 2]
+        return (value - median) / max(1.4826 * mad, 1e-3 * abs(median), 1e-12)
+
+    rng = random.Random(1)
+    for window in (20, 21, 50):
+        spike = RobustSpike(window, threshold=6.0)
+        for _ in range(600):
+            value = rng.choice([rng.random(), rng.gauss(0, 1e6), float(rng.randint(0, 3)), math.nan, 1e300])
+            if len(spike.values) >= 20 and math.isfinite(value):
+                assert spike.score(value) == score(spike.values, value)
+            spike.add(value)
+        assert len(spike.values) == window
+
+
 def test_checksum_words_are_exact_in_float64():
     for value in (0, 1, (1 << 64) - 1, 0x8000_0000_0000_0001, 123456789 << 30):
         high, low = words_of(value)
