@@ -43,12 +43,12 @@ class ParamDigest:
 
     def __init__(self, model: nn.Module) -> None:
         self._params = [param for _, param in sorted(model.named_parameters())]
-        self._key: list[tuple[int, bool]] | None = None
+        self._key: list[int] | None = None
         self._views: list[np.ndarray] = []
 
     def __call__(self) -> bytes:
         key = _layout(self._params)
-        if key != self._key or not all(contiguous for _, contiguous in key):
+        if key is None or key != self._key:
             region = _tiled_region(self._params, ordered=True)
             self._views = [region] if region is not None else [_bytes_of(p).numpy() for p in self._params]
             self._key = key
@@ -58,9 +58,12 @@ class ParamDigest:
         return digest.digest()
 
 
-def _layout(tensors: list[torch.Tensor]) -> list[tuple[int, bool]]:
-    """Where the tensors lie: what a kept view of them depends on."""
-    return [(t.data_ptr(), t.is_contiguous()) for t in tensors]
+def _layout(tensors: list[torch.Tensor]) -> list[int] | None:
+    """Where the tensors lie: what a kept view of them depends on. None when one is not
+    contiguous: its flat view is a copy, so it is viewed afresh every time."""
+    if not all(t.is_contiguous() for t in tensors):
+        return None
+    return [t.data_ptr() for t in tensors]
 
 
 def _tiled_region(tensors: list[torch.Tensor], ordered: bool) -> np.ndarray | None:
@@ -125,7 +128,7 @@ class BitsChecksum:
     summed as that buffer, in one call."""
 
     def __init__(self) -> None:
-        self._key: list[tuple[int, bool]] | None = None
+        self._key: list[int] | None = None
         self._direct: list[np.ndarray] = []
         self._packed: list[np.ndarray] = []
         self._buffer = np.zeros(0, dtype=np.uint8)
@@ -133,7 +136,7 @@ class BitsChecksum:
 
     def __call__(self, tensors: list[torch.Tensor]) -> int:
         key = _layout(tensors)
-        if key != self._key or not all(contiguous for _, contiguous in key):
+        if key is None or key != self._key:
             self._plan(tensors)
             self._key = key
         total = 0
