@@ -91,6 +91,7 @@ test-integration: bytecode
 
 lint: install
 	$(BIN)/ruff check chaos harness tests benchmarks
+	$(BIN)/mypy
 
 bench: bytecode
 	$(BIN)/python benchmarks/harness_bench.py
