@@ -33,9 +33,7 @@ from typing import Any
 from chaos.bitflip_bits import BitFlipError, dtype_name
 
 __all__ = [
-    "GRAD_PHASES",
     "HOOKED_KINDS",
-    "TENSOR_KINDS",
     "TensorSpec",
     "check_name",
     "compress_names",
@@ -46,8 +44,6 @@ __all__ = [
     "unwrap",
 ]
 
-GRAD_PHASES = ("before_allreduce", "after_allreduce")
-TENSOR_KINDS = ("param", "grad", "optim", "act", "gemm_output")
 HOOKED_KINDS = ("act", "gemm_output")
 """Corrupted through a forward hook on a module, not in place at a step boundary."""
 

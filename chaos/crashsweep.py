@@ -45,8 +45,9 @@ from chaos.errors import ToolError
 from chaos.events import Event, read_events
 from chaos.faults.family import CrashSweep, crash_sweep
 from chaos.model import Scenario
-from chaos.run import RunProgress, run_baseline, run_scenario_once
+from chaos.run import run_baseline, run_scenario_once
 from chaos.rundir import RunDir
+from chaos.runstate import RunProgress
 from chaos.scenario import parse_scenario
 from chaos.workload import workload_for
 

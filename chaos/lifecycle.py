@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 from chaos import interrupts
 
 if TYPE_CHECKING:
-    from chaos.cluster.base import ClusterBackend, InjectionContext, ResolvedTarget
+    from chaos.cluster.base import ClusterBackend, InjectionContext
     from chaos.faults.base import FaultType
     from chaos.rollback import FaultJournal
+    from chaos.targets import ResolvedTarget
 
 __all__ = ["FaultLifecycle", "Injection"]
 

@@ -45,10 +45,6 @@ class Topology:
         """Nodes the backend starts: the job's nodes plus its spares."""
         return self.nodes + self.spares
 
-    def node_of(self, rank: int) -> int:
-        """The node a rank starts on (before any restart moves it)."""
-        return rank // self.ranks_per_node
-
     def rack_of(self, node: int) -> str | None:
         return next((name for name, members in self.racks.items() if node in members), None)
 

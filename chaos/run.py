@@ -34,7 +34,7 @@ from typing import Any
 
 from chaos import __version__, contract, hold, interrupts, probe
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec, TargetUnavailable
+from chaos.cluster.base import InjectionContext, RunSpec
 from chaos.cluster.resources import RunResources
 from chaos.errors import ChaosError
 from chaos.events import Event, read_events
@@ -53,12 +53,13 @@ from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
 from chaos.runmeasure import RunMeasure
 from chaos.runstate import FaultState, RunObserver, RunProgress
+from chaos.targets import ResolvedTarget, TargetUnavailable
 from chaos.telemetry import EventTailer
 from chaos.triggers import form_of
 from chaos.wakeup import Wakeup
 from chaos.workload import workload_for
 
-__all__ = ["Interrupted", "RunProgress", "run_scenario_once", "run_baseline"]
+__all__ = ["run_scenario_once", "run_baseline"]
 
 POLL_S = 0.05
 # The loop's fastest pace when woken by writes: a burst of events is read in one look.

@@ -9,6 +9,7 @@ from typing import Any
 from chaos.cluster import lookup_backend
 from chaos.errors import ScenarioError, ValidationIssue
 from chaos.faults.base import lookup
+from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo
 from chaos.model import Scenario
 from chaos.report import (
@@ -19,7 +20,8 @@ from chaos.report import (
     write_suite_reports,
 )
 from chaos.report._format import blocks, outcome, outcome_label
-from chaos.run import Interrupted, RunProgress, run_baseline, run_scenario_once
+from chaos.run import run_baseline, run_scenario_once
+from chaos.runstate import RunProgress
 
 __all__ = ["SuiteOutcome", "preflight", "run_suite"]
 

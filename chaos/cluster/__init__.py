@@ -42,14 +42,18 @@ def known_backends() -> dict[str, type[ClusterBackend]]:
     return BACKENDS.known()
 
 
-def backend_of(record: dict[str, Any], capability: type, default: str) -> type[Any]:
-    """The backend class that made a journaled change (``record["backend"]``; ``default`` for
-    records written before faults named their backend), to undo it from the journal alone
-    through the capability's classmethods (``trainchaos cleanup``: no backend running)."""
+def backend_of(record: dict[str, Any], capability: type) -> type[Any]:
+    """The backend class that made a journaled change (``record["backend"]``), to undo it from
+    the journal alone through the capability's classmethods (``trainchaos cleanup``: no
+    backend running)."""
     from chaos.cluster.capabilities import describe, has
     from chaos.errors import ToolError
 
-    cls = lookup_backend(str(record.get("backend") or default))
+    name = record.get("backend")
+    if not isinstance(name, str) or not name:
+        raise ToolError(f"its fault journal record names no backend (a pre-release trainchaos "
+                        f"wrote it), so no {capability.__name__} can undo it: undo {record!r} by hand")
+    cls = lookup_backend(name)
     if not has(cls, capability):
         raise ToolError(f"backend {cls.name} has no {describe(capability)}: cannot undo {record!r}")
     return cls

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
-from chaos import contract
-from chaos.cluster.capabilities import PowerCut, describe, has, missing
+from chaos.cluster.capabilities import describe, has, missing
 from chaos.errors import ToolError
 from chaos.model import Topology
 from chaos.schema.types import StrictModel
-from chaos.targets import ResolvedTarget, TargetUnavailable, parse_target
+from chaos.targets import ResolvedTarget, parse_target
 
 if TYPE_CHECKING:
     from chaos.cluster.resources import RunResources
@@ -42,19 +41,10 @@ __all__ = [
     "LiveRank",
     "NoOptions",
     "NodeStatus",
-    "PowerCut",
-    "ResolvedTarget",
     "Revertible",
     "RunSpec",
     "StorageMount",
-    "TargetUnavailable",
-    "node_group",
 ]
-
-RUN_ID_ENV = contract.RUN_ID_ENV
-FAILURE_DOMAIN_ENV = contract.FAILURE_DOMAIN_ENV
-"""The node's power domain (else its rack) for the job: where a replica must not go."""
-
 
 class NoOptions(StrictModel):
     """A backend that takes no options: ``backend: local`` or ``backend: {local: {}}``."""
@@ -109,17 +99,6 @@ class LiveRank:
     rank: int
     node: int
     pid: int
-
-
-def node_group(target: dict[str, Any], topology: Topology) -> tuple[int, ...] | None:
-    """The node indices a node-level target names; None for a rank target
-    (``chaos.targets``: each form's own ``nodes``)."""
-    return parse_target(target).nodes(topology)
-
-
-def target_ranks(target: dict[str, Any]) -> tuple[int, ...] | None:
-    """The ranks a rank-level target names; None for the others."""
-    return parse_target(target).ranks()
 
 
 class ClusterBackend(ABC):

@@ -15,7 +15,7 @@ is implemented (each is a ``Protocol`` of methods only, so that check is structu
 
 Abilities a fault needs to undo itself from the journal alone (``trainchaos cleanup``, no
 backend running) are classmethods: the fault records which backend made the change and
-finds its class again with ``chaos.cluster.backend_of(record, Capability, default)``.
+finds its class again with ``chaos.cluster.backend_of(record, Capability)``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CAPABILITIES", "Capability", "ContainerHost", "Fabric", "LocalDisk", "PowerControl", "PowerCut",
+__all__ = ["CAPABILITIES", "ContainerHost", "Fabric", "LocalDisk", "PowerControl", "PowerCut",
            "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
 
 
@@ -152,9 +152,6 @@ class StorageLayer(Protocol):
     def storage_control_dir(self, label: str) -> str:
         """Where the injector talks to the mount of ``label`` (``shared``, ``local-node-1``)."""
 
-
-Capability = type
-"""A capability is one of the protocols above (or a plugin's own, listed the same way)."""
 
 CAPABILITIES: tuple[type, ...] = (Fabric, ServiceProxies, ContainerHost, Scheduler, PowerControl,
                                   LocalDisk, StorageLayer)

@@ -58,7 +58,7 @@ from chaos.cluster.docker_engine import (
     owned,
 )
 from chaos.cluster.docker_options import DockerOptions, preflight_problems
-from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle, split_handle
+from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import scratch_base, tmp_dir_for
 from chaos.rundir import RunDir
@@ -67,7 +67,7 @@ from chaos.schema.types import StrictModel
 if TYPE_CHECKING:
     from chaos.model import Scenario
 
-__all__ = ["DockerCluster", "DockerOptions", "PID_STRIDE", "STORE_HOST", "handle", "split_handle"]
+__all__ = ["DockerCluster", "STORE_HOST"]
 
 NODE_HOST_OFFSET = 10
 STORE_HOST = "trainchaos-store"

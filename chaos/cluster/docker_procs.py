@@ -18,7 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from chaos.cluster.base import FATAL_SIGNALS, LiveRank, PowerCut
+from chaos.cluster.base import FATAL_SIGNALS, LiveRank
+from chaos.cluster.capabilities import PowerCut
 from chaos.cluster.docker_engine import is_local_host
 from chaos.errors import ToolError
 

@@ -30,17 +30,8 @@ from pydantic import Field
 
 from chaos import contract
 from chaos.cluster import register_backend
-from chaos.cluster.base import (
-    FAILURE_DOMAIN_ENV,
-    FATAL_SIGNALS,
-    RUN_ID_ENV,
-    ClusterBackend,
-    LiveRank,
-    NodeStatus,
-    PowerCut,
-    TargetUnavailable,
-)
-from chaos.cluster.capabilities import LocalDisk, PowerControl, StorageLayer
+from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, LiveRank, NodeStatus
+from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, StorageLayer
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
 from chaos.cluster.rdzv_store import RendezvousStore
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
@@ -49,6 +40,7 @@ from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
+from chaos.targets import TargetUnavailable
 from chaos.workload.agent_forks import ForkedAgent, start_agent
 from chaos.workload.torchrun import TorchrunPerNode
 
@@ -198,7 +190,7 @@ class LocalCluster(ClusterBackend):
         local_dir = self.node_local_dir(node)
         tmp = tmp_dir_for(self.spec.run_id, node)
         env.update({
-            RUN_ID_ENV: self.spec.run_id,
+            contract.RUN_ID_ENV: self.spec.run_id,
             CONTROLLER_ENV: controller_tag(),
             contract.EVENTS_DIR_ENV: RunDir(self.spec.run_dir).events,
             contract.NODE_ENV: str(node),
@@ -207,7 +199,7 @@ class LocalCluster(ClusterBackend):
             contract.RDZV_ENDPOINT_ENV: self.rdzv_endpoint(),
             NODE_LOCAL_ENV: local_dir,
             # Where a checkpoint replica must go to survive this node's outage (harness.ckpt_tiers).
-            FAILURE_DOMAIN_ENV: self.failure_domain(node),
+            contract.FAILURE_DOMAIN_ENV: self.failure_domain(node),
             # A fresh store per rendezvous round: see harness/dist.py.
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
             # torchrun's and the job's temp files go to the node's own temp dir (a run-scoped

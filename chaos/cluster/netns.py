@@ -28,8 +28,7 @@ import os
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from chaos.cluster import register_backend
-from chaos.cluster.base import PowerCut
-from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, ServiceProxies
+from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, PowerCut, ServiceProxies
 from chaos.cluster.local import LocalCluster
 from chaos.net import fabric, linkemu
 from chaos.net import toxiproxy as toxi

@@ -39,9 +39,9 @@ import sys
 import time
 from typing import Any, ClassVar
 
-from chaos import probe
+from chaos import contract, probe
 from chaos.cluster import register_backend
-from chaos.cluster.base import FATAL_SIGNALS, RUN_ID_ENV, ClusterBackend, NodeStatus
+from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, NodeStatus
 from chaos.cluster.capabilities import LocalDisk, PowerControl, Scheduler
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.resources import HelperProcess
@@ -60,13 +60,13 @@ from chaos.cluster.slurm_cli import (
     slurm,
 )
 from chaos.cluster.slurm_node import node_file
-from chaos.cluster.slurm_resources import SlurmJob, SlurmNodeState, SlurmStep
+from chaos.cluster.slurm_resources import SlurmStep
 from chaos.errors import ToolError
 from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids
 from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
-__all__ = ["SlurmCluster", "SlurmJob", "SlurmNodeState", "SlurmOptions", "slurm"]
+__all__ = ["SlurmCluster"]
 
 @register_backend
 class SlurmCluster(LocalCluster):
@@ -168,7 +168,7 @@ class SlurmCluster(LocalCluster):
                 "--requeue" if o.requeue else "--no-requeue",
                 *o.sbatch_args, script]
         return {"name": self.spec.run_id, "argv": argv, "cwd": run_dir, "slurm_conf": self.conf,
-                "env": {RUN_ID_ENV: self.spec.run_id, CONTROLLER_ENV: controller_tag()}}
+                "env": {contract.RUN_ID_ENV: self.spec.run_id, CONTROLLER_ENV: controller_tag()}}
 
     def poll(self) -> dict[int, NodeStatus]:
         self._poll_scheduler()

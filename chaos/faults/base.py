@@ -13,20 +13,19 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from chaos.registry import PLUGINS_ENV, Registry
+from chaos.registry import Registry
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
     # Not at run time: chaos.cluster.base imports chaos.model, whose targets load the plugin
     # registries, and a plugin imports this module back (it must find FaultType defined).
-    from chaos.cluster.base import InjectionContext, ResolvedTarget
+    from chaos.cluster.base import InjectionContext
     from chaos.model import FaultSpec, Scenario
+    from chaos.targets import ResolvedTarget
     from chaos.workload import Workload
 
 __all__ = [
-    "FAILURE_CLASSES",
     "FAULT_TYPES",
-    "PLUGINS_ENV",
     "FaultParams",
     "FaultType",
     "NoParams",
@@ -40,7 +39,6 @@ __all__ = [
 ]
 
 FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom"]
-FAILURE_CLASSES: tuple[str, ...] = ("crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom")
 TargetKind = Literal["rank", "node", "job"]
 
 
@@ -96,9 +94,6 @@ class FaultType(ABC):
     ``(Fabric,)`` for nftables inside node namespaces, ``(Scheduler,)`` for scontrol).
     Validation refuses a backend that does not declare every one; ``inject`` gets them with
     ``ctx.require(...)``."""
-    backends: ClassVar[tuple[str, ...] | None] = None
-    """A further narrowing by backend name, for a plugin's type that predates ``requires``;
-    None: every backend with the capabilities."""
     stands_for: ClassVar[tuple[str, ...]] = ()
     """Interruption classes of ``trainchaos simulate`` (by name: the Llama 3 table's,
     ``chaos.scale.llama3``) whose recovery this type's runs measure: ``--from-runs`` pools
@@ -128,12 +123,11 @@ class FaultType(ABC):
 
     @classmethod
     def supported_backends(cls) -> tuple[str, ...]:
-        """The registered backends the type runs on (every capability, the name narrowing)."""
+        """The registered backends the type runs on: those with every capability it requires."""
         from chaos.cluster import known_backends
         from chaos.cluster.capabilities import providers
 
-        return tuple(name for name in providers(cls.requires, known_backends())
-                     if cls.backends is None or name in cls.backends)
+        return tuple(providers(cls.requires, known_backends()))
 
     @classmethod
     def describe_targets(cls) -> str:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import ResolvedTarget, RunSpec
+from chaos.cluster.base import RunSpec
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
 from chaos.model import Topology
 from chaos.record import RunRecordError, load_run_start
 from chaos.rollback import active_runs, run_is_live
 from chaos.rundir import RunDir
-from chaos.targets import parse_target
+from chaos.targets import ResolvedTarget, parse_target
 from chaos.telemetry import EventTailer
 
 __all__ = ["AttachedRun", "Resolution", "TargetRefused", "find_run"]

@@ -29,7 +29,6 @@ from chaos.scale.yamlfile import read_yaml_mapping
 
 __all__ = [
     "FIGURES",
-    "SCOPES",
     "Checkpoint",
     "ClassDefaults",
     "FailureClass",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["LLAMA3_CLASSES", "LLAMA3_DAYS", "LLAMA3_DEVICES", "LLAMA3_DEVICES_PER_NODE",
-           "LLAMA3_PLANNED", "LLAMA3_SOURCE", "LLAMA3_UNEXPECTED", "Llama3Class",
+           "LLAMA3_SOURCE", "LLAMA3_UNEXPECTED", "Llama3Class",
            "default_class_dicts", "default_fault_types"]
 
 LLAMA3_SOURCE = ("Grattafiori et al. (Meta), The Llama 3 Herd of Models, arXiv:2407.21783 "
@@ -42,7 +42,6 @@ LLAMA3_DEVICES = 16_384
 LLAMA3_DEVICES_PER_NODE = 8
 LLAMA3_DAYS = 54
 LLAMA3_UNEXPECTED = 419
-LLAMA3_PLANNED = 47
 
 
 @dataclass(frozen=True)

@@ -245,12 +245,10 @@ class _Checker(TargetChecks):
         except UnknownBackend:
             return  # reported at backend:
         lacks = [c for c in fault_type.requires if not has(backend, c)]
-        named_out = fault_type.backends is not None and self.backend_name not in fault_type.backends
-        if not lacks and not named_out:
+        if not lacks:
             return
         fits = fault_type.supported_backends()
-        why = (f": {self.backend_name} has no {' and no '.join(describe(c) for c in lacks)}" if lacks
-               else f": it runs on {', '.join(fault_type.backends or ())} only")
+        why = f": {self.backend_name} has no {' and no '.join(describe(c) for c in lacks)}"
         if not fits:
             self.add(loc, f"{fault_type.type_name} needs {', '.join(describe(c) for c in fault_type.requires)}, "
                      f"which no installed backend has{why}")

@@ -51,10 +51,6 @@ __all__ = ["FuseMount", "LOCAL_TIER_SUBDIR", "STORAGE_RUN_ENV", "acquire_storage
 STORAGE_RUN_ENV = contract.STORAGE_RUN_ID_ENV
 READY_TIMEOUT_S = 15.0
 _FSNAME = re.compile(r"(trainchaos-[0-9a-f]+)-[\w.-]+")
-TIERS: tuple[str, ...] = ("shared", "local", "data")
-"""``shared``: the durable checkpoint tier every node sees (the harness's checkpoint.dir);
-``local``: each node's fast tier on its node-local disk (checkpoint.local_every_steps);
-``data``: the directory of the harness's data file, a copy made for the run."""
 
 
 def _unescape(field: str) -> str:

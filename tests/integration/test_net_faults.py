@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.base import InjectionContext
 from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import FABRIC_MTU, NODE_HOST_OFFSET
 from chaos.cluster.resources import RunResources
 from chaos.faults.base import lookup
 from chaos.model import Topology
 from chaos.net import fabric
+from chaos.targets import ResolvedTarget
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 
 from chaos.cluster import known_backends
-from chaos.cluster.base import ClusterBackend, InjectionContext, ResolvedTarget
+from chaos.cluster.base import ClusterBackend, InjectionContext
 from chaos.cluster.capabilities import (
     CAPABILITIES,
     ContainerHost,
@@ -26,6 +26,7 @@ from chaos.cluster.capabilities import (
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import known_types, lookup
 from chaos.scenario import parse_scenario
+from chaos.targets import ResolvedTarget
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"name": "s", "workload": {"harness": {"steps": 20, "model": {"name": "mlp"}}},

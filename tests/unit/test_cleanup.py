@@ -127,3 +127,25 @@ def test_a_live_run_of_another_state_dir_is_no_leftover_and_is_never_touched(
     cleanup_runs([])
     assert Named.removed == ["trainchaos-elsewhere"] and not mark.exists(), "the dead mark is pruned"
     unregister_run("trainchaos-elsewhere")
+
+
+def test_a_fault_record_naming_no_backend_is_one_clear_failure_and_an_unapplied_one_is_reverted(
+        tmp_path: Path) -> None:
+    """A record of a Slurm node change that names no backend (a pre-release journal) cannot
+    be undone: cleanup says which fault of which run and why, in one line, exit 3, and goes
+    on. An ``apply`` whose inject never returned its record took nothing out: reverted."""
+    from chaos.rollback import FaultJournal
+    from chaos.rundir import RunDir
+
+    _left_run(tmp_path, "trainchaos-old", live=False)
+    journal = FaultJournal(RunDir(str(tmp_path / "trainchaos-old")).fault_journal)
+    journal.apply("f0-drain_node", "drain_node", {"nodes": [1]})
+    journal.applied("f0-drain_node", {"node_states": [{"slurm_node": "n2", "state": "DRAIN"}], "pids": []})
+    journal.apply("f1-container_pause", "container_pause", {"nodes": [0]})  # killed mid-inject
+    result = CliRunner().invoke(cli, ["cleanup"])
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    assert ("FAILED: trainchaos-old: cannot revert f0-drain_node (drain_node): its fault journal record "
+            "names no backend") in result.output
+    assert "trainchaos-old: reverted f1-container_pause (container_pause)" in result.output
+    assert "trainchaos-old: released 1 resource(s)" in result.output, "the rest is still undone"

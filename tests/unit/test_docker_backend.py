@@ -15,15 +15,10 @@ from click.testing import CliRunner
 from chaos.cli import cli
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.docker import (
-    PID_STRIDE,
-    STORE_HOST,
-    DockerCluster,
-    DockerOptions,
-    handle,
-    split_handle,
-)
+from chaos.cluster.docker import STORE_HOST, DockerCluster
 from chaos.cluster.docker_engine import LABEL_RUN, BlastRadiusError, owned
+from chaos.cluster.docker_options import DockerOptions
+from chaos.cluster.docker_procs import PID_STRIDE, handle, split_handle
 from chaos.faults.base import known_types
 from chaos.model import Topology
 

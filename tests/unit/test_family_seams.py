@@ -50,7 +50,7 @@ def test_every_fault_type_belongs_to_a_registered_family() -> None:
 
 
 def test_the_probe_actions_a_family_lists_are_the_ones_its_types_fire_and_the_probe_knows() -> None:
-    from chaos.cluster.base import ResolvedTarget
+    from chaos.targets import ResolvedTarget
 
     for name, spec in families().items():
         assert set(spec.probe_actions) <= set(probe.known_actions()), name

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.base import InjectionContext
 from chaos.cluster.capabilities import Fabric
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import lookup
@@ -20,6 +20,7 @@ from chaos.faults.network.metrics import network_metrics, step_durations
 from chaos.model import Topology
 from chaos.net import linkemu
 from chaos.scenario import load_scenario
+from chaos.targets import ResolvedTarget
 
 SCENARIO = """\
 name: lat

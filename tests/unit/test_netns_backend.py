@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import InjectionContext, ResolvedTarget, RunSpec
+from chaos.cluster.base import InjectionContext, RunSpec
 from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import NetnsCluster
 from chaos.faults.base import lookup
 from chaos.model import Topology
 from chaos.net import fabric
 from chaos.procs import controller_tag
+from chaos.targets import ResolvedTarget
 
 RUN_ID = "trainchaos-0123456789"
 

@@ -13,7 +13,8 @@ import pytest
 from chaos.cluster import known_backends, lookup_backend
 from chaos.cluster.base import RunSpec
 from chaos.cluster.resources import RunResources
-from chaos.cluster.slurm import SlurmCluster, SlurmJob, SlurmNodeState
+from chaos.cluster.slurm import SlurmCluster
+from chaos.cluster.slurm_resources import SlurmJob, SlurmNodeState
 from chaos.errors import ScenarioError
 from chaos.faults.base import lookup
 from chaos.scenario import parse_scenario
@@ -176,9 +177,9 @@ def test_a_rack_outage_maps_onto_its_slurm_nodes() -> None:
     fault = {"type": "node_down", "target": {"rack": "r1"}, "trigger": {"at_step": 5}}
     scenario = _scenario(faults=[fault], backend="slurm",
                          topology={"nodes": 4, "ranks_per_node": 1, "racks": {"r1": [2, 3], "r0": [0, 1]}})
-    from chaos.cluster.base import node_group
+    from chaos.targets import parse_target
 
-    assert node_group(scenario.faults[0].target, scenario.topology) == (2, 3)
+    assert parse_target(scenario.faults[0].target).nodes(scenario.topology) == (2, 3)
 
 
 def test_inside_an_allocation_the_run_is_one_named_step(tmp_path: Path) -> None:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster.base import InjectionContext, ResolvedTarget
+from chaos.cluster.base import InjectionContext
 from chaos.cluster.capabilities import Scheduler
 from chaos.errors import ToolError
 from chaos.faults.scheduler.faults import DrainNode, NodeDown
+from chaos.targets import ResolvedTarget
 
 
 class _HalfBrokenSlurm:

@@ -145,7 +145,7 @@ class _Restarting:
         self.down = down
 
     def resolve(self, target: dict) -> Any:
-        from chaos.cluster.base import ResolvedTarget, TargetUnavailable
+        from chaos.targets import ResolvedTarget, TargetUnavailable
 
         if self.down > 0:
             self.down -= 1

@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ContainerDisconnect", "ContainerLimits", "ContainerPacketLoss", "ContainerPause"]
 
-_ENGINE_BEFORE_RECORDS_NAMED_IT = "docker"
-"""The backend of a record written before records named theirs (only docker had containers)."""
-
-
 class PauseParams(FaultParams):
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds frozen before ``docker unpause``; null: frozen until the run ends (the node is
@@ -122,6 +118,8 @@ class ContainerPause(_ContainerFault):
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
+        if not record.get("containers"):
+            return  # nothing touched (cleanup of an ``apply`` whose inject never returned)
         engine = _engine(record)
         for host, name in record.get("containers", []):
             try:
@@ -173,6 +171,8 @@ class ContainerDisconnect(_ContainerFault):
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
+        if not record.get("containers"):
+            return  # nothing touched (cleanup of an ``apply`` whose inject never returned)
         engine = _engine(record)
         for (host, name), node in zip(record.get("containers", []), record.get("nodes", []), strict=False):
             try:
@@ -235,6 +235,8 @@ class ContainerLimits(_ContainerFault):
 
     @classmethod
     def revert_record(cls, record: dict[str, Any]) -> None:
+        if not record.get("containers"):
+            return  # nothing touched (cleanup of an ``apply`` whose inject never returned)
         engine = _engine(record)
         failed: list[str] = []
         for (host, name), node in zip(record.get("containers", []), record.get("nodes", []), strict=False):
@@ -342,7 +344,7 @@ class ContainerPacketLoss(_ContainerFault):
 
 def _engine(record: dict[str, Any]) -> type[ContainerHost]:
     """The backend class whose engine holds the record's containers."""
-    return backend_of(record, ContainerHost, _ENGINE_BEFORE_RECORDS_NAMED_IT)
+    return backend_of(record, ContainerHost)
 
 
 def _netns_name(run_id: str, node: int) -> str:

@@ -193,7 +193,7 @@ def _stop_execs(record: dict[str, Any]) -> None:
     itself goes with the run: a load inside it cannot outlive it)."""
     from chaos.cluster import backend_of
 
-    engine = backend_of(record, ContainerHost, "docker")
+    engine = backend_of(record, ContainerHost)
     for host, name, tag in record["execs"]:
         try:
             cont = engine.find_container(host, name, record["run_id"])

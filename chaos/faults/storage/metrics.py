@@ -40,11 +40,8 @@ from typing import Any
 from chaos.metrics.family import MetricFamily, RunContext
 from chaos.metrics.spec import MetricSpec
 
-__all__ = ["METRICS", "STORAGE_FIELDS", "storage_metrics"]
+__all__ = ["METRICS", "storage_metrics"]
 
-STORAGE_FIELDS: tuple[str, ...] = ("ckpt_save_p50_s", "ckpt_save_p95_s", "ckpt_save_max_s",
-                                   "ckpt_blocked_s", "failed_saves", "abandoned_saves",
-                                   "skipped_saves", "rejected_checkpoints", "ckpt_lost_steps")
 _STEP = re.compile(r"step-(\d+)")
 
 

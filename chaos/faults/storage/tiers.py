@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 __all__ = ["Location", "Op", "Tier", "check_storage", "mount_controls"]
 
 Tier = Literal["shared", "local", "data"]
+"""``shared``: the durable checkpoint tier every node sees (the harness's checkpoint.dir);
+``local``: each node's fast tier on its node-local disk (checkpoint.local_every_steps);
+``data``: the directory of the harness's data file, a copy made for the run."""
 Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir",
              "rmdir", "readdir", "getattr", "truncate", "statfs"]
 Location = tuple[str | int, ...]

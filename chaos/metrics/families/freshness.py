@@ -29,10 +29,8 @@ from chaos.metrics.records import BaselineInfo
 from chaos.metrics.spec import MetricSpec, Tolerance
 from chaos.metrics.timeline import Event, int_or_none
 
-__all__ = ["FAMILY", "FRESHNESS_FIELDS", "freshness_metrics"]
+__all__ = ["FAMILY", "freshness_metrics"]
 
-FRESHNESS_FIELDS: tuple[str, ...] = ("stale_checkpoints", "stale_checkpoint_list", "checked_checkpoints",
-                                     "unchecked_checkpoints")
 
 
 def _resized_since(events: list[Event], world_size: int) -> float | None:

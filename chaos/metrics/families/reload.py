@@ -31,10 +31,8 @@ from chaos.metrics.family import MetricFamily, RunContext
 from chaos.metrics.spec import MetricSpec, Tolerance
 from chaos.metrics.timeline import Event, float_or_none, incarnation, int_or_none, rank_of
 
-__all__ = ["FAMILY", "RELOAD_FIELDS", "reload_metrics"]
+__all__ = ["FAMILY", "reload_metrics"]
 
-RELOAD_FIELDS = ("reload_nonfinite", "reload_loss_dev", "reload_loss_steps", "silent_rollback_steps",
-                 "silent_rollbacks")
 _STEP = re.compile(r"step-(\d+)")
 
 

@@ -166,10 +166,6 @@ class Proxy:
         with self.lock:
             self._connections.discard(conn)
 
-    def connection_count(self) -> int:
-        with self.lock:
-            return len(self._connections)
-
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
