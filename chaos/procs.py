@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from chaos import contract
 
-__all__ = ["CONTROLLER_ENV", "ProcInfo", "controller_alive", "controller_tag", "find_run_processes",
+__all__ = ["ProcInfo", "controller_alive", "controller_tag", "find_run_processes",
            "kill_pids", "process_start_time", "process_state"]
 
-CONTROLLER_ENV = contract.CONTROLLER_ENV
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def find_run_processes(run_id: str | None = None) -> list[ProcInfo]:
         found.append(ProcInfo(pid=pid, session=st[1], state=st[0], cmdline=cmd, ppid=st[2],
                               node=_env_int(env, contract.NODE_ENV.encode() + b"="), rank=_global_rank(env),
                               run_id=_env_str(env, contract.RUN_ID_ENV.encode() + b"="),
-                              controller=_env_str(env, CONTROLLER_ENV.encode() + b"=")))
+                              controller=_env_str(env, contract.CONTROLLER_ENV.encode() + b"=")))
     return found
 
 
@@ -120,7 +119,7 @@ def _env_int(env: list[bytes], prefix: bytes) -> int | None:
 
 
 def controller_tag(pid: int | None = None) -> str:
-    """``<pid>:<start time>`` of a controller (this process by default), for CONTROLLER_ENV."""
+    """``<pid>:<start time>`` of a controller (this process by default), for ``contract.CONTROLLER_ENV``."""
     pid = os.getpid() if pid is None else pid
     return f"{pid}:{process_start_time(pid)}"
 

@@ -31,9 +31,8 @@ from typing import Generic, TypeVar
 
 from chaos import contract
 
-__all__ = ["PLUGINS_ENV", "Registry", "load_plugins"]
+__all__ = ["Registry", "load_plugins"]
 
-PLUGINS_ENV = contract.PLUGINS_ENV
 """Comma-separated modules imported before anything is looked up in a registry: a team's own
 fault types (or backends, resource kinds...) register themselves on import."""
 
@@ -44,7 +43,7 @@ _imported: set[str] = set()
 
 def load_plugins() -> None:
     """Import every module named in ``TRAINCHAOS_PLUGINS`` (once each)."""
-    for name in (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",")):
+    for name in (n.strip() for n in os.environ.get(contract.PLUGINS_ENV, "").split(",")):
         if name and name not in _imported:
             _imported.add(name)
             importlib.import_module(name)

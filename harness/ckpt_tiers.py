@@ -39,15 +39,11 @@ from chaos import contract
 from harness.checkpoint import CheckpointCorruptError, CheckpointManager, LoadInfo, TierOptions
 from harness.config import HarnessConfig
 
-__all__ = ["LOCAL_SUBDIR", "TieredCheckpoints", "agree_on_start", "build_checkpoints", "local_tier_dir",
+__all__ = ["TieredCheckpoints", "agree_on_start", "build_checkpoints", "local_tier_dir",
            "pick_replica"]
 
-LOCAL_SUBDIR = contract.LOCAL_TIER_SUBDIR
 REPLICA_SUBDIR = "replica"
 """The replica's copies, inside the fast tier's directory (one mount of the node-local disk)."""
-NODE_LOCAL_ENV = contract.NODE_LOCAL_DIR_ENV
-NODE_ENV = contract.NODE_ENV
-FAILURE_DOMAIN_ENV = contract.FAILURE_DOMAIN_ENV
 PRIMARY, REPLICA, SHARED = "primary", "replica", "shared"
 Share = Callable[[Any, int], Any]
 """The object of the given source rank on every rank (a broadcast from it)."""
@@ -56,8 +52,8 @@ Gather = Callable[[Any], list[Any]]
 
 
 def local_tier_dir(cfg: HarnessConfig) -> str:
-    base = os.environ.get(NODE_LOCAL_ENV) or os.path.join(cfg.run_dir, "node-local")
-    return os.path.join(base, LOCAL_SUBDIR)
+    base = os.environ.get(contract.NODE_LOCAL_DIR_ENV) or os.path.join(cfg.run_dir, "node-local")
+    return os.path.join(base, contract.LOCAL_TIER_SUBDIR)
 
 
 def build_checkpoints(cfg: HarnessConfig, rank: int, *, emit: Any = None, fault_point: Any = None,
@@ -94,7 +90,7 @@ def build_checkpoints(cfg: HarnessConfig, rank: int, *, emit: Any = None, fault_
 
 def failure_domain() -> str:
     """This node's power domain (else rack) as the backend exported it; empty: unknown."""
-    return os.environ.get(FAILURE_DOMAIN_ENV, "")
+    return os.environ.get(contract.FAILURE_DOMAIN_ENV, "")
 
 
 def pick_replica(rank: int, gather: Gather | None) -> int | None:
@@ -104,7 +100,7 @@ def pick_replica(rank: int, gather: Gather | None) -> int | None:
     send it over the network."""
     if gather is None:
         return None
-    me = (rank, os.environ.get(NODE_ENV, ""), failure_domain())
+    me = (rank, os.environ.get(contract.NODE_ENV, ""), failure_domain())
     everyone = sorted(gather(me))
     _, node0, domain0 = everyone[0]
     for r, node, domain in everyone[1:]:
@@ -146,7 +142,7 @@ class TieredCheckpoints:
         self.shared = shared
         self.copies = copies
         self.rank = rank
-        self.node = node if node is not None else os.environ.get(NODE_ENV, str(rank))
+        self.node = node if node is not None else os.environ.get(contract.NODE_ENV, str(rank))
         """Which node's local disk this rank sees (ranks of one node read one fast tier)."""
         self.share = share
         self.gather = gather

@@ -35,7 +35,7 @@ from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, Storag
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
 from chaos.cluster.rdzv_store import RendezvousStore
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
-from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids, process_state
+from chaos.procs import controller_tag, find_run_processes, kill_pids, process_state
 from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
@@ -44,9 +44,8 @@ from chaos.targets import TargetUnavailable
 from chaos.workload.agent_forks import ForkedAgent, start_agent
 from chaos.workload.torchrun import TorchrunPerNode
 
-__all__ = ["LocalCluster", "LocalOptions", "NODE_LOCAL_ENV"]
+__all__ = ["LocalCluster", "LocalOptions"]
 
-NODE_LOCAL_ENV = contract.NODE_LOCAL_DIR_ENV
 LOOPBACK = "127.0.0.1"
 
 
@@ -191,13 +190,13 @@ class LocalCluster(ClusterBackend):
         tmp = tmp_dir_for(self.spec.run_id, node)
         env.update({
             contract.RUN_ID_ENV: self.spec.run_id,
-            CONTROLLER_ENV: controller_tag(),
+            contract.CONTROLLER_ENV: controller_tag(),
             contract.EVENTS_DIR_ENV: RunDir(self.spec.run_dir).events,
             contract.NODE_ENV: str(node),
             contract.NODE_ADDR_ENV: self.node_address(node),
             # A rank that reaches no peer asks whether it still reaches the store (harness.health).
             contract.RDZV_ENDPOINT_ENV: self.rdzv_endpoint(),
-            NODE_LOCAL_ENV: local_dir,
+            contract.NODE_LOCAL_DIR_ENV: local_dir,
             # Where a checkpoint replica must go to survive this node's outage (harness.ckpt_tiers).
             contract.FAILURE_DOMAIN_ENV: self.failure_domain(node),
             # A fresh store per rendezvous round: see harness/dist.py.

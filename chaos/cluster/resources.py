@@ -37,7 +37,6 @@ from typing import Any, ClassVar
 from chaos import contract
 from chaos.errors import ToolError
 from chaos.procs import (
-    CONTROLLER_ENV,
     controller_alive,
     controller_tag,
     find_run_processes,
@@ -209,7 +208,7 @@ class HelperProcess(ResourceKind):
     @classmethod
     def create(cls, run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         env = {**os.environ, **spec.get("env", {}), contract.RUN_ID_ENV: run_id,
-               CONTROLLER_ENV: controller_tag(), contract.RESOURCE_ENV: spec.get("name", "helper")}
+               contract.CONTROLLER_ENV: controller_tag(), contract.RESOURCE_ENV: spec.get("name", "helper")}
         log_path = spec.get("log")
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         try:

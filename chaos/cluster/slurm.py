@@ -62,7 +62,7 @@ from chaos.cluster.slurm_cli import (
 from chaos.cluster.slurm_node import node_file
 from chaos.cluster.slurm_resources import SlurmStep
 from chaos.errors import ToolError
-from chaos.procs import CONTROLLER_ENV, controller_tag, find_run_processes, kill_pids
+from chaos.procs import controller_tag, find_run_processes, kill_pids
 from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
@@ -168,7 +168,7 @@ class SlurmCluster(LocalCluster):
                 "--requeue" if o.requeue else "--no-requeue",
                 *o.sbatch_args, script]
         return {"name": self.spec.run_id, "argv": argv, "cwd": run_dir, "slurm_conf": self.conf,
-                "env": {contract.RUN_ID_ENV: self.spec.run_id, CONTROLLER_ENV: controller_tag()}}
+                "env": {contract.RUN_ID_ENV: self.spec.run_id, contract.CONTROLLER_ENV: controller_tag()}}
 
     def poll(self) -> dict[int, NodeStatus]:
         self._poll_scheduler()

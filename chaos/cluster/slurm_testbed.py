@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 
 from chaos import contract
 
-__all__ = ["SlurmTestbed", "TESTBED_ENV", "missing_binaries", "running_testbed"]
+__all__ = ["SlurmTestbed", "missing_binaries", "running_testbed"]
 
-TESTBED_ENV = contract.SLURM_TESTBED_ENV
 PARTITION = "trainchaos"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
 
@@ -175,7 +174,7 @@ class SlurmTestbed:
         return "\n".join(lines) + "\n"
 
     def _spawn(self, argv: list[str], name: str) -> None:
-        env = {**os.environ, TESTBED_ENV: self.root}
+        env = {**os.environ, contract.SLURM_TESTBED_ENV: self.root}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         log = open(os.path.join(self.root, "log", f"{name}.out"), "ab")  # noqa: SIM115
@@ -233,7 +232,7 @@ def testbed_processes(root: str | None = None) -> list[int]:
     """Live processes of a testbed (``root``, or any): the daemons carry the marker;
     slurmstepd (which slurmd starts with a cleaned environment) and the job's processes carry
     the testbed's ``SLURM_CONF``."""
-    needle = f"{TESTBED_ENV}={root}".encode() if root else f"{TESTBED_ENV}=".encode()
+    needle = f"{contract.SLURM_TESTBED_ENV}={root}".encode() if root else f"{contract.SLURM_TESTBED_ENV}=".encode()
     conf = f"SLURM_CONF={root}/slurm.conf".encode() if root else None
     found = []
     for name in os.listdir("/proc"):

@@ -32,7 +32,6 @@ from chaos import contract
 from chaos.cluster.resources import Leftover, ResourceKind, register_kind
 from chaos.errors import ToolError
 from chaos.procs import (
-    CONTROLLER_ENV,
     controller_alive,
     controller_tag,
     kill_pids,
@@ -45,10 +44,9 @@ from chaos.storage.daemon import FSTYPE
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
 
-__all__ = ["FuseMount", "LOCAL_TIER_SUBDIR", "STORAGE_RUN_ENV", "acquire_storage_mounts", "control_dir",
+__all__ = ["FuseMount", "acquire_storage_mounts", "control_dir",
            "mounted", "tier_label"]
 
-STORAGE_RUN_ENV = contract.STORAGE_RUN_ID_ENV
 READY_TIMEOUT_S = 15.0
 _FSNAME = re.compile(r"(trainchaos-[0-9a-f]+)-[\w.-]+")
 
@@ -79,7 +77,7 @@ def mounted(path: str) -> bool:
 def _daemons() -> list[tuple[int, str, str | None]]:
     """(pid, storage run id, controller tag) of every fault-layer daemon."""
     found = []
-    needle = f"{STORAGE_RUN_ENV}=".encode()
+    needle = f"{contract.STORAGE_RUN_ID_ENV}=".encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -92,7 +90,7 @@ def _daemons() -> list[tuple[int, str, str | None]]:
         if run is None:
             continue
         ctl = next((e.split(b"=", 1)[1].decode() for e in env
-                    if e.startswith(CONTROLLER_ENV.encode() + b"=")), None)
+                    if e.startswith(contract.CONTROLLER_ENV.encode() + b"=")), None)
         found.append((int(entry), run, ctl))
     return found
 
@@ -121,7 +119,7 @@ class FuseMount(ResourceKind):
         os.makedirs(path, exist_ok=True)
         os.makedirs(control, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k != contract.RUN_ID_ENV}
-        env.update({STORAGE_RUN_ENV: run_id, CONTROLLER_ENV: controller_tag()})
+        env.update({contract.STORAGE_RUN_ID_ENV: run_id, contract.CONTROLLER_ENV: controller_tag()})
         argv = [sys.executable, "-m", "chaos.storage.daemon", path, control, spec["fsname"]]
         if spec.get("track_unfsynced"):
             argv.append("--track-unfsynced")
@@ -210,7 +208,6 @@ def tier_label(tier: str, node: int | None) -> str:
     return tier if node is None else f"{tier}-node-{node}"
 
 
-LOCAL_TIER_SUBDIR = contract.LOCAL_TIER_SUBDIR
 """The node-local tier lives in ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints`` (harness/ckpt_tiers.py)."""
 
 
@@ -223,7 +220,7 @@ def acquire_storage_mounts(backend: ClusterBackend, node_local_dir: Any) -> None
         if mount.path is not None:
             targets: list[tuple[str, int | None]] = [(mount.path, None)]
         else:  # each node's own local tier
-            targets = [(os.path.join(node_local_dir(n), LOCAL_TIER_SUBDIR), n)
+            targets = [(os.path.join(node_local_dir(n), contract.LOCAL_TIER_SUBDIR), n)
                        for n in range(backend.topology.total_nodes)]
         for path, node in targets:
             label = tier_label(mount.tier, node)

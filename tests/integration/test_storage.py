@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from chaos.contract import STORAGE_RUN_ID_ENV
 from chaos.events import read_events
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
-from chaos.storage.mounts import STORAGE_RUN_ENV, fuse_mounts
+from chaos.storage.mounts import fuse_mounts
 from tests.integration._support import (
     REPO,
     cli_env,
@@ -43,7 +44,7 @@ def workdir(tmp_path_factory):
 
 
 def _daemons_of(run_id: str) -> list[int]:
-    needle = f"{STORAGE_RUN_ENV}={run_id}".encode()
+    needle = f"{STORAGE_RUN_ID_ENV}={run_id}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -13,8 +13,9 @@ import pytest
 import chaos.registry
 from chaos.cluster import BACKENDS, UnknownBackend, lookup_backend
 from chaos.cluster.resources import RESOURCE_KINDS
+from chaos.contract import PLUGINS_ENV
 from chaos.faults.base import FAULT_TYPES, UnknownFaultType, lookup
-from chaos.registry import PLUGINS_ENV, Registry
+from chaos.registry import Registry
 
 
 class _Thing:
