@@ -63,6 +63,7 @@ def _fault_records(rundir: RunDir) -> list[FaultRecord]:
             if done is None:
                 continue
             rec = {**rec, "target": done.get("target") or rec.get("target"), "t": done.get("t_inject", done.get("t"))}
+        failure_class: str  # a journal may name a type this install does not know: "unknown"
         try:
             fault_type = lookup(rec["type"])
             failure_class, also = fault_type.failure_class, tuple(fault_type.also_detected_as)

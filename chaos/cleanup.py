@@ -46,17 +46,17 @@ class CleanupReport:
 def _clean_one(run_id: str, run_dir: str, report: CleanupReport) -> None:
     rundir = RunDir(run_dir)
     fault_journal = FaultJournal(rundir.fault_journal)
-    for pending in fault_journal.pending():
-        label = f"{pending['fault_id']} ({pending['type']})"
+    for fault in fault_journal.pending():
+        label = f"{fault['fault_id']} ({fault['type']})"
         try:
-            lookup(pending["type"]).revert_record(pending["details"])
+            lookup(fault["type"]).revert_record(fault["details"])
         except UnknownFaultType:
             report.failures.append(f"{run_id}: cannot revert {label}: unknown fault type")
             continue
         except Exception as exc:  # go on: every other fault and resource still gets undone
             report.failures.append(f"{run_id}: cannot revert {label}: {exc}")
             continue
-        fault_journal.reverted(pending["fault_id"], None)
+        fault_journal.reverted(fault["fault_id"], None)
         report.lines.append(f"{run_id}: reverted {label}")
     # Processes before resources: a helper must be gone before its directory or device is.
     procs = find_run_processes(run_id)
@@ -95,7 +95,7 @@ def cleanup_runs(run_dirs: list[str], force: bool = False) -> CleanupReport:
             if run_id is None:
                 report.failures.append(f"{d}: no run id found (not a trainchaos run directory?)")
                 continue
-            targets.append((run_id, d, bool(reg) and run_is_live(reg)))
+            targets.append((run_id, d, reg is not None and run_is_live(reg)))
     else:
         targets = [(r["run_id"], r["run_dir"], run_is_live(r)) for r in registered.values()]
     for run_id, run_dir, live in targets:

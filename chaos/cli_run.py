@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from chaos.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TARGET_MISSED, EXIT_TOOL_FAILED
+
+if TYPE_CHECKING:
+    from chaos.suite import SuiteOutcome
 
 __all__ = ["bench_stacks", "run"]
 
@@ -127,15 +131,15 @@ def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | 
         sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points))
 
 
-def _exit_code(outcome: object) -> int:
+def _exit_code(outcome: SuiteOutcome) -> int:
     """A suite's exit code: interrupted, trainchaos failed, a target missed, or all well."""
-    if outcome.interrupted:  # type: ignore[attr-defined]
+    if outcome.interrupted:
         return EXIT_INTERRUPTED
-    if outcome.tool_failed:  # type: ignore[attr-defined]
+    if outcome.tool_failed:
         click.echo("trainchaos: trainchaos itself failed in at least one run (status tool_error, "
                    "see its journal); that is no verdict on the training stack", err=True)
         return EXIT_TOOL_FAILED
-    return EXIT_OK if outcome.passed else EXIT_TARGET_MISSED  # type: ignore[attr-defined]
+    return EXIT_OK if outcome.passed else EXIT_TARGET_MISSED
 
 
 @click.command("bench-stacks")

@@ -227,13 +227,13 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
                  if os.path.isdir(rundir.crash_image) else None)
         outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest)
         where = boundaries[after - 1] if after else (boundaries[0] if boundaries else {"op": "", "path": ""})
-        result = BoundaryOutcome(after=after, op=("before " if after == 0 else "") + str(where["op"]),
-                                 path=str(where["path"]), outcomes=outcomes, detail=detail, resumed_from=resumed,
-                                 pointer=audit.pointer if audit else None,
-                                 complete=list(audit.complete) if audit else [],
-                                 torn=dict(audit.torn) if audit else {}, run_dir=journal["run_dir"])
-        results.append(result)
-        note(f"crash after boundary {after} ({result.op} {result.path}): {', '.join(outcomes)}: {detail}")
+        outcome = BoundaryOutcome(after=after, op=("before " if after == 0 else "") + str(where["op"]),
+                                  path=str(where["path"]), outcomes=outcomes, detail=detail, resumed_from=resumed,
+                                  pointer=audit.pointer if audit else None,
+                                  complete=list(audit.complete) if audit else [],
+                                  torn=dict(audit.torn) if audit else {}, run_dir=journal["run_dir"])
+        results.append(outcome)
+        note(f"crash after boundary {after} ({outcome.op} {outcome.path}): {', '.join(outcomes)}: {detail}")
     result = SweepResult(scenario=scenario.name, save_step=save_step, boundaries=boundaries, results=results,
                          wall_s=time.monotonic() - started, twin_status=twin_journal["status"],
                          trace_status=trace_journal["status"])

@@ -11,6 +11,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypedDict
 
 __all__ = ["Interrupted", "hold", "held", "installed", "release", "take_pending"]
 
@@ -19,7 +20,14 @@ class Interrupted(Exception):  # noqa: N818 (reads as a state: the run was inter
     """SIGINT/SIGTERM reached the controller."""
 
 
-_state = {"held": 0, "pending": None, "raised": False}
+class _State(TypedDict):
+    held: int
+    """Nesting depth of ``hold``: signals are recorded while it is above 0."""
+    pending: str | None
+    raised: bool
+
+
+_state: _State = {"held": 0, "pending": None, "raised": False}
 _lock = threading.Lock()
 
 
@@ -61,7 +69,7 @@ def _handler(signum: int, _frame: object) -> None:
 @contextmanager
 def installed() -> Iterator[None]:
     previous = {s: signal.signal(s, _handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    _state.update(held=0, pending=None, raised=False)
+    _state.update({"held": 0, "pending": None, "raised": False})
     try:
         yield
     finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 __all__ = ["Backend", "Bound", "Expectation", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger",
            "Workload"]
@@ -127,12 +127,27 @@ class Bound:
     min: float | None = None
 
 
+@dataclass(frozen=True)
 class _TargetsBase:
-    """Access to a target's bound by metric key, whether or not it is a field (see Targets)."""
+    """The targets that are not a metric's bound, and access to a target's bound by metric
+    key, whether or not it is a field (see Targets)."""
+
+    final_state: Literal["matches_baseline", "loss_within"] | None = None
+    loss_tolerance: float = 0.05
+    """For ``final_state: loss_within``: max relative deviation from the baseline loss."""
+    attribution: Literal["correct"] | None = None
+    """``correct``: the first detection must blame the faulty rank/node and failure class."""
+    data: Literal["exactly_once", "at_least_once", "bounds"] | None = None
+    """The exactly-once data checker: the mode as written (exactly_once, at_least_once,
+    bounds) and the bounds it stands for (None: not bounded)."""
+    data_max_lost: int | None = None
+    data_max_duplicated: int | None = None
+    completes: bool = True
+    """The run must reach its last step within ``timeout_s``."""
 
     def bound(self, key: str) -> Bound | None:
         """The bound set on metric ``key``; None when the scenario sets none."""
-        if key in self.__dataclass_fields__:  # type: ignore[attr-defined]
+        if key in self.__dataclass_fields__:
             value = getattr(self, key)
             return value if isinstance(value, Bound) else None
         return self.__dict__.get("_more_bounds", {}).get(key)
@@ -142,41 +157,33 @@ class _TargetsBase:
         """Targets from ``{metric key: bound}`` and the non-bound targets (final_state...). A
         key without a field (a metric family registered after this module was imported, in a
         test) is kept aside: ``bound`` finds it, the journal's scenario dict does not list it."""
-        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
-        targets = cls(**modes, **{k: v for k, v in bounds.items() if k in names})
+        names = cls.__dataclass_fields__
+        named: dict[str, Any] = {k: v for k, v in bounds.items() if k in names}
+        targets = cls(**modes, **named)
         more = {k: v for k, v in bounds.items() if k not in names and v is not None}
         object.__setattr__(targets, "_more_bounds", more)
         return targets
 
 
 def _targets_class() -> type:
-    """``Targets``: the non-bound targets, then one ``Bound | None`` field per metric of the
-    catalogue that can be a target (``chaos.metrics.catalogue.target_specs``), so that a new
-    metric with a target is one entry in its family's list, here as in the schema."""
+    """``Targets``: the non-bound targets (``_TargetsBase``), then one ``Bound | None`` field
+    per metric of the catalogue that can be a target (``chaos.metrics.catalogue.target_specs``),
+    so that a new metric with a target is one entry in its family's list, here as in the schema."""
     from chaos.metrics.catalogue import target_specs
 
-    modes: list[tuple[str, Any, Any]] = [
-        ("final_state", "Literal['matches_baseline', 'loss_within'] | None", field(default=None)),
-        # For ``final_state: loss_within``: max relative deviation from the baseline loss.
-        ("loss_tolerance", float, field(default=0.05)),
-        # ``correct``: the first detection must blame the faulty rank/node and failure class.
-        ("attribution", "Literal['correct'] | None", field(default=None)),
-        # The exactly-once data checker: the mode as written (exactly_once, at_least_once,
-        # bounds) and the bounds it stands for (None: not bounded).
-        ("data", "Literal['exactly_once', 'at_least_once', 'bounds'] | None", field(default=None)),
-        ("data_max_lost", "int | None", field(default=None)),
-        ("data_max_duplicated", "int | None", field(default=None)),
-        # The run must reach its last step within ``timeout_s``.
-        ("completes", bool, field(default=True)),
-    ]
     bounds = [(s.key, "Bound | None", field(default=None)) for s in target_specs()]
-    return make_dataclass("Targets", modes + bounds, bases=(_TargetsBase,), frozen=True,
+    return make_dataclass("Targets", bounds, bases=(_TargetsBase,), frozen=True,
                           namespace={"__module__": __name__, "__doc__": "What a run must achieve: "
                                      "the bound of each metric target (None: not a target), and "
                                      "final_state, attribution, data and completes."})
 
 
-Targets = _targets_class()
+if TYPE_CHECKING:
+    class Targets(_TargetsBase):
+        """The checker's view: the bound fields are made at import time from the catalogue, so
+        it knows the non-bound targets only; a bound is read with ``bound(key)``."""
+else:
+    Targets = _targets_class()
 
 
 @dataclass(frozen=True)

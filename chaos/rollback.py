@@ -215,7 +215,7 @@ class FaultJournal:
 
     def pending(self) -> list[dict[str, Any]]:
         """Faults applied (or being applied) and not reverted: {fault_id, type, details}."""
-        state: dict[str, dict[str, Any]] = {}
+        state: dict[Any, dict[str, Any]] = {}  # by fault_id, as journaled
         for rec in self.records():
             fid = rec.get("fault_id")
             if rec.get("op") == "apply":

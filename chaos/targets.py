@@ -64,8 +64,12 @@ class ResolvedTarget:
 
 
 class LiveRankView(Protocol):
-    node: int
-    pid: int
+    # Read-only: a backend's record of a live rank is frozen (``chaos.cluster.base.LiveRank``).
+    @property
+    def node(self) -> int: ...
+
+    @property
+    def pid(self) -> int: ...
 
 
 class LiveState(Protocol):
@@ -266,9 +270,9 @@ class RandomPick(TargetForm):
     def draw(self, topology: Topology, rng: random.Random) -> TargetForm:
         if self.value == "node":
             return Node(rng.randrange(topology.nodes))
-        if self.value in ("rack", "power_domain"):
-            form = TARGET_FORMS[self.value]
-            return form(rng.choice(sorted(getattr(topology, form.groups))))  # type: ignore[attr-defined]
+        form = TARGET_FORMS.get(self.value)
+        if form is not None and issubclass(form, Rack):  # a rack or a power domain
+            return form(rng.choice(sorted(getattr(topology, form.groups))))
         return Rank(rng.randrange(topology.world_size))
 
     # Not drawn yet: it names no rank or node (``nodes``/``ranks`` say None, ``resolve``

@@ -217,7 +217,8 @@ class Poisson(TriggerForm):
     @staticmethod
     def occurrences(trigger: Trigger, rng: random.Random) -> list[float | None]:
         assert trigger.mtbf_s is not None
-        t, out = 0.0, []
+        t = 0.0
+        out: list[float | None] = []
         for _ in range(trigger.max_faults):
             t += rng.expovariate(1.0 / trigger.mtbf_s)
             out.append(t)

@@ -127,6 +127,7 @@ def agree_on_start(checkpoints: Any, loaded: tuple[dict[str, Any], LoadInfo] | N
     state, path, reason = checkpoints.read_step(target)
     if state is None:
         raise CheckpointCorruptError([(path, f"{reason} (the step another rank fell back to)")])
+    assert loaded is not None  # without a load, step is 0 and so is the lowest: returned above
     skipped = [(loaded[1].path, f"another rank rejected it; the group resumes from step {target}")]
     checkpoints._emit("ckpt_load", step=target, tier=checkpoints.tier, verified=True, path=path,
                       skipped=[list(s) for s in skipped], seconds=None)
@@ -180,12 +181,13 @@ class TieredCheckpoints:
             outcome = self._read(step, copy) if holder == self.rank else None
             if self.share is not None:
                 outcome = self.share(outcome, holder)
+            assert outcome is not None  # without share, no gather either: every candidate is ours
             state, path, reason = outcome
             if state is None:
                 skipped.append((path, reason or "invalid"))
                 continue
             if holder == self.rank:
-                tier = self.shared if copy == SHARED else self.copies[copy]
+                tier = self._tier(copy)
                 tier._emit("ckpt_load", step=step, tier=tier.tier, verified=True, path=path,
                            copy=None if copy == SHARED else copy, skipped=[list(s) for s in skipped],
                            seconds=None)
@@ -212,8 +214,14 @@ class TieredCheckpoints:
         return sorted(found, key=lambda c: (-c[0], c[1], c[2], c[3]))
 
     def _read(self, step: int, copy: str) -> tuple[dict[str, Any] | None, str, str | None]:
+        return self._tier(copy).read_step(step)
+
+    def _tier(self, copy: str) -> CheckpointManager:
+        """The manager holding ``copy`` of a candidate this rank listed (SHARED: only a rank
+        with the shared tier lists its steps)."""
         tier = self.shared if copy == SHARED else self.copies[copy]
-        return tier.read_step(step)
+        assert tier is not None, f"copy {copy} of a rank without the shared tier"
+        return tier
 
     def quarantine(self, from_step: int, record: dict[str, Any]) -> list[int]:
         return sorted({s for t in self.tiers for s in t.quarantine(from_step, record)})

@@ -78,7 +78,7 @@ def snapshot(obj: Any) -> Any:
         out = type(obj)((key, snapshot(value)) for key, value in obj.items())
         metadata = getattr(obj, "_metadata", None)  # module state_dict versions
         if metadata is not None:
-            out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]
+            out._metadata = copy.deepcopy(metadata)  # type: ignore[attr-defined]  # an OrderedDict subclass's attribute (torch's state_dict)
         return out
     if isinstance(obj, list):
         return [snapshot(value) for value in obj]

@@ -180,7 +180,7 @@ def shard(batch: T, rank: int, world_size: int) -> T:
         )
     per_rank = size // world_size
     parts = tuple(t[rank * per_rank:(rank + 1) * per_rank] for t in tensors)
-    return parts if isinstance(batch, tuple) else parts[0]  # type: ignore[return-value]
+    return parts if isinstance(batch, tuple) else parts[0]
 
 
 class _BatchAt(torch.utils.data.Dataset):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -72,12 +73,14 @@ def init_process_group(env: DistEnv, timeout_s: float, store_timeout_s: float = 
         # Rank 0 hosts the round's store. TCPStore binds every interface when left to itself;
         # a socket bound to the node's own address keeps it off the user's real networks.
         listen_fd = bound_listen_fd(node_address(), port) if env.rank == 0 else None
+        listen: dict[str, Any] = {"master_listen_fd": listen_fd} if listen_fd is not None else {}
         store = dist.TCPStore(
             addr, port, env.world_size, is_master=env.rank == 0, timeout=store_timeout,
-            wait_for_workers=False, **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
+            wait_for_workers=False, **listen,
         )
     # gloo's own listener on the node's address too, not on whatever the hostname resolves to.
-    options = dist.ProcessGroupGloo._Options()
+    # _Options, not the stubs' Options: only the private class takes _devices and _timeout.
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # missing from torch's stubs
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=node_address())]
     options._timeout = timeout
     dist.init_process_group(

@@ -173,10 +173,13 @@ class ProgressWatchdog:
         lock = threading.Lock()
 
         def one(peer: PeerAddress) -> None:
-            answer = ask(peer, PROGRESS_REQUEST, timeout_s=1.0)
-            if not isinstance(answer, Diagnosis):
+            reply = ask(peer, PROGRESS_REQUEST, timeout_s=1.0)
+            answer: dict[str, Any] | Diagnosis
+            if isinstance(reply, Diagnosis):
+                answer = reply
+            else:
                 try:
-                    answer = json.loads(answer)
+                    answer = json.loads(reply)
                 except ValueError:  # an endpoint without progress (pong): alive, position unknown
                     answer = {"rank": peer.rank, "phase": "unknown", "where": "unknown"}
             with lock:

@@ -187,6 +187,8 @@ class SdcMonitor(Verdicts):
         checksums = (params(self._params), 0, 0)
         coverage = PARAMS_ONLY
         if self.cfg.fingerprint == "update" or verify:
+            # fingerprint(None) is the early one, taken only when neither holds
+            assert optimizer is not None, "the full fingerprint reads the optimizer's state"
             checksums = (checksums[0], grads([p.grad for p in self._params if p.grad is not None]),
                          state(optimizer_tensors(optimizer)))
             coverage = FULL

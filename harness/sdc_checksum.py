@@ -10,7 +10,7 @@ step, and still certain to see one flipped bit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -54,11 +54,11 @@ class ParamDigest:
             self._key = key
         digest = hashlib.sha256()
         for view in self._views:
-            digest.update(view)
+            digest.update(view.data)
         return digest.digest()
 
 
-def _layout(tensors: list[torch.Tensor]) -> list[int] | None:
+def _layout(tensors: Sequence[torch.Tensor]) -> list[int] | None:
     """Where the tensors lie: what a kept view of them depends on. None when one is not
     contiguous: its flat view is a copy, so it is viewed afresh every time."""
     if not all(t.is_contiguous() for t in tensors):
@@ -66,7 +66,7 @@ def _layout(tensors: list[torch.Tensor]) -> list[int] | None:
     return [t.data_ptr() for t in tensors]
 
 
-def _tiled_region(tensors: list[torch.Tensor], ordered: bool) -> np.ndarray | None:
+def _tiled_region(tensors: Sequence[torch.Tensor], ordered: bool) -> np.ndarray | None:
     """A byte view of the memory ``tensors`` cover when they tile it exactly, one right
     after the other in one storage (in the order given if ``ordered``, else in any order);
     None when they do not (a gap, an overlap, two storages, a layout that is not
@@ -85,7 +85,7 @@ def _tiled_region(tensors: list[torch.Tensor], ordered: bool) -> np.ndarray | No
         if address != end:
             return None
         end += size
-    region = torch.empty(0, dtype=torch.uint8).set_(storage, start - storage.data_ptr(), (end - start,))
+    region = torch.empty(0, dtype=torch.uint8).set_(storage, start - storage.data_ptr(), (end - start,), (1,))
     return region.numpy()
 
 

@@ -47,7 +47,7 @@ class GoldenSelfTest:
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
         grads = torch.autograd.grad(loss, list(self.params.values()))
         return [memoryview(struct.pack("<d", float(loss.detach())))] + [
-            memoryview(grad.contiguous().reshape(-1).view(torch.uint8).numpy()) for grad in grads]
+            grad.contiguous().reshape(-1).view(torch.uint8).numpy().data for grad in grads]
 
     def passes(self) -> bool:
         return self.reference == self._run()  # bytearray first: its == is one memcmp

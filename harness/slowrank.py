@@ -42,7 +42,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,7 @@ class SlowRank:
                 + (f", {steps} steps in a row" if steps > 1 else ""))
 
 
-def find_slow_rank(windows: dict[int, Sequence[float]], ratio: float, min_excess_s: float,
+def find_slow_rank(windows: Mapping[int, Sequence[float]], ratio: float, min_excess_s: float,
                    noise_mads: float = 0.0) -> SlowRank | None:
     """The rank furthest above its peers, if it is slow by every measure; pure. ``windows``:
     each rank's last host times (a full window each)."""
@@ -103,7 +103,8 @@ class SlowRankDetector:
         self._synced: float | None = None
         self._entered: float | None = None
         self._excused = 0.0
-        self._windows = [collections.deque(maxlen=cfg.window) for _ in range(world_size)]
+        self._windows: list[collections.deque[float]] = [collections.deque(maxlen=cfg.window)
+                                                         for _ in range(world_size)]
         self._reported: set[int] = set()
         self._streak: tuple[int, int] | None = None
         """(rank, steps in a row it was found slow)."""

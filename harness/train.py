@@ -12,6 +12,7 @@ state, and a restart is what a production job does too. How a rank reports and l
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import math
@@ -305,7 +306,7 @@ class Trainer(FailureHandling):
                 with self.slow.excused():
                     self.checkpoints.save(self.step, self._state(), verified=self.sdc.checkpoint_record(self.step))
             if self.stop is not None and self.stop.tally(self.step, self.sdc.stop_votes) and self.step < cfg.steps:
-                self.stop.leave(lambda saved=saving: self._emergency_checkpoint(saved), dist.barrier,
+                self.stop.leave(functools.partial(self._emergency_checkpoint, saving), dist.barrier,
                                 self.watchdog.stop if self.watchdog is not None else None)
         if self.stop is not None:
             self.stop.close()

@@ -117,6 +117,7 @@ def final_state(step: int, model: Any, loss: Any = None) -> str | None:
     import torch
 
     state = _full_state(model)
+    digest: str | None
     if state is None:
         digest = probe.model_digest(model)
         finite = probe.weights_finite(model)

@@ -29,6 +29,8 @@ from chaos.schema.types import StrictModel
 from chaos.targets import ResolvedTarget, parse_target
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeForm
+
     from chaos.cluster.resources import RunResources
     from chaos.model import Scenario
     from chaos.probe import Probe
@@ -247,12 +249,15 @@ class InjectionContext:
     def emit(self, kind: str, **fields: Any) -> None:
         self.injector.emit(kind, **fields)
 
-    def require(self, capability: type[C]) -> C:
+    def require(self, capability: TypeForm[C]) -> C:
         """The run's backend as ``capability`` (``ctx.require(Fabric).namespace(n)``).
         Validation already refused a fault type whose backend lacks what it ``requires``:
         failing here means the type forgot to list it."""
-        if not has(type(self.cluster), capability):
-            raise ToolError(f"backend {self.cluster.name} has no {describe(capability)}; the fault "
+        # A TypeForm, not a type[C]: a capability is a Protocol, and mypy accepts only a
+        # concrete class where type[C] is expected. Its value is still the protocol class.
+        protocol = cast(type, capability)
+        if not has(type(self.cluster), protocol):
+            raise ToolError(f"backend {self.cluster.name} has no {describe(protocol)}; the fault "
                             "type must list it in `requires` so that validation refuses it")
         return cast(C, self.cluster)
 

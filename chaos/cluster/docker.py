@@ -65,6 +65,8 @@ from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
+    import ipaddress
+
     from chaos.model import Scenario
 
 __all__ = ["DockerCluster", "STORE_HOST"]
@@ -92,7 +94,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         super().__init__(spec, resources)
         self.options = DockerOptions.model_validate(spec.options or {})
         self.hosts = list(self.options.hosts) or [default_host()]
-        self.subnet = None
+        self.subnet: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
         self.gateway = ""
         self._containers: dict[int, str] = {}
         self._status: dict[int, NodeStatus] = {}
@@ -241,7 +243,8 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                    os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, project]
         ro += list(self.options.mounts)
         rw = [self.spec.run_dir, self.node_local_dir(node), tmp_dir_for(self.spec.run_id, node)]
-        mounts, seen = [], set()
+        mounts: list[Mount] = []
+        seen: set[str] = set()
         for path in ro:
             # Mounted where it is named (/lib stays /lib when it links to /usr/lib), from
             # where it really is; one already inside a mounted tree comes with it.
@@ -283,7 +286,8 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                                   name=f"trainchaos-docker-log-{node}")
         thread.start()
         self._log_threads.append(thread)
-        self.nodes[node] = None  # type: ignore[assignment]  (spares: LocalCluster counts nodes)
+        # LocalCluster counts the started nodes (spares) in ``nodes``; here a container is the node.
+        self.nodes[node] = None  # type: ignore[assignment]  # a placeholder: no _Node is read of it here
 
     @staticmethod
     def hostname(node: int) -> str:
@@ -310,7 +314,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         """Each host's clock offset to this controller (container clock - controller clock),
         from the midpoint of an exec that reads it; a record for the report, see the module
         docstring for what is (not) corrected."""
-        offsets = {}
+        offsets: dict[str, dict[str, Any]] = {}
         for node in sorted({self.hosts.index(self.host_of(n)) for n in self._containers}):
             host = self.hosts[node]
             sample_node = next(n for n in self._containers if self.host_of(n) == host)

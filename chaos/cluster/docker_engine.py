@@ -92,7 +92,7 @@ def owned(obj: Any, run_id: str | None, what: str = "") -> Any:
     labels = (getattr(obj, "labels", None) or (obj.attrs.get("Labels") if hasattr(obj, "attrs") else None)
               or {})
     have = labels.get(LABEL_RUN)
-    name = getattr(obj, "name", None) or getattr(obj, "short_id", "?")
+    name: Any = getattr(obj, "name", None) or getattr(obj, "short_id", "?")
     # Labels alone are not enough: a container inherits its image's labels, so one started
     # by someone else from the run's image would carry the run's label too. Containers and
     # networks of a run are also named after it.

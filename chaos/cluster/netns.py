@@ -36,6 +36,8 @@ from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 
 if TYPE_CHECKING:
+    import ipaddress
+
     from chaos.model import Scenario
 
 __all__ = ["NetnsCluster"]
@@ -65,7 +67,7 @@ class NetnsCluster(LocalCluster):
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
-        self.subnet = None
+        self.subnet: ipaddress.IPv4Network | None = None
         self.gateway = ""
         self._emulator: linkemu.LinkEmulatorClient | None = None
         self.options = NetnsOptions.model_validate(spec.options or {})

@@ -279,7 +279,7 @@ class SlurmCluster(LocalCluster):
                            restarts=int(fields.get("Restarts", "0") or 0), reason=fields.get("Reason"))
             self._job_state = state
             self._job_gone = state not in ACTIVE_STATES
-        self._poll_steps()
+        self._poll_steps(self.job_id)
         if self.options.jobid is not None:
             # Our work is the step, not the allocation: done when its srun client is.
             self._job_gone = not HelperProcess.exists({}, getattr(self, "_step", {}))
@@ -290,10 +290,10 @@ class SlurmCluster(LocalCluster):
                 self._emit("slurm_node", node_name=name, state=nstate, reason=reason,
                            node=next((i for i, n in self._node_names.items() if n == name), None))
 
-    def _poll_steps(self) -> None:
-        """Job step state changes (``scontrol show step``): the srun step of the agents, the
-        batch step; in someone's allocation only the run's own step."""
-        result = slurm(["scontrol", "show", "step", self.job_id, "-o"], self.conf, timeout=5)
+    def _poll_steps(self, job_id: str) -> None:
+        """Job step state changes (``scontrol show step``) of job ``job_id``: the srun step of
+        the agents, the batch step; in someone's allocation only the run's own step."""
+        result = slurm(["scontrol", "show", "step", job_id, "-o"], self.conf, timeout=5)
         seen = set()
         for line in result.stdout.splitlines() if result.returncode == 0 else []:
             fields = parse_kv(line)
@@ -306,11 +306,11 @@ class SlurmCluster(LocalCluster):
                 self._seen[f"step:{step}"] = key
                 self._emit("slurm_step", job_id=self.job_id, step_id=step, state=key[0], nodes=key[1],
                            restarts=self._restarts)
-        for key in [k for k in self._seen if k.startswith("step:") and k[5:] not in seen]:
-            if self._seen[key] != ("GONE", None):
+        for gone in [k for k in self._seen if k.startswith("step:") and k[5:] not in seen]:
+            if self._seen[gone] != ("GONE", None):
                 # A step that no longer shows has ended (scontrol keeps no finished steps).
-                self._seen[key] = ("GONE", None)
-                self._emit("slurm_step", job_id=self.job_id, step_id=key[5:], state="ENDED", nodes=None,
+                self._seen[gone] = ("GONE", None)
+                self._emit("slurm_step", job_id=self.job_id, step_id=gone[5:], state="ENDED", nodes=None,
                            restarts=self._restarts)
 
     def node_names(self) -> dict[int, str]:

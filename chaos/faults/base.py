@@ -26,10 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAULT_TYPES",
+    "FailureClass",
     "FaultParams",
     "FaultType",
     "NoParams",
     "ParamsContext",
+    "TargetKind",
     "UnknownFaultType",
     "example_of",
     "known_types",
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 FailureClass = Literal["crash", "hang", "device", "network", "storage", "corruption", "slow", "stalled", "oom"]
-TargetKind = Literal["rank", "node", "job"]
+TargetKind = Literal["rank", "node", "link", "job"]
 
 
 class FaultParams(StrictModel):
@@ -135,10 +137,12 @@ class FaultType(ABC):
         return ", ".join(cls.target_keys or cls.target_kinds)
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
+    def check_params(cls, params: Any, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
         """Checks of the params that need more than one field or the workload (a tensor
         name against the harness's model); ``(location under params, message)`` each.
-        Run by ``trainchaos validate`` after ``params_model`` accepted them."""
+        Run by ``trainchaos validate`` after ``params_model`` accepted them: ``params`` is an
+        instance of the type's own ``params_model``, as an override declares it (``Any`` here:
+        no annotation says "this class's params_model")."""
         return []
 
     @classmethod

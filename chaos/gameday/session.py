@@ -238,7 +238,8 @@ class GameDay(OperatorDialogue, StopMonitor):
 
     def _report(self, status: str, reason: str, code: int, detections: list[dict[str, Any]]) -> dict[str, Any]:
         actives = [*self.done, *self.active.values()]
-        owners = attribute(detections, [(a.name, a.t_inject) for a in actives])
+        # Every one has its t_inject: lifecycle.inject sets it in the section that lists it.
+        owners = attribute(detections, [(a.name, a.t_inject) for a in actives if a.t_inject is not None])
         faults = []
         for a in actives:
             mine = owners[a.name]
@@ -298,7 +299,7 @@ class GameDay(OperatorDialogue, StopMonitor):
             self._sleep(step.observe.seconds)
             self._take_events()
             metrics = self.observer.snapshot()
-            snap = {"t": time.time(), "step": i, "label": name, "since": t, **metrics}
+            snap: dict[str, Any] = {"t": time.time(), "step": i, "label": name, "since": t, **metrics}
             self.snapshots.append(snap)
             self._event("observe", what, step=i, outcome="recorded", metrics=snap)
             self._say("  " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
@@ -328,10 +329,12 @@ class GameDay(OperatorDialogue, StopMonitor):
 
     # -- faults ------------------------------------------------------------------------------
     def _inject(self, i: int, name: str, step: Step, res: Resolution) -> None:
-        cls = lookup(step.inject.type)
-        params = cls.params_model.model_validate(step.inject.params).model_dump()
-        fault = cls(fault_id=f"gd{i}-{step.inject.type}", target=res.target, params=params,
-                    target_spec=dict(step.inject.target), seed=i)
+        inject = step.inject
+        assert inject is not None  # called for an inject step only
+        cls = lookup(inject.type)
+        params = cls.params_model.model_validate(inject.params).model_dump()
+        fault = cls(fault_id=f"gd{i}-{inject.type}", target=res.target, params=params,
+                    target_spec=dict(inject.target), seed=i)
         injection = Injection(fault, res.target, name=name, describe=res.describe())
         # In effect (and reverted at the end) from the journal's ``apply`` on, even when the
         # engine raises; ``since:`` counts from the inject's start: the job may notice

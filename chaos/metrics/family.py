@@ -38,6 +38,8 @@ class FaultContext:
     """The fault's first ``fault_injected`` event (its ``details``: what the injector did)."""
     detection: Event | None
     """The detection the engine counted for this fault; None: undetected."""
+    t_inject: float
+    """When the fault took effect (``metrics.t_inject``, never None here: the fault fired)."""
 
 
 @dataclass(frozen=True)

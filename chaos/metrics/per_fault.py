@@ -120,7 +120,7 @@ def fault_metrics(
         if progress is not None:
             fm.recovery_s = fm.catchup_s = progress["t"] - t_inject
 
-    ctx = FaultContext(rec, fm, tl, run, injected, detection)
+    ctx = FaultContext(rec, fm, tl, run, injected, detection, t_inject)
     for family in families():
         if family.fault_metrics is not None and family.measures(rec):
             for key, value in (family.fault_metrics(ctx) or {}).items():

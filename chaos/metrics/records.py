@@ -13,8 +13,8 @@ plugin's users; their values are computed by their family (``chaos.metrics.famil
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
 from chaos.jsonsafe import jsonable as json_safe
 
@@ -30,6 +30,8 @@ class _FamilyValues:
     written flat into ``to_dict`` after the fields, read back by ``from_dict``."""
 
     family_values: dict[str, Any]
+    # Every subclass is a dataclass: declared (not set) so that fields() and asdict() take it.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: a family value, else a plain AttributeError.
@@ -40,13 +42,13 @@ class _FamilyValues:
 
     def set_value(self, key: str, value: Any) -> None:
         """Set a metric by key: its field when it has one, else a family value."""
-        if key in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+        if key in {f.name for f in fields(self)}:
             setattr(self, key, value)
         else:
             self.family_values[key] = value
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)  # type: ignore[call-overload]
+        data = asdict(self)
         data.pop("family_values", None)
         if "faults" in data:  # nested FaultMetrics: flattened the same way
             data["faults"] = [f.to_dict() for f in self.faults]
@@ -58,7 +60,7 @@ class _FamilyValues:
         """From a journal's dict: known fields, and the keys of ``family_keys`` (the registered
         families' metrics) as family values; anything else is ignored (an older or newer
         journal). Nested fault metrics are left as dicts: the caller converts them."""
-        names = {f.name for f in fields(cls)} - {"family_values"}  # type: ignore[arg-type]
+        names = {f.name for f in fields(cls)} - {"family_values"}
         obj = cls(**{k: v for k, v in data.items() if k in names})
         obj.family_values.update({k: v for k, v in data.items() if k in family_keys and k not in names})
         return obj

@@ -117,7 +117,7 @@ def resumed_from(tl: Timeline, inc: int, t_inject: float, first_step: Event | No
         and (first_step is None or e["t"] <= first_step["t"])
     ]
     if loads:
-        lowest = min(rank_of(e["src"]) for e in loads)
+        lowest = min(rank_of(e["src"]) or 0 for e in loads)  # rank events: never None
         return int([e for e in loads if rank_of(e["src"]) == lowest][-1]["step"])
     if starts and not (superseded and first_step is None):
         return 0
@@ -132,7 +132,7 @@ def surviving_lineage(tl: Timeline) -> list[tuple[int, float, float | None]]:
     stepping = {e["src"] for e in tl.step_ends}
     if not stepping:
         return []
-    ref = "rank-0" if "rank-0" in stepping else min(stepping, key=rank_of)
+    ref = "rank-0" if "rank-0" in stepping else min(stepping, key=lambda s: rank_of(s) or 0)
     anchor: dict[int, float] = {}
     last_step_t: dict[int, float] = {}
     stack: list[tuple[int, float, float | None]] = []

@@ -31,7 +31,7 @@ __all__ = ["Bridge", "NetNamespace", "Veth", "bridge_name", "fabric_names", "ip"
            "pick_subnet", "short_id"]
 
 NAME_PREFIX = "tc-"
-FABRIC_RANGE = ipaddress.ip_network("198.18.0.0/15")
+FABRIC_RANGE = ipaddress.IPv4Network("198.18.0.0/15")
 IFNAMSIZ = 15
 _ALIAS_RE = re.compile(r"trainchaos run=(\S+) controller=(\S+)")
 
@@ -75,9 +75,9 @@ def _ours(name: str) -> bool:
 
 def _root_addresses() -> set[ipaddress.IPv4Network]:
     out = ip("-o", "-4", "addr", "show", check=False).stdout
-    nets = set()
+    nets: set[ipaddress.IPv4Network] = set()
     for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+/\d+)", out):
-        nets.add(ipaddress.ip_interface(m.group(1)).network)
+        nets.add(ipaddress.IPv4Interface(m.group(1)).network)
     return nets
 
 

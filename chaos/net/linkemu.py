@@ -221,7 +221,7 @@ class Emulator:
             now = time.monotonic()
             self._release_due(now)
             timeout = max(0.0, self.queue[0][0] - time.monotonic()) if self.queue else 0.5
-            readers = [*self.ports, self.ctl, *(c for c, _ in self.conns.values())]
+            readers: list[int | socket.socket] = [*self.ports, self.ctl, *(c for c, _ in self.conns.values())]
             try:
                 ready, _, _ = select.select(readers, [], [], timeout)
             except InterruptedError:

@@ -27,7 +27,7 @@ from typing import Any
 
 from chaos.storage.crashpoints import CrashPoint
 from chaos.storage.kcache import KernelCache
-from chaos.storage.rules import Caller, Decision, RuleSet, flip
+from chaos.storage.rules import Caller, Decision, Rule, RuleSet, flip
 
 __all__ = ["FaultFS", "UnfsyncedTracker"]
 
@@ -89,8 +89,8 @@ class UnfsyncedTracker:
         for undo in files.values():  # in the order of first write: the seeded draws repeat
             try:
                 cut = 0
-                if rng is not None and undo.lo is not None:
-                    fraction = torn.get("fraction")  # type: ignore[union-attr]
+                if rng is not None and torn is not None and undo.lo is not None:  # rng: torn's
+                    fraction = torn.get("fraction")
                     fraction = rng.random() if fraction is None else float(fraction)
                     cut = undo.lo + int((undo.hi - undo.lo) * fraction)
                 for offset, old in reversed(undo.ranges):
@@ -203,8 +203,11 @@ class FaultFS:
         for rule in decision.stall:
             # Blocked until the rule is removed (the fault reverted), as an operation on a
             # hung NFS server or a stalled block device waits for it to come back.
+            def released(r: Rule = rule) -> bool:
+                return self._closing or r not in self.rules.rules
+
             with self._changed:
-                self._changed.wait_for(lambda r=rule: self._closing or r not in self.rules.rules)
+                self._changed.wait_for(released)
         if decision.sleep_s > 0:
             with self._changed:
                 self._changed.wait_for(lambda: self._closing, timeout=decision.sleep_s)

@@ -145,8 +145,9 @@ class FuseMount(ResourceKind):
     @classmethod
     def _ours(cls, details: dict[str, Any]) -> bool:
         pid = details.get("pid")
-        return bool(pid) and process_start_time(pid) == details.get("pid_start") \
-            and process_state(pid) not in (None, "Z")
+        if not pid:
+            return False
+        return process_start_time(pid) == details.get("pid_start") and process_state(pid) not in (None, "Z")
 
     @classmethod
     def destroy(cls, spec: dict[str, Any], details: dict[str, Any]) -> None:
@@ -155,7 +156,8 @@ class FuseMount(ResourceKind):
             _unmount(path)
         pids = [details["pid"]] if cls._ours(details) else []
         fsname = spec.get("fsname")
-        run = _FSNAME.fullmatch(fsname).group(1) if fsname and _FSNAME.fullmatch(fsname) else None
+        named = _FSNAME.fullmatch(fsname) if fsname else None
+        run = named.group(1) if named else None
         if not pids and run:
             # From a scan (no details): the run's daemons whose controller is gone.
             pids = [pid for pid, r, ctl in _daemons() if r == run and not controller_alive(ctl)]

@@ -101,7 +101,7 @@ class Rule:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rule:
         known = {f for f in cls.__dataclass_fields__ if not f.startswith("_")}
-        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +165,7 @@ class RuleSet:
         return decision
 
 
-def flip(data: bytes, bits: int, rng: random.Random) -> bytes:
+def flip(data: bytes | memoryview, bits: int, rng: random.Random) -> bytes | memoryview:
     """``data`` with ``bits`` seeded random bits flipped (silent corruption in the IO path)."""
     if not data or bits <= 0:
         return data

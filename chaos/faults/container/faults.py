@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from chaos.cluster import backend_of
 from chaos.cluster.capabilities import ContainerHost
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, register
+from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class LimitsParams(FaultParams):
 @dataclass
 class _ContainerFault(FaultType):
     family: ClassVar[str] = "container"
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     requires: ClassVar[tuple[type, ...]] = (ContainerHost,)
 
     def _targets(self, ctx: InjectionContext) -> list[tuple[int, Any]]:
@@ -87,7 +87,7 @@ class _ContainerFault(FaultType):
 @dataclass
 class ContainerPause(_ContainerFault):
     type_name: ClassVar[str] = "container_pause"
-    failure_class: ClassVar[str] = "hang"
+    failure_class: ClassVar[FailureClass] = "hang"
     summary: ClassVar[str] = "Freeze whole node containers (docker pause) for a duration or until the run ends."
     mechanism: ClassVar[str] = "docker pause: the cgroup freezer stops every thread of the container at once"
     fidelity: ClassVar[str] = (
@@ -134,7 +134,7 @@ class ContainerPause(_ContainerFault):
 @dataclass
 class ContainerDisconnect(_ContainerFault):
     type_name: ClassVar[str] = "container_disconnect"
-    failure_class: ClassVar[str] = "network"
+    failure_class: ClassVar[FailureClass] = "network"
     summary: ClassVar[str] = "Cut node containers off the run's network (docker network disconnect)."
     mechanism: ClassVar[str] = ("docker network disconnect from the run's bridge (the interface "
                                 "disappears); reconnected with the same address on revert")
@@ -191,7 +191,7 @@ class ContainerDisconnect(_ContainerFault):
 @dataclass
 class ContainerLimits(_ContainerFault):
     type_name: ClassVar[str] = "container_limits"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = ("Change node containers' CPU and memory limits live (docker update): "
                               "a noisy neighbour, or an OOM kill.")
     mechanism: ClassVar[str] = "docker update of the container's cgroup limits (CPU quota, memory) while it runs"
@@ -284,7 +284,7 @@ def _update(cont: Any, **limits: int) -> list[str]:
 @dataclass
 class ContainerPacketLoss(_ContainerFault):
     type_name: ClassVar[str] = "container_packet_loss"
-    failure_class: ClassVar[str] = "network"
+    failure_class: ClassVar[FailureClass] = "network"
     summary: ClassVar[str] = "Drop a share of the packets node containers receive (nftables in their network namespace)."
     mechanism: ClassVar[str] = ("nftables numgen random drops on input, inside the container's own network "
                                 "namespace (reached through its init's pid; local engines only)")

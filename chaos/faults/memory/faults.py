@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from chaos.faults.base import FaultParams, register
+from chaos.faults.base import FailureClass, FaultParams, TargetKind, register
 from chaos.faults.process.faults import _ProbeFault
 
 __all__ = ["MemoryLeak", "OomKill"]
@@ -48,7 +48,7 @@ _FIDELITY_LIMIT = (
 class MemoryLeak(_ProbeFault):
     type_name: ClassVar[str] = "memory_leak"
     family: ClassVar[str] = "memory"
-    failure_class: ClassVar[str] = "oom"
+    failure_class: ClassVar[FailureClass] = "oom"
     summary: ClassVar[str] = ("From step N the rank leaks host memory at rate_mb_s until its node's memory "
                               "cgroup limit makes the kernel's OOM killer kill it.")
     mechanism: ClassVar[str] = ("in-process (the probe, at the exact step): a thread allocates and writes "
@@ -59,7 +59,7 @@ class MemoryLeak(_ProbeFault):
         "later, in an OOM kill. Exercises restart after a kill that the job did not cause by "
         "crashing, and that the platform names it an OOM. " + _FIDELITY_LIMIT)
     params_model: ClassVar[type[FaultParams]] = MemoryLeakParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "leak"
 
 
@@ -68,7 +68,7 @@ class MemoryLeak(_ProbeFault):
 class OomKill(_ProbeFault):
     type_name: ClassVar[str] = "oom_kill"
     family: ClassVar[str] = "memory"
-    failure_class: ClassVar[str] = "oom"
+    failure_class: ClassVar[FailureClass] = "oom"
     summary: ClassVar[str] = ("At step N the rank allocates past its node's memory limit at once: the "
                               "kernel's OOM killer kills it at that step.")
     mechanism: ClassVar[str] = "in-process (the probe, at the exact step): max_mb allocated and written at once"
@@ -77,5 +77,5 @@ class OomKill(_ProbeFault):
         "process, a leak at the end of its curve) killed at a known step. Exercises the same "
         "restart and attribution as memory_leak with the exact step under control. " + _FIDELITY_LIMIT)
     params_model: ClassVar[type[FaultParams]] = OomKillParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "leak"

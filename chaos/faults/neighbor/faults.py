@@ -27,7 +27,7 @@ from chaos import contract
 from chaos.cluster.capabilities import ContainerHost, LocalDisk, has
 from chaos.cluster.cgroups import cgroup_path
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, register
+from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def _load_argv(python: str, params: dict[str, Any], work_dir: str | None, join_p
 class NoisyNeighbor(FaultType):
     type_name: ClassVar[str] = "noisy_neighbor"
     family: ClassVar[str] = "neighbor"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = ("Start real competing processes on the target nodes: busy CPU, memory-bandwidth "
                               "copies, page-cache eviction or disk writes, in the node's cgroups or beside them.")
     mechanism: ClassVar[str] = ("chaos.loadgen as a run-scoped helper process (joining the node's cgroups for "
@@ -87,7 +87,7 @@ class NoisyNeighbor(FaultType):
         "tolerance and that no detector blames a node for being slow. It does not model "
         "contention inside the GPU, NVLink or the NIC, nor a neighbour on another host.")
     params_model: ClassVar[type[FaultParams]] = NoisyNeighborParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         if ctx.resources is None:

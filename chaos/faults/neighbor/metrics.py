@@ -58,8 +58,8 @@ def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     src = victim_src(list(ctx.record.target_srcs), ctx.timeline.events)
     spans = step_durations(ctx.timeline.step_ends, src) if src else []
     until = fm.t_revert if fm.t_revert is not None else ctx.run.t_end
-    before = _median([b - a for a, b in spans if b < fm.t_inject])
-    during = _median([b - a for a, b in spans if a >= fm.t_inject and b <= until])
+    before = _median([b - a for a, b in spans if b < ctx.t_inject])
+    during = _median([b - a for a, b in spans if a >= ctx.t_inject and b <= until])
     return {"victim_step_s_before": before, "victim_step_s_during": during,
             "victim_slowdown": round(during / before, 3) if before and during is not None else None}
 

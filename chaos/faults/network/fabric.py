@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.cluster.capabilities import Fabric
 from chaos.errors import ToolError
-from chaos.faults.base import FaultType
+from chaos.faults.base import FailureClass, FaultType, TargetKind
 from chaos.net import linkemu, nft
 
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ def require_fabric(ctx: InjectionContext) -> Any:
 @dataclass
 class NetFault(FaultType):
     family: ClassVar[str] = "network"
-    failure_class: ClassVar[str] = "network"
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    failure_class: ClassVar[FailureClass] = "network"
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     requires: ClassVar[tuple[type, ...]] = (Fabric,)
     _made: dict[str, list[list[Any]]] = field(default_factory=lambda: {"tables": [], "qdiscs": [], "routes": []})
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, ParamsContext, register
+from chaos.faults.base import FailureClass, FaultParams, ParamsContext, TargetKind, register
 from chaos.faults.network.fabric import NetFault, require_fabric
 from chaos.net import nft
 from chaos.schema.types import MAX_SECONDS
@@ -103,19 +103,18 @@ class Partition(NetFault):
         "local error; routing reconvergence and partial (ECMP) failures are not modelled."
     )
     params_model: ClassVar[type[FaultParams]] = PartitionParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node", "link")
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node", "link")
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
-        p: PartitionParams = params  # type: ignore[assignment]
+    def check_params(cls, params: PartitionParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
         total = context.total_nodes
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        if p.groups is not None:
-            if p.shape != "split":
-                problems.append((("groups",), f"only for shape: split (this partition is {p.shape})"))
-            problems += _check_nodes(p.groups, "groups", total)
+        if params.groups is not None:
+            if params.shape != "split":
+                problems.append((("groups",), f"only for shape: split (this partition is {params.shape})"))
+            problems += _check_nodes(params.groups, "groups", total)
             seen: dict[int, int] = {}
-            for i, group in enumerate(p.groups):
+            for i, group in enumerate(params.groups):
                 if not group:
                     problems.append((("groups", i), "a group holds at least one node"))
                 for j, node in enumerate(group):
@@ -123,18 +122,18 @@ class Partition(NetFault):
                         problems.append((("groups", i, j), f"node {node} is already in group "
                                          f"{seen[node]}; a node belongs to at most one group"))
                     seen.setdefault(node, i)
-            if len(p.groups) < 2:
+            if len(params.groups) < 2:
                 problems.append((("groups",), "a split needs at least 2 groups"))
-        if p.links is not None:
-            if p.shape != "one_way":
-                problems.append((("links",), f"only for shape: one_way (this partition is {p.shape})"))
-            for i, link in enumerate(p.links):
+        if params.links is not None:
+            if params.shape != "one_way":
+                problems.append((("links",), f"only for shape: one_way (this partition is {params.shape})"))
+            for i, link in enumerate(params.links):
                 if len(link) != 2:
                     problems.append((("links", i), f"a link is [from, to]: 2 nodes, not {len(link)}"))
                 elif link[0] == link[1]:
                     problems.append((("links", i), f"a link from node {link[0]} to itself; it "
                                      "joins two different nodes"))
-            problems += _check_nodes(p.links, "links", total)
+            problems += _check_nodes(params.links, "links", total)
         return problems
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
@@ -220,7 +219,7 @@ class PacketLoss(NetFault):
 @dataclass
 class Bandwidth(NetFault):
     type_name: ClassVar[str] = "bandwidth"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = "Limit the rate of the target nodes' links, both directions."
     mechanism: ClassVar[str] = "tbf qdisc on both ends of the node's veth link"
     fidelity: ClassVar[str] = (
@@ -259,10 +258,9 @@ class LinkFlap(NetFault):
     _thread: threading.Thread | None = None
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
-        p: LinkFlapParams = params  # type: ignore[assignment]
-        if p.down_s >= p.period_s:
-            return [(("down_s",), f"{p.down_s:g} s down in a period of {p.period_s:g} s would "
+    def check_params(cls, params: LinkFlapParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
+        if params.down_s >= params.period_s:
+            return [(("down_s",), f"{params.down_s:g} s down in a period of {params.period_s:g} s would "
                      "never bring the link back: down_s must be less than period_s")]
         return []
 

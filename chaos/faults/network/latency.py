@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.faults.base import (
+    FailureClass,
+    FaultParams,
+    FaultType,
+    ParamsContext,
+    TargetKind,
+    register,
+)
 from chaos.faults.network.fabric import NetFault, require_fabric
 from chaos.net import linkemu
 from chaos.schema.types import MAX_SECONDS
@@ -50,7 +57,7 @@ def _directed_links(fault: FaultType, cluster: Any) -> list[tuple[int, int]]:
 @dataclass
 class Latency(NetFault):
     type_name: ClassVar[str] = "latency"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = "Delay (with jitter) every packet on the target links, each direction."
     mechanism: ClassVar[str] = (
         "the run's userspace link emulator: a route through a TUN device in the sending node's "
@@ -65,13 +72,12 @@ class Latency(NetFault):
         "process forwards); links between nodes only, the nodes' traffic to the controller's "
         "store is not delayed (put the store behind Toxiproxy for that).")
     params_model: ClassVar[type[FaultParams]] = LatencyParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node", "link")
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node", "link")
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
-        p: LatencyParams = params  # type: ignore[assignment]
-        if p.jitter_ms > p.delay_ms:
-            return [(("jitter_ms",), f"jitter of {p.jitter_ms:g} ms around a delay of {p.delay_ms:g} ms "
+    def check_params(cls, params: LatencyParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
+        if params.jitter_ms > params.delay_ms:
+            return [(("jitter_ms",), f"jitter of {params.jitter_ms:g} ms around a delay of {params.delay_ms:g} ms "
                      "would ask for negative delays: jitter_ms must not exceed delay_ms")]
         return []
 

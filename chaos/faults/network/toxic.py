@@ -11,7 +11,7 @@ from pydantic import Field
 
 from chaos.cluster.capabilities import ServiceProxies
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, ParamsContext, register
+from chaos.faults.base import FaultParams, ParamsContext, TargetKind, register
 from chaos.faults.network.fabric import NetFault
 from chaos.schema.types import MAX_SECONDS
 
@@ -60,25 +60,24 @@ class ToxicFault(NetFault):
         "connections only, not on packets: collectives between nodes are untouched (use the "
         "link faults for those). Its failure class is network for down, timeout, reset_peer "
         "and limit_data, slow for latency, bandwidth, slicer and slow_close.")
-    target_kinds: ClassVar[tuple[str, ...]] = ("job",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("job",)
     requires: ClassVar[tuple[type, ...]] = (ServiceProxies,)
     params_model: ClassVar[type[FaultParams]] = ToxicParams
 
     def __post_init__(self) -> None:
         # A stalled, reset or vanished service is a failure; a slower one is not.
         kind = self.params.get("toxic")
-        self.failure_class = "slow" if kind in ("latency", "bandwidth", "slicer", "slow_close") else "network"  # type: ignore[misc]
+        self.failure_class = "slow" if kind in ("latency", "bandwidth", "slicer", "slow_close") else "network"  # type: ignore[misc]  # a ClassVar shadowed per instance on purpose
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
+    def check_params(cls, params: ToxicParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
         from chaos.net.toxiproxy.toxics import ATTRIBUTES
 
-        p: ToxicParams = params  # type: ignore[assignment]
-        allowed = ATTRIBUTES.get(p.toxic, ())
+        allowed = ATTRIBUTES.get(params.toxic, ())
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        for key, value in p.attributes.items():
+        for key, value in params.attributes.items():
             if key not in allowed:
-                problems.append((("attributes", key), f"{p.toxic} has no attribute {key!r}; "
+                problems.append((("attributes", key), f"{params.toxic} has no attribute {key!r}; "
                                  + (f"allowed: {', '.join(allowed)}" if allowed else "it takes none")))
             elif value < 0:
                 problems.append((("attributes", key), f"{value} is negative: {key} is at least 0"))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.cluster.capabilities import LocalDisk, PowerControl
-from chaos.faults.base import FaultParams, FaultType, register
+from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
@@ -41,12 +41,12 @@ class PowerParams(FaultParams):
 @dataclass
 class _PowerFault(FaultType):
     family: ClassVar[str] = "power"
-    failure_class: ClassVar[str] = "crash"
+    failure_class: ClassVar[FailureClass] = "crash"
     params_model: ClassVar[type[FaultParams]] = PowerParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     # Where the nodes' links go down with them (netns), the survivors see silence: an
     # unreachable peer. Without a fabric (local), the kernel's resets say "crash".
-    also_detected_as: ClassVar[tuple[str, ...]] = ("network",)
+    also_detected_as: ClassVar[tuple[FailureClass, ...]] = ("network",)
     cuts_nodes: ClassVar[bool] = True
     requires: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk)
 

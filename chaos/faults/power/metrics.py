@@ -49,7 +49,7 @@ def power_metrics(fm: Any, rank_events: list[dict[str, Any]], details: dict[str,
 def _fault_metrics(ctx: FaultContext) -> None:
     details = (ctx.injected or {}).get("details")
     if isinstance(details, dict):  # the injector's record of the outage
-        power_metrics(ctx.metrics, ctx.timeline.rank_events, details, ctx.metrics.t_inject, ctx.run.world_size)
+        power_metrics(ctx.metrics, ctx.timeline.rank_events, details, ctx.t_inject, ctx.run.world_size)
 
 
 # Its fields (blast_nodes ... resumed_copy) are FaultMetrics fields, kept there so that

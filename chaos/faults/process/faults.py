@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.faults.base import FaultParams, FaultType, register
+from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 from chaos.schema.types import MAX_SECONDS, MAX_STEPS
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _signal_target_ranks(ctx: InjectionContext, fault: FaultType, sig: int) -> l
 class KillRank(FaultType):
     type_name: ClassVar[str] = "kill_rank"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "crash"
+    failure_class: ClassVar[FailureClass] = "crash"
     # Llama 3's interruption classes (chaos.scale.llama3): a software bug or a broken
     # dependency crashes a process; a faulty GPU too, when the process dies at once.
     stands_for: ClassVar[tuple[str, ...]] = ("software_bug", "dependency")
@@ -84,7 +84,7 @@ class KillRank(FaultType):
         "physics or driver recovery: the process dies, the device does not."
     )
     params_model: ClassVar[type[FaultParams]] = KillRankParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         sig = getattr(signal, self.params.get("signal", "SIGKILL"))
@@ -99,7 +99,7 @@ class KillRank(FaultType):
 class KillNode(FaultType):
     type_name: ClassVar[str] = "kill_node"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "crash"
+    failure_class: ClassVar[FailureClass] = "crash"
     # Llama 3's host-side hardware takes the whole node down.
     stands_for: ClassVar[tuple[str, ...]] = (
         "host_maintenance", "ssd", "power_supply", "server_chassis", "io_expansion_board", "cpu",
@@ -112,7 +112,7 @@ class KillNode(FaultType):
         "use a power fault for node-local data loss."
     )
     params_model: ClassVar[type[FaultParams]] = KillNodeParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         sig = getattr(signal, self.params.get("signal", "SIGKILL"))
@@ -130,7 +130,7 @@ class KillNode(FaultType):
 class HangRank(FaultType):
     type_name: ClassVar[str] = "hang_rank"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "hang"
+    failure_class: ClassVar[FailureClass] = "hang"
     # Llama 3: a switch, cable or NIC failure and an NCCL watchdog timeout stall the
     # collectives until a watchdog fires.
     stands_for: ClassVar[tuple[str, ...]] = ("network_switch_cable", "nic", "nccl_watchdog_timeouts")
@@ -143,7 +143,7 @@ class HangRank(FaultType):
         "with a live host thread: the whole process is frozen."
     )
     params_model: ClassVar[type[FaultParams]] = HangRankParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         stopped = _signal_target_ranks(ctx, self, signal.SIGSTOP)
@@ -183,7 +183,7 @@ class _ProbeFault(FaultType):
 class DeviceError(_ProbeFault):
     type_name: ClassVar[str] = "device_error"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "device"
+    failure_class: ClassVar[FailureClass] = "device"
     # Llama 3: a GPU that faults or loses memory surfaces in PyTorch as a CUDA error in the rank.
     stands_for: ClassVar[tuple[str, ...]] = (
         "faulty_gpu", "gpu_hbm3_memory", "gpu_sram_memory", "gpu_system_processor",
@@ -197,7 +197,7 @@ class DeviceError(_ProbeFault):
         "harmed: the exception is raised by the probe at the exact step."
     )
     params_model: ClassVar[type[FaultParams]] = DeviceErrorParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "device_error"
 
 
@@ -206,7 +206,7 @@ class DeviceError(_ProbeFault):
 class Straggler(_ProbeFault):
     type_name: ClassVar[str] = "straggler"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = "Slow a rank down by a factor (the probe stretches each of its steps)."
     fidelity: ClassVar[str] = (
         "Stands for a slow rank: thermal throttling, a degraded GPU, a noisy neighbour. "
@@ -214,7 +214,7 @@ class Straggler(_ProbeFault):
         "rank waits). The delay is added on the host after each step, not inside kernels."
     )
     params_model: ClassVar[type[FaultParams]] = StragglerParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "slowdown"
 
 
@@ -223,7 +223,7 @@ class Straggler(_ProbeFault):
 class CrashDuringCheckpoint(_ProbeFault):
     type_name: ClassVar[str] = "crash_during_checkpoint"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "crash"
+    failure_class: ClassVar[FailureClass] = "crash"
     # Llama 3's software bug: the same restart path as a crash anywhere else.
     also_stands_for: ClassVar[tuple[str, ...]] = ("software_bug",)
     summary: ClassVar[str] = (
@@ -235,6 +235,6 @@ class CrashDuringCheckpoint(_ProbeFault):
         "writes and verified fallback on load: the partial file must never be loaded. The "
         "process exits at once (no handlers run), like a kill; the disk itself is healthy."
     )
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "exit"
     probe_point: ClassVar[str] = "ckpt_write"

@@ -41,7 +41,7 @@ def _fault_metrics(ctx: FaultContext) -> dict[str, Any] | None:
     started = next((e for e in ctx.timeline.events if e.get("kind") == "fault_injected"
                     and e.get("fault") == ctx.record.fault_id and e.get("src") in targets), None)
     ramp = _ramp(ctx.record.params, float(started["t"])) if started is not None else None
-    if ramp is None:
+    if started is None or ramp is None:
         return None  # not a ramping slowdown (or it never started on its rank)
     passes = ramp.passes(THROTTLE_FACTOR)
     named = next((e for e in ctx.timeline.detections if e["t"] >= ramp.t0 and e.get("failure_class") == "slow"

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.faults.base import FaultParams, register
+from chaos.faults.base import FailureClass, FaultParams, TargetKind, register
 from chaos.faults.process.faults import _ProbeFault
 from chaos.schema.types import MAX_SECONDS
 
@@ -33,7 +33,7 @@ class StallLoopParams(FaultParams):
 class StallLoop(_ProbeFault):
     type_name: ClassVar[str] = "stall_loop"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "stalled"
+    failure_class: ClassVar[FailureClass] = "stalled"
     summary: ClassVar[str] = ("At step N the rank's training thread blocks (sleep, a held lock, a queue "
                               "that never fills, a GIL-holding C call) while its other threads run on.")
     mechanism: ClassVar[str] = ("in-process, by the probe at the exact step: the training thread blocks "
@@ -47,10 +47,10 @@ class StallLoop(_ProbeFault):
         "nanosleep through ctypes.PyDLL): every Python thread stops with it, so it is "
         "correctly seen as a hang. Does not model a hang inside a device kernel or NCCL.")
     params_model: ClassVar[type[FaultParams]] = StallLoopParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "stall"
 
     def __post_init__(self) -> None:
         # Holding the GIL stops the heartbeat thread too: peers see a frozen process.
         if self.params.get("mode") == "gil":
-            self.failure_class = "hang"  # type: ignore[misc]
+            self.failure_class = "hang"  # type: ignore[misc]  # a ClassVar shadowed per instance on purpose

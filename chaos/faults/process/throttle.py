@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from chaos.faults.base import FaultParams, register
+from chaos.faults.base import FailureClass, FaultParams, TargetKind, register
 from chaos.faults.process.faults import _ProbeFault
 from chaos.schema.types import MAX_SECONDS
 
@@ -37,7 +37,7 @@ class ThermalThrottleParams(FaultParams):
 class ThermalThrottle(_ProbeFault):
     type_name: ClassVar[str] = "thermal_throttle"
     family: ClassVar[str] = "process"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     summary: ClassVar[str] = ("From step N a rank slows down by a factor that ramps from 1 to F over "
                               "ramp_s, holds, then recovers.")
     mechanism: ClassVar[str] = ("in-process, by the probe from the exact step: each step of the rank is "
@@ -49,5 +49,5 @@ class ThermalThrottle(_ProbeFault):
         "The delay is added on the host after each step, not inside kernels, and the ramp "
         "follows wall time, not a thermal model.")
     params_model: ClassVar[type[FaultParams]] = ThermalThrottleParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "slowdown"

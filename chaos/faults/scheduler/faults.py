@@ -17,14 +17,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import Field
 
 from chaos.cluster import backend_of, lookup_backend
 from chaos.cluster.capabilities import Scheduler, has
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, register
+from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -81,8 +81,8 @@ class _SlurmNodeFault(FaultType):
     on revert and from the journal alone."""
 
     family: ClassVar[str] = "scheduler"
-    failure_class: ClassVar[str] = "crash"
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    failure_class: ClassVar[FailureClass] = "crash"
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     requires: ClassVar[tuple[type, ...]] = (Scheduler,)
 
     def revert(self, ctx: InjectionContext, record: dict[str, Any]) -> None:
@@ -169,8 +169,8 @@ class DrainNode(_SlurmNodeFault):
 class PreemptJob(FaultType):
     type_name: ClassVar[str] = "preempt_job"
     family: ClassVar[str] = "scheduler"
-    failure_class: ClassVar[str] = "crash"
-    target_kinds: ClassVar[tuple[str, ...]] = ("job",)
+    failure_class: ClassVar[FailureClass] = "crash"
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("job",)
     requires: ClassVar[tuple[type, ...]] = (Scheduler,)
     summary: ClassVar[str] = ("The job is preempted and requeued (scontrol requeue): SIGTERM to every "
                               "task, SIGKILL after KillWait, back in the queue; it restarts and resumes.")
@@ -189,7 +189,9 @@ class PreemptJob(FaultType):
     def preflight(cls, fault: FaultSpec, scenario: Scenario) -> list[str]:
         """The job must be one the scheduler can put back in the queue, as submitted."""
         backend = lookup_backend(scenario.backend.name)
-        refusal = backend.requeue_refusal(dict(scenario.backend.options)) if has(backend, Scheduler) else None
+        # has() checked what the backend declares, which the checker cannot see: the cast says it.
+        refusal = (cast("type[Scheduler]", backend).requeue_refusal(dict(scenario.backend.options))
+                   if has(backend, Scheduler) else None)
         return [f"faults[{fault.index}]: {cls.type_name} requeues the job{refusal}"] if refusal else []
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:

@@ -19,7 +19,15 @@ from pydantic import Discriminator, Field, Tag
 
 from chaos.bitflip_bits import FLOAT_LAYOUTS, BitFlipError, bit_index, span_elements
 from chaos.bitflip_names import check_name, parse_spec
-from chaos.faults.base import FaultParams, FaultType, ParamsContext, known_types, register
+from chaos.faults.base import (
+    FailureClass,
+    FaultParams,
+    FaultType,
+    ParamsContext,
+    TargetKind,
+    known_types,
+    register,
+)
 from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
 
 if TYPE_CHECKING:
@@ -93,7 +101,7 @@ class BitFlipParams(FaultParams):
 class BitFlip(FaultType):
     type_name: ClassVar[str] = "bitflip"
     family: ClassVar[str] = "sdc"
-    failure_class: ClassVar[str] = "corruption"
+    failure_class: ClassVar[FailureClass] = "corruption"
     summary: ClassVar[str] = (
         "Flip (or force) a bit of one element of a live tensor at step N -- or N adjacent "
         "bits, or a run of elements: a parameter, a gradient before or after the all-reduce, "
@@ -117,7 +125,7 @@ class BitFlip(FaultType):
         "the same output column of every tile (mode mercurial comes closest)."
     )
     params_model: ClassVar[type[FaultParams]] = BitFlipParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     in_process: ClassVar[bool] = True
     mechanism: ClassVar[str] = (
         "in-process, by the probe: torch bit operations on a tensor the training script "
@@ -148,8 +156,7 @@ class BitFlip(FaultType):
         """A flipped bit stays flipped: recovery is the training stack's job, and what is measured."""
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
-        assert isinstance(params, BitFlipParams)
+    def check_params(cls, params: BitFlipParams, context: ParamsContext) -> list[tuple[Location, str]]:
         given = params.model_fields_set
         problems: list[tuple[Location, str]] = []
         if params.mode == "stuck_at" and params.duration_steps is None:
@@ -222,7 +229,7 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 class CheckpointBitRot(FaultType):
     type_name: ClassVar[str] = "checkpoint_bitrot"
     family: ClassVar[str] = "sdc"
-    failure_class: ClassVar[str] = "corruption"
+    failure_class: ClassVar[FailureClass] = "corruption"
     summary: ClassVar[str] = (
         "Flip one bit of a checkpoint file at rest (the newest checkpoint's state file by "
         "default; offset and bit given or seeded)."
@@ -235,7 +242,7 @@ class CheckpointBitRot(FaultType):
         "it again (a restart), as on real storage."
     )
     params_model: ClassVar[type[FaultParams]] = CheckpointBitRotParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     mechanism: ClassVar[str] = "by the injector: one bit of the file rewritten in place (pwrite + fsync)"
 
     def _file(self, run_dir: str) -> str:

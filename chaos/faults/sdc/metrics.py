@@ -61,7 +61,7 @@ def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     """sdc_detection_steps and contaminated_checkpoints of one corruption fault, and its
     quarantine."""
     fm, tl, run, detection, injected = ctx.metrics, ctx.timeline, ctx.run, ctx.detection, ctx.injected
-    t_inject = fm.t_inject
+    t_inject = ctx.t_inject
     last_before = tl.last_step(t_inject)
     corrupted_at = fm.injected_step if fm.injected_step is not None else (last_before or 0) + 1
     t_detect = detection["t"] if detection is not None else run.t_end

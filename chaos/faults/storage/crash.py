@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from chaos.cluster.capabilities import StorageLayer
-from chaos.faults.base import FaultParams, FaultType, ParamsContext, register
+from chaos.faults.base import (
+    FailureClass,
+    FaultParams,
+    FaultType,
+    ParamsContext,
+    TargetKind,
+    register,
+)
 from chaos.faults.storage.tiers import Location, Tier, check_storage, mount_controls
 from chaos.schema.types import MAX_STEPS
 
@@ -37,9 +44,9 @@ class TornWriteParams(LoseUnfsyncedParams):
 class LoseUnfsynced(FaultType):
     type_name: ClassVar[str] = "lose_unfsynced"
     family: ClassVar[str] = "storage"
-    failure_class: ClassVar[str] = "crash"
+    failure_class: ClassVar[FailureClass] = "crash"
     params_model: ClassVar[type[FaultParams]] = LoseUnfsyncedParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
     summary: ClassVar[str] = ("Crash the node's ranks (power loss) and drop every write on its tier "
                               "that was not fsynced.")
@@ -53,7 +60,7 @@ class LoseUnfsynced(FaultType):
                                 "command to the FUSE layer, which undoes unfsynced writes")
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    def check_params(cls, params: LoseUnfsyncedParams, context: ParamsContext) -> list[tuple[Location, str]]:
         return check_storage(params, context)
 
     def torn(self) -> dict[str, Any] | None:
@@ -105,9 +112,9 @@ class CrashPointParams(FaultParams):
 class CrashPoint(FaultType):
     type_name: ClassVar[str] = "crash_point"
     family: ClassVar[str] = "storage"
-    failure_class: ClassVar[str] = "storage"
+    failure_class: ClassVar[FailureClass] = "storage"
     params_model: ClassVar[type[FaultParams]] = CrashPointParams
-    target_kinds: ClassVar[tuple[str, ...]] = ("node",)
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node",)
     requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
     summary: ClassVar[str] = ("Arm the fault layer at one durability boundary (fsync, rename) of one "
                               "save: it freezes there and reports crash_point (trainchaos run --crash-points).")
@@ -121,7 +128,7 @@ class CrashPoint(FaultType):
     mechanism: ClassVar[str] = "by the injector: a crash point armed in the FUSE fault layer's control file"
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    def check_params(cls, params: CrashPointParams, context: ParamsContext) -> list[tuple[Location, str]]:
         return check_storage(params, context)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:

@@ -23,12 +23,14 @@ from pydantic import Field, field_validator
 
 from chaos.cluster.capabilities import StorageLayer
 from chaos.faults.base import (
+    FailureClass,
     FaultParams,
     FaultType,
     ParamsContext,
+    TargetKind,
     register,
 )
-from chaos.faults.storage.tiers import Location, Op, Tier, check_storage, mount_controls
+from chaos.faults.storage.tiers import Location, Op, Tier, check_storage, listing, mount_controls
 from chaos.schema.types import MAX_BYTES, MAX_SECONDS
 from chaos.storage.control import MountControl
 from chaos.storage.latency import METADATA_OPS
@@ -52,12 +54,12 @@ class _StorageParams(FaultParams):
 
 
 class IoStallParams(_StorageParams):
-    ops: list[Op] = Field(default_factory=lambda: ["write", "fsync", "create", "rename", "read", "open"], min_length=1)
+    ops: list[Op] = Field(default_factory=listing("write", "fsync", "create", "rename", "read", "open"), min_length=1)
     """Operations that block (until the stall ends)."""
 
 
 class IoSlowParams(_StorageParams):
-    ops: list[Op] = Field(default_factory=lambda: ["read", "write", "fsync"], min_length=1)
+    ops: list[Op] = Field(default_factory=listing("read", "write", "fsync"), min_length=1)
     """Operations slowed."""
     latency_ms: float = Field(0.0, ge=0, le=MAX_SECONDS * 1000)
     """Latency added to every matching operation, ms: the scale of its ``distribution`` (of
@@ -84,7 +86,7 @@ class IoSlowParams(_StorageParams):
 
 
 class IoErrorParams(_StorageParams):
-    ops: list[Op] = Field(default_factory=lambda: ["write"], min_length=1)
+    ops: list[Op] = Field(default_factory=listing("write"), min_length=1)
     """Operations that fail."""
     errno: str = "EIO"
     """The error returned, by name (EIO, ENOSPC, EROFS, EDQUOT, ETIMEDOUT, EACCES...) or by
@@ -114,7 +116,7 @@ class DiskFullParams(_StorageParams):
 
 
 class IoCorruptParams(_StorageParams):
-    ops: list[Literal["read", "write"]] = Field(default_factory=lambda: ["read"], min_length=1)
+    ops: list[Literal["read", "write"]] = Field(default_factory=listing("read"), min_length=1)
     """Whether bits flip in data read, written, or both."""
     bits: int = Field(1, ge=1, le=64)
     """Bits flipped in each hit operation's data (seeded positions)."""
@@ -124,12 +126,12 @@ class _RuleFault(FaultType):
     """A fault that is one rule in the layer of its tier."""
 
     family: ClassVar[str] = "storage"
-    target_kinds: ClassVar[tuple[str, ...]] = ("rank", "node")
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank", "node")
     requires: ClassVar[tuple[type, ...]] = (StorageLayer,)
     action: ClassVar[str]
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    def check_params(cls, params: Any, context: ParamsContext) -> list[tuple[Location, str]]:
         return check_storage(params, context)
 
     def rule(self) -> dict[str, Any]:
@@ -181,7 +183,7 @@ def _daemon_alive(control: MountControl) -> bool:
 @dataclass
 class IoStall(_RuleFault):
     type_name: ClassVar[str] = "io_stall"
-    failure_class: ClassVar[str] = "storage"
+    failure_class: ClassVar[FailureClass] = "storage"
     action: ClassVar[str] = "stall"
     params_model: ClassVar[type[FaultParams]] = IoStallParams
     summary: ClassVar[str] = "Matching file operations block until the stall ends (duration_s)."
@@ -198,7 +200,7 @@ class IoStall(_RuleFault):
 @dataclass
 class IoSlow(_RuleFault):
     type_name: ClassVar[str] = "io_slow"
-    failure_class: ClassVar[str] = "slow"
+    failure_class: ClassVar[FailureClass] = "slow"
     action: ClassVar[str] = "slow"
     params_model: ClassVar[type[FaultParams]] = IoSlowParams
     summary: ClassVar[str] = ("Add latency to each matching operation (fixed, or drawn per operation from a "
@@ -212,7 +214,7 @@ class IoSlow(_RuleFault):
     mechanism: ClassVar[str] = "by the injector: a slow rule in the FUSE fault layer's control file"
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    def check_params(cls, params: IoSlowParams, context: ParamsContext) -> list[tuple[Location, str]]:
         errors = check_storage(params, context)
         if params.latency_ms == 0 and params.bandwidth_mbps == 0 and not params.metadata_latency_ms:
             errors.append((("latency_ms",), "io_slow needs latency_ms > 0, metadata_latency_ms > 0 or "
@@ -242,7 +244,7 @@ class IoSlow(_RuleFault):
 @dataclass
 class IoError(_RuleFault):
     type_name: ClassVar[str] = "io_error"
-    failure_class: ClassVar[str] = "storage"
+    failure_class: ClassVar[FailureClass] = "storage"
     action: ClassVar[str] = "error"
     params_model: ClassVar[type[FaultParams]] = IoErrorParams
     summary: ClassVar[str] = "Matching operations fail with an errno (EIO, ENOSPC, EROFS...)."
@@ -254,7 +256,7 @@ class IoError(_RuleFault):
     mechanism: ClassVar[str] = "by the injector: an error rule in the FUSE fault layer's control file"
 
     @classmethod
-    def check_params(cls, params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+    def check_params(cls, params: IoErrorParams, context: ParamsContext) -> list[tuple[Location, str]]:
         errors = check_storage(params, context)
         try:
             errno_number(params.errno)
@@ -270,7 +272,7 @@ class IoError(_RuleFault):
 @dataclass
 class DiskFull(_RuleFault):
     type_name: ClassVar[str] = "disk_full"
-    failure_class: ClassVar[str] = "storage"
+    failure_class: ClassVar[FailureClass] = "storage"
     action: ClassVar[str] = "disk_full"
     params_model: ClassVar[type[FaultParams]] = DiskFullParams
     summary: ClassVar[str] = "ENOSPC once bytes_free more bytes were written."
@@ -289,7 +291,7 @@ class DiskFull(_RuleFault):
 @dataclass
 class IoCorrupt(_RuleFault):
     type_name: ClassVar[str] = "io_corrupt"
-    failure_class: ClassVar[str] = "corruption"
+    failure_class: ClassVar[FailureClass] = "corruption"
     action: ClassVar[str] = "corrupt"
     params_model: ClassVar[type[FaultParams]] = IoCorruptParams
     summary: ClassVar[str] = "Flip bits in the data of matching reads or writes."

@@ -5,18 +5,19 @@ the workload's layout, and the FUSE layer's controls of the target's mounts.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from chaos.cluster.capabilities import StorageLayer
 from chaos.errors import ToolError
-from chaos.faults.base import FaultParams, FaultType, ParamsContext
+from chaos.faults.base import FaultType, ParamsContext
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import tier_label
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["Location", "Op", "Tier", "check_storage", "mount_controls"]
+__all__ = ["Location", "Op", "Tier", "TierParams", "check_storage", "listing", "mount_controls"]
 
 Tier = Literal["shared", "local", "data"]
 """``shared``: the durable checkpoint tier every node sees (the harness's checkpoint.dir);
@@ -26,11 +27,27 @@ Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unl
              "rmdir", "readdir", "getattr", "truncate", "statfs"]
 Location = tuple[str | int, ...]
 
+T = TypeVar("T")
+
+
+class TierParams(Protocol):
+    """What ``check_storage`` reads of a storage fault's params (each type's model has a tier)."""
+
+    @property
+    def tier(self) -> Tier: ...
+
+
+def listing(*items: T) -> Callable[[], list[T]]:
+    """A ``default_factory`` for a list field: a fresh list of ``items`` each time, typed by
+    the field (``listing("read")`` for a ``list[Op]``), which a bare lambda's list[str] is not."""
+    return lambda: list(items)
+
+
 _STEP_DIR = re.compile(r"(?:^|/|\*)step-(\d+)(?=/|$)")
 """A checkpoint folder written with its step number (the harness names them step-%08d)."""
 
 
-def check_storage(params: FaultParams, context: ParamsContext) -> list[tuple[Location, str]]:
+def check_storage(params: TierParams, context: ParamsContext) -> list[tuple[Location, str]]:
     errors: list[tuple[Location, str]] = []
     path = getattr(params, "path", None)
     if path is not None and (path.startswith("/") or ".." in path.split("/")):

@@ -47,9 +47,9 @@ def freshness_metrics(events: list[Event], baseline: BaselineInfo | None) -> dic
     if not digests:
         return {"stale_checkpoints": None, "stale_checkpoint_list": [], "checked_checkpoints": 0,
                 "unchecked_checkpoints": 0}
-    step_of = {}
-    for step, digest in sorted(digests.items()):
-        step_of.setdefault(digest, step)
+    step_of: dict[Any, int] = {}  # a digest -> the first step saved with it
+    for saved, digest in sorted(digests.items()):
+        step_of.setdefault(digest, saved)
     resized = _resized_since(events, baseline.world_size) if baseline is not None else None
     stale: list[dict[str, Any]] = []
     checked = unchecked = 0

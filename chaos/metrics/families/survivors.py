@@ -90,11 +90,11 @@ def hit_srcs(target_srcs: list[str], events: list[dict[str, Any]]) -> set[str]:
 
 def _fault_metrics(ctx: FaultContext) -> dict[str, Any]:
     fm = ctx.metrics
-    t_recovered = fm.t_inject + fm.recovery_s if fm.recovery_s is not None else None
+    t_recovered = ctx.t_inject + fm.recovery_s if fm.recovery_s is not None else None
     targets = hit_srcs(ctx.record.target_srcs, ctx.timeline.events)
-    stall, _ = survivor_stall(ctx.timeline.step_ends, targets, fm.t_inject, t_recovered)
+    stall, _ = survivor_stall(ctx.timeline.step_ends, targets, ctx.t_inject, t_recovered)
     return {"survivor_stall_s": stall,
-            "survivor_restarts": survivor_restarts(ctx.timeline.step_ends, targets, fm.t_inject)}
+            "survivor_restarts": survivor_restarts(ctx.timeline.step_ends, targets, ctx.t_inject)}
 
 
 def _missing(fm: Any) -> str:
