@@ -21,8 +21,6 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from chaos.ckptformat import check_format_env
-
 if TYPE_CHECKING:
     from chaos.events import Event
     from chaos.workload.base import Workload
@@ -39,7 +37,6 @@ class CheckpointReader:
     the ``ckpt_image`` events (the injector's probe: thread-safe)."""
 
     def __init__(self, workload: Workload, emit: Any) -> None:
-        check_format_env()  # a bad TRAINCHAOS_CHECKPOINT_FORMAT fails the run's start, located
         self.workload = workload
         self.emit = emit
         self._queue: queue.Queue[Event | None] = queue.Queue()

@@ -73,11 +73,18 @@ def _has_tensors(mapping: Mapping[str, Any]) -> bool:
 
 def model_state(obj: Any) -> Mapping[str, Any] | None:
     """The model's state in a loaded checkpoint: under a conventional key (``MODEL_KEYS``),
-    or the mapping itself when it is a state dict (tensors at its top); None: neither."""
+    or the mapping itself when it is a state dict (tensors at its top); a whole pickled
+    module (``torch.save(model)``) is its ``state_dict()``; None: none of these."""
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return obj.state_dict()
     if not isinstance(obj, Mapping):
         return None
     for key in MODEL_KEYS:
         value = obj.get(key)
+        if isinstance(value, torch.nn.Module):
+            return value.state_dict()
         if isinstance(value, Mapping) and _has_tensors(value):
             return value
     return obj if _has_tensors(obj) else None

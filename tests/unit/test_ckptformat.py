@@ -67,6 +67,7 @@ def _command() -> CommandWorkload:
     (lambda m: m.state_dict(), "step-00000012.pt", 12),  # a bare state dict: the name's step
     (lambda m: {"model": m.state_dict()}, "epoch=1-step=15.pt", 15),
     (lambda m: m.state_dict(), "weights.bin", None),  # no step anywhere: the saver's claim is taken
+    (lambda m: {"model": m, "step": 4}, "whole-module.pt", 4),  # torch.save(model): its state_dict
 ])
 def test_a_torch_save_file_is_read_under_its_conventional_key_with_its_step(tmp_path, content, name, step):
     model = _model()
@@ -422,11 +423,11 @@ def test_a_hook_reads_what_no_built_in_format_knows(tmp_path, hook_module, monke
     ("protobuf", "unknown checkpoint format 'protobuf'"),
 ])
 def test_a_bad_hook_or_format_name_is_a_located_error_listing_the_allowed(hook_module, monkeypatch, spec, why):
-    from chaos.freshness import CheckpointReader
+    from chaos.suite import preflight
 
     monkeypatch.setenv(FORMAT_ENV, spec)
     with pytest.raises(ScenarioError, match=why) as caught:
-        CheckpointReader(_command(), lambda *_a, **_f: None)  # at the run's start, not its first save
+        preflight([])  # before anything starts, not at the first save
     issue = caught.value.issues[0]
     assert issue.location == FORMAT_ENV and caught.value.exit_code == 2
     assert "allowed: dcp, lightning, hf, safetensors, torch_save, or module:function" in issue.message
@@ -487,3 +488,20 @@ def test_accelerate_torchft_and_nvrx_read_by_format(tmp_path):
         workload = lookup_workload(kind)(WorkloadSpec(kind=kind, options={}))
         assert workload.read_checkpoint(str(tmp_path / "step_40")) == CheckpointImage(40, _digest(model)), kind
         assert workload.read_checkpoint(str(tmp_path / "step-3.pt")) == CheckpointImage(3, _digest(model)), kind
+
+
+def test_trainchaos_run_refuses_a_bad_format_before_anything_starts(tmp_path, monkeypatch):
+    import yaml
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "s", "workload": {"command": "python train.py", "steps": 5},
+                                        "topology": {"nodes": 1, "ranks_per_node": 1}, "faults": []}))
+    monkeypatch.setenv(FORMAT_ENV, "no_such_module_here:read")
+    result = CliRunner().invoke(cli, ["run", str(scenario), "--out", str(tmp_path / "out")])
+    # main() prints a ScenarioError as it is and exits with its code, 2
+    assert isinstance(result.exception, ScenarioError) and result.exception.exit_code == 2, result.output
+    assert "TRAINCHAOS_CHECKPOINT_FORMAT: checkpoint hook 'no_such_module_here:read'" in str(result.exception)
+    assert not (tmp_path / "out").exists()
