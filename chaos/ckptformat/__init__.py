@@ -15,6 +15,7 @@ registering itself; another package adds one through the entry-point group
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from chaos import contract
 from chaos.ckptformat.base import CheckpointFormat
@@ -62,9 +63,10 @@ def detect_format(path: str) -> CheckpointFormat | None:
     return None
 
 
-def format_named(spec: str, where: str = FORMAT_ENV) -> CheckpointFormat:
-    """The format ``spec`` names: a registered name, or a hook ``module:function``. A bad one
-    is a ScenarioError located at ``where``, with the known names."""
+def format_named(spec: str) -> CheckpointFormat:
+    """The format ``TRAINCHAOS_CHECKPOINT_FORMAT``'s value names: a registered name, or a hook
+    ``module:function``. A bad one is a ScenarioError located at the variable, with the
+    allowed values."""
     known = {cls.name: cls for cls in known_formats()}
     if spec in known:
         return known[spec]()
@@ -75,18 +77,18 @@ def format_named(spec: str, where: str = FORMAT_ENV) -> CheckpointFormat:
             problem = f"checkpoint hook {spec!r}: {exc}"
     else:
         problem = f"unknown checkpoint format {spec!r}"
-    raise ScenarioError([ValidationIssue(
-        "environment" if where == FORMAT_ENV else "<workload>", where,
+    raise ScenarioError([ValidationIssue("environment", FORMAT_ENV, (
         f"{problem}; allowed: {', '.join(known)}, or module:function (a hook that takes the "
-        "checkpoint's path and returns (step, state_dict))")])
+        "checkpoint's path and returns (step, state_dict))"))])
 
 
 def chosen_format(declared: str | None = None) -> CheckpointFormat | None:
-    """``TRAINCHAOS_CHECKPOINT_FORMAT``'s format, else the ``declared`` one; None: detect."""
+    """``TRAINCHAOS_CHECKPOINT_FORMAT``'s format, else the one a kind ``declared`` (a kind's
+    own name for a format nobody registered is its bug: KeyError); None: detect."""
     spec = os.environ.get(FORMAT_ENV, "").strip()
     if spec:
         return format_named(spec)
-    return format_named(declared, "checkpoint_format") if declared else None
+    return FORMATS.lookup(declared)() if declared else None
 
 
 def check_format_env() -> None:
@@ -110,12 +112,14 @@ def audit_checkpoints(directory: str, declared: str | None = None) -> Checkpoint
     most of its entries show; None: no entry is in a known format."""
     fmt = chosen_format(declared)
     if fmt is None:
-        counts: dict[str, tuple[int, CheckpointFormat]] = {}
+        found: dict[str, CheckpointFormat] = {}
+        counts: Counter[str] = Counter()
         for name in sorted(os.listdir(directory)):
-            found = None if name.startswith(".") else detect_format(os.path.join(directory, name))
-            if found is not None and name not in found.pointer_names():
-                counts[found.name] = (counts.get(found.name, (0, found))[0] + 1, found)
+            entry = None if name.startswith(".") else detect_format(os.path.join(directory, name))
+            if entry is not None and name not in entry.pointer_names():
+                found.setdefault(entry.name, entry)
+                counts[entry.name] += 1
         if not counts:
             return None
-        fmt = max(counts.values(), key=lambda item: item[0])[1]
+        fmt = found[counts.most_common(1)[0][0]]
     return fmt.audit(directory)
