@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "AGENT_ZYGOTE_KEEPER_ENV",
+    "CHECKPOINT_FORMAT_ENV",
     "CONTROLLER_ENV",
     "ENV_PREFIX",
     "EVENTS_DIR_ENV",
@@ -113,6 +114,10 @@ WARM_START_ENV = "TRAINCHAOS_WARM_START"
 """``1`` or ``0``: the bundled harness's ``warm_start`` where a scenario does not set it
 (a CI pipeline's quick runs, the test suite); a scenario's own value wins, and the run
 record's ``rank_launch`` says which start was measured."""
+CHECKPOINT_FORMAT_ENV = "TRAINCHAOS_CHECKPOINT_FORMAT"
+"""The format the checkpoint checkers read a job's checkpoints as, overriding what its kind
+declares or their layout shows: a format's name (``chaos.ckptformat``) or a hook
+``module:function`` returning ``(step, state_dict)``."""
 AGENT_ZYGOTE_KEEPER_ENV = "TRAINCHAOS_AGENT_ZYGOTE_KEEPER_FD"
 """An open file descriptor (inherited): the read end of a pipe that a process starting many
 controllers in turn (a test suite, a CI job) holds open. Controllers given it share one

@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from chaos.ckptformat import check_format_env
 from chaos.errors import ToolError
 from chaos.events import Event, read_events
 from chaos.faults.family import CrashSweep, crash_sweep
@@ -199,6 +200,7 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
     """Twin, trace, one crash run per boundary (each of ``points`` only, when given: 0 is
     before the first); writes ``<out_dir>/crash_points.json``."""
     started = time.monotonic()
+    check_format_env()  # the auditor's format, before a run is spent on it
     workload = workload_for(scenario.workload)
     progress = RunProgress(on_note=None)
     base = _variant(scenario, scenario.name, [])

@@ -4,9 +4,10 @@ A checkpoint is fresh when it holds the state of the step it claims. The job can
 (a stale save believes it is fresh: NeMo-RL #3312's async save snapshotted the weights after
 the optimizer step of a later step and wrote them under the earlier step), so trainchaos reads
 the bytes: on each ``ckpt_save_end`` that names a ``path``, a reader thread asks the workload
-(``Workload.read_checkpoint``) for the step the checkpoint claims and the digest of the model
-state it holds, and records a ``ckpt_image`` event. ``chaos.metrics.families.freshness`` then
-compares each image with the fault-free twin's ``state_digest`` at that step.
+(``Workload.read_checkpoint``, by format for most kinds: ``chaos.ckptformat``) for the step the
+checkpoint claims and the digest of the model state it holds, and records a ``ckpt_image``
+event. ``chaos.metrics.families.freshness`` then compares each image with the fault-free
+twin's ``state_digest`` at that step.
 
 Read at once, because a keep-last-K job prunes its checkpoints; off the controller's loop,
 because a storage fault may stall the very file system the reader goes through (the reader
@@ -74,6 +75,7 @@ class CheckpointReader:
             fields["error"] = f"reader failed: {type(exc).__name__}: {exc}"[:300]
         else:
             if image is None:
-                return  # the workload cannot read its checkpoints: nothing to record
-            fields.update(step=image.step, digest=image.digest)
+                return  # no format the workload knows reads it: nothing to record
+            # A checkpoint that records no step (a bare state dict) is taken at the saver's word.
+            fields.update(step=image.step if image.step is not None else event.get("step"), digest=image.digest)
         self.emit("ckpt_image", **fields)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chaos.ckptformat import check_format_env
 from chaos.cluster import lookup_backend
 from chaos.errors import ScenarioError, ValidationIssue
 from chaos.faults.base import lookup
@@ -55,7 +56,8 @@ class SuiteOutcome:
 def preflight(scenarios: list[Scenario]) -> None:
     """What this machine lacks for each scenario's backend, and what a fault needs of the
     backend's options (``FaultType.preflight``), as located input errors (exit 2), before
-    anything starts."""
+    anything starts; and a bad ``TRAINCHAOS_CHECKPOINT_FORMAT`` (the checkpoint checkers')."""
+    check_format_env()
     issues = [ValidationIssue(sc.path, "backend", problem)
               for sc in scenarios for problem in lookup_backend(sc.backend.name).preflight(sc)
               + [p for fault in sc.faults for p in lookup(fault.type).preflight(fault, sc)]]

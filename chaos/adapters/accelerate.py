@@ -15,7 +15,9 @@ What it reports, from the loop's own calls into Accelerate:
   ``load_state``. The step of a loaded checkpoint is the trailing number of its folder's
   name (``step_40``, ``step-00000040``), as Accelerate's own examples name them; the step
   count goes on from there;
-- ``run_end`` with the model digest at ``accelerator.end_training()``, from process 0.
+- ``run_end`` with the model digest at ``accelerator.end_training()``, from process 0;
+- in the fault-free twin only, ``state_digest`` after each optimizer step (process 0): what
+  the checkpoint freshness checker compares each ``save_state`` folder's weights with.
 
 It observes and never steers: ``backward``, ``save_state``, ``load_state`` and
 ``end_training`` are replaced on this one Accelerator instance by functions that call the
@@ -64,6 +66,10 @@ class _Reporter:
     def after_optimizer_step(self, *_: Any) -> None:
         self.step += 1
         probe.step_end(self.step, self.loss)
+        if self.model is not None and self.accelerator.is_main_process:
+            # The twin's reference for checkpoint freshness (a no-op outside the twin):
+            # save_state's model.safetensors holds this state dict (chaos.ckptformat.hf).
+            probe.state_digest(self.step, model=self.model)
 
 
 def instrument(accelerator: Any, *, model: Any = None, optimizer: Any = None) -> Any:

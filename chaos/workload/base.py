@@ -33,6 +33,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos.ckptformat.records import CheckpointAudit, CheckpointImage
 from chaos.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
@@ -83,34 +84,6 @@ class StorageLayout:
                 else os.path.join(run_dir, self.shared_checkpoints))
 
 
-@dataclass(frozen=True)
-class CheckpointImage:
-    """What one saved checkpoint holds, as the freshness checker compares it with the twin."""
-
-    step: int
-    """The step the checkpoint claims (its own record of it, not its file name alone)."""
-    digest: str
-    """``chaos.probe.state_dict_digest`` of the model state it holds: equal to the twin's
-    ``state_digest`` at a step exactly when the weights are bitwise those of that step."""
-
-
-@dataclass(frozen=True)
-class CheckpointAudit:
-    """The checkpoints of one directory as a crash left them (``Workload.audit_checkpoints``)."""
-
-    complete: tuple[int, ...]
-    """Steps whose checkpoint is complete: it verifies as the job's own load verifies it."""
-    torn: dict[int, str] = field(default_factory=dict)
-    """Step -> why its checkpoint, named as a finished one, is not complete."""
-    pointer: int | None = None
-    """The step the job's "latest" pointer names; None: it keeps no pointer (or none yet)."""
-
-    @property
-    def dangling(self) -> bool:
-        """The pointer names a checkpoint that is not complete."""
-        return self.pointer is not None and self.pointer not in self.complete
-
-
 class Workload(ABC):
     """One kind of training job. Instances describe the workload of one scenario; class
     attributes and class methods describe the kind."""
@@ -123,6 +96,9 @@ class Workload(ABC):
     """What the reference says above the kind's options table (docs/scenario.md)."""
     options_description: ClassVar[str] = ""
     """The JSON Schema description of each options section; ``{section}`` is its name."""
+    checkpoint_format: ClassVar[str | None] = None
+    """The format its checkpoints are in (``chaos.ckptformat``: ``dcp``, ``lightning``...);
+    None: each checkpoint's layout says."""
 
     def __init__(self, spec: records.Workload) -> None:
         self.spec = spec
@@ -171,24 +147,32 @@ class Workload(ABC):
 
     def read_checkpoint(self, path: str) -> CheckpointImage | None:
         """What the checkpoint at ``path`` (the ``path`` of a ``ckpt_save_end`` event) holds;
-        None: this kind cannot read its checkpoints (the freshness checker leaves them
-        unchecked). Raises ``ValueError`` or ``OSError`` saying why it is unusable (torn,
-        gone). Called by the controller, off its loop, once per save.
+        None: no known format reads it (the freshness checker leaves it unchecked). Raises
+        ``ValueError`` or ``OSError`` saying why it is unusable (torn, gone). Called by the
+        controller, off its loop, once per save.
 
-        The hook other formats implement in their kind: a torch DCP directory
-        (``torch.distributed.checkpoint.load`` into the model's ``state_dict`` with a
-        ``FileSystemReader``, the step from the kind's own metadata) or a Lightning
-        ``.ckpt`` (``torch.load(path)["state_dict"]`` and ``["global_step"]``, the
-        LightningModule's ``model.`` prefix as the twin's script names its tensors): the
-        digest is ``chaos.probe.state_dict_digest`` of the same tensors the twin's
-        ``probe.state_digest`` hashed."""
-        return None
+        By format (``chaos.ckptformat``): the kind's ``checkpoint_format`` (or
+        ``TRAINCHAOS_CHECKPOINT_FORMAT``: a format's name, or a hook ``module:function``
+        returning ``(step, state_dict)``) where the path's layout fits it, else the format
+        the layout shows (torch.save, DCP, safetensors, Lightning ``.ckpt``, HF Trainer or
+        Accelerate folders). The digest is ``chaos.probe.state_dict_digest`` of the state
+        the format finds, which the twin's ``probe.state_digest(step, model=)`` hashes the
+        same way; the step is the checkpoint's own record, else its name's, else None (the
+        save event's is taken). A kind with a verified format of its own (the harness)
+        overrides this."""
+        from chaos import ckptformat
+
+        return ckptformat.read_checkpoint(path, self.checkpoint_format)
 
     def audit_checkpoints(self, directory: str) -> CheckpointAudit | None:
         """Which checkpoints ``directory`` (a crash image of its checkpoint tier) holds
-        complete, which torn, and what its "latest" pointer names; None: this kind cannot
-        tell (the sweep then judges by the restart alone)."""
-        return None
+        complete, which torn, and what its "latest" pointer names; None: no known format
+        audits its entries (the sweep then judges by the restart alone). By format, as
+        ``read_checkpoint``: each format says what it takes as the pointer
+        (docs/checkers.md, "Checkpoint formats")."""
+        from chaos import ckptformat
+
+        return ckptformat.audit_checkpoints(directory, self.checkpoint_format)
 
     # -- the run ------------------------------------------------------------------------------
     @abstractmethod

@@ -36,3 +36,6 @@ class AccelerateWorkload(ScriptWorkload):
         "torchrun's environment); by default the bundled example, which saves its state every "
         "few steps and resumes from the newest.")
     options_description: ClassVar[str] = "Options of the accelerate workload kind ({section})."
+    checkpoint_format: ClassVar[str | None] = "hf"
+    """``save_state`` folders (``chaos.ckptformat.hf``): ``model.safetensors`` or
+    ``pytorch_model.bin``, complete once ``random_states_0.pkl`` is written."""

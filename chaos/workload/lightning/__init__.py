@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from chaos import probe
 from chaos.workload import register_workload
-from chaos.workload.base import CheckpointImage
 from chaos.workload.script import ScriptOptions, ScriptWorkload
 
 __all__ = ["LightningOptions", "LightningWorkload"]
@@ -38,26 +36,6 @@ class LightningWorkload(ScriptWorkload):
         "torchrun's environment); by default the bundled example, which checkpoints every few "
         "steps and resumes from the last checkpoint.")
     options_description: ClassVar[str] = "Options of the lightning workload kind ({section})."
-
-    def read_checkpoint(self, path: str) -> CheckpointImage | None:
-        """A Lightning ``.ckpt`` file: its ``global_step`` and the digest of its
-        ``state_dict`` (the LightningModule's own, as the adapter's twin hashes it at every
-        step). None for a path that is not a ``.ckpt`` file (a script that saves otherwise)."""
-        if not path.endswith(".ckpt"):
-            return None
-        import pickle
-
-        import torch
-
-        try:
-            # The run's own file, written by Lightning with pickled loop and callback states
-            # that weights_only refuses.
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        except FileNotFoundError:
-            raise
-        except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
-            raise ValueError(f"not a complete Lightning checkpoint: {type(exc).__name__}: {exc}"[:300]) from None
-        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-            raise ValueError(f"{path} holds no Lightning state_dict")
-        return CheckpointImage(step=int(checkpoint.get("global_step", -1)),
-                               digest=probe.state_dict_digest(checkpoint["state_dict"]))
+    checkpoint_format: ClassVar[str | None] = "lightning"
+    """A ``.ckpt``'s ``state_dict`` and ``global_step`` (``chaos.ckptformat.lightning``): the
+    LightningModule's own, as the adapter's twin hashes it at every step."""
