@@ -28,7 +28,7 @@ from chaos.workload import (
 )
 from chaos.workload.command import CommandWorkload
 from chaos.workload.harness import HarnessWorkload
-from chaos.workload.torchrun import AGENT_MAIN
+from chaos.workload.torchrun import AGENT_MAIN, TorchrunPerNode
 from harness.config_load import config_from_args
 
 RDZV = "127.0.0.1:29555"
@@ -122,7 +122,8 @@ def test_kind_of_a_record_and_of_a_document() -> None:
 def _agent(launch: Launch, topology: Topology, node: int = 0) -> list[str]:
     """The node's torchrun agent as the local backend starts it for this launch."""
     spec = RunSpec("trainchaos-abc", "/tmp/run", topology, launch.worker_argv,
-                   tee_worker_output=launch.launcher.tee_output, extra_env=launch.env)
+                   tee_worker_output=launch.launcher.tee_output, extra_env=launch.env,
+                   launcher=launch.launcher)
     cluster = LocalCluster(spec, None)  # type: ignore[arg-type]
     cluster.rdzv_port = 29555
     return cluster.agent_command(node)
@@ -181,7 +182,8 @@ def test_harness_launch_is_python_m_harness_with_every_option_plus_seed_and_run_
 
 def test_node_environment_uses_the_contract_names() -> None:
     spec = RunSpec("trainchaos-abc", "/tmp/run", Topology(nodes=2, ranks_per_node=1), ["x"],
-                   probe_faults_file="/tmp/run/probe_faults.json", extra_env={"EXTRA": "1"})
+                   probe_faults_file="/tmp/run/probe_faults.json", extra_env={"EXTRA": "1"},
+                   launcher=TorchrunPerNode(("x",)))
     env = LocalCluster(spec, None).node_env(1)  # type: ignore[arg-type]
     assert env["TRAINCHAOS_RUN_ID"] == "trainchaos-abc" == env[contract.RUN_ID_ENV]
     assert env["TRAINCHAOS_EVENTS_DIR"] == "/tmp/run/events"

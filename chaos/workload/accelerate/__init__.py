@@ -36,3 +36,5 @@ class AccelerateWorkload(ScriptWorkload):
         "torchrun's environment); by default the bundled example, which saves its state every "
         "few steps and resumes from the newest.")
     options_description: ClassVar[str] = "Options of the accelerate workload kind ({section})."
+    key_doc: ClassVar[str] = ("An Accelerate training script run per rank by torchrun; null or {} runs the "
+                              "bundled example (examples/accelerate/train.py).")

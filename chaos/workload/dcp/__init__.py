@@ -42,6 +42,8 @@ class DcpWorkload(ScriptWorkload):
         "torch.distributed.checkpoint; by default the bundled example, which saves every few "
         "steps behind an atomic `latest` marker and resumes from it.")
     options_description: ClassVar[str] = "Options of the dcp workload kind ({section})."
+    key_doc: ClassVar[str] = ("A DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, run per "
+                              "rank by torchrun; null or {} runs the bundled example (examples/dcp/train.py).")
 
     def read_checkpoint(self, path: str) -> CheckpointImage | None:
         """A DCP checkpoint directory ``step-NNNNNNNN`` (the bundled example's layout: the

@@ -38,6 +38,8 @@ class LightningWorkload(ScriptWorkload):
         "torchrun's environment); by default the bundled example, which checkpoints every few "
         "steps and resumes from the last checkpoint.")
     options_description: ClassVar[str] = "Options of the lightning workload kind ({section})."
+    key_doc: ClassVar[str] = ("A Lightning Trainer script run per rank by torchrun (DDP); null or {} runs "
+                              "the bundled example (examples/lightning/train.py).")
 
     def read_checkpoint(self, path: str) -> CheckpointImage | None:
         """A Lightning ``.ckpt`` file: its ``global_step`` and the digest of its
