@@ -185,7 +185,7 @@ class LocalCluster(ClusterBackend):
         """The workload's launcher: it writes each node's command line and its own env."""
         if self.spec.launcher is None:
             raise ToolError(f"run {self.spec.run_id}: its RunSpec carries no launcher (the "
-                            "workload's Launch.launcher writes each node's command line)")
+                            "workload's Launch.launcher says what each node runs)")
         return self.spec.launcher
 
     def rdzv_endpoint(self) -> str:

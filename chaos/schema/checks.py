@@ -91,6 +91,8 @@ def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> 
                   for i, entry in enumerate(raw_faults)]
     targets = clean_fields(TargetsDoc, data.get("targets"), _under(error_locs, "targets"))
     checker = _Checker()
+    for where, message in section_problems(data.get("workload")):
+        checker.add(where, message)
     checker.run(top, faults, targets)
     return checker.problems
 
@@ -195,10 +197,8 @@ class _Checker(TargetChecks):
 
     def workload(self, doc: Any, topology: records.Topology | None) -> Workload | None:
         """The scenario's workload section (``workload_doc_model``'s, None when left out) as
-        its kind validates it (None: nothing to go on)."""
-        if doc is not None:
-            for where, message in section_problems(doc):
-                self.add(where, message)
+        its kind validates it (None: nothing to go on); keys of another kind beside it are
+        told by ``section_problems`` first."""
         workload, problems = lookup_workload(kind_of(doc)).validate(
             doc, topology.world_size if topology is not None else None)
         for where, message in problems:

@@ -117,9 +117,15 @@ WorkloadField = Annotated[Any, PlainValidator(_validate), Deferred(workload_doc_
 when a scenario is read."""
 
 
-def section_problems(doc: _WorkloadDocBase) -> list[tuple[tuple[str | int, ...], str]]:
-    """Keys of another kind written beside the section's kind, each in that kind's words."""
-    (kind,) = (name for name in doc.kinds if name in doc.model_fields_set)
-    cls = doc.kinds[kind]
-    return [(("workload", key), cls.misplaced_key(key, doc.owners[key]))
-            for key in type(doc).model_fields if key in doc.model_fields_set and doc.owners[key] is not cls]
+def section_problems(section: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """Keys of another kind written beside the section's one kind, each in that kind's words.
+    Read from the section as written, so that a bad value elsewhere in it hides none."""
+    if not isinstance(section, dict):
+        return []
+    model = workload_doc_model()
+    given = [name for name in model.kinds if name in section]
+    if len(given) != 1:
+        return []  # the model's own error says which kinds to choose from
+    cls = model.kinds[given[0]]
+    return [(("workload", key), cls.misplaced_key(key, model.owners[key]))
+            for key in section if key in model.owners and model.owners[key] is not cls]

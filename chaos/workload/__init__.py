@@ -91,7 +91,7 @@ def kind_of(spec: records.Workload | WorkloadSection | None) -> str:
         return DEFAULT_KIND
     given = getattr(spec, "model_fields_set", None)  # a document: the keys written
     if given is None and getattr(spec, "kind", None):  # a record of a kind with an options key
-        return spec.kind  # type: ignore[union-attr, return-value]
+        return spec.kind  # type: ignore[return-value]
     for name in known_workloads():
         if (name in given) if given is not None else getattr(spec, name, None) is not None:
             return name
