@@ -16,12 +16,12 @@ in the kind's words (``Workload.misplaced_key``). The kind's own ``validate`` co
 
 from __future__ import annotations
 
-import difflib
 import functools
 from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import ConfigDict, PlainValidator, create_model, model_validator
 
+from chaos.schema.suggest import spelling
 from chaos.schema.types import Deferred, StrictModel
 from chaos.workload import Workload, known_workloads
 
@@ -33,7 +33,6 @@ class _WorkloadDocBase(StrictModel):
 
     model_config = ConfigDict(json_schema_extra=lambda schema, cls: _one_kind_schema(schema, cls.owners))
 
-    key_noun: ClassVar[str] = "workload key"
     owners: ClassVar[dict[str, type[Workload]]] = {}
     """Key -> the kind that owns it."""
     kinds: ClassVar[dict[str, type[Workload]]] = {}
@@ -55,12 +54,12 @@ class _WorkloadDocBase(StrictModel):
         an unknown kind, told with the kinds known."""
         kinds = list(cls.kinds)
         beside = {name: owner for name, owner in cls.owners.items() if name not in cls.kinds}
-        close = difflib.get_close_matches(key, list(cls.owners), n=1, cutoff=0.6) if isinstance(key, str) else []
-        if close and close[0] in beside:
-            owner = beside[close[0]]
+        close = spelling(key, cls.owners)
+        if close in beside:
+            owner = beside[close]
             keys = [name for name, cls_ in cls.owners.items() if cls_ is owner]
-            return f"unknown key {key!r}; did you mean {close[0]!r}? {owner.kind} takes {', '.join(keys)}"
-        hint = f"; did you mean {close[0]!r}?" if close else ";"
+            return f"unknown key {key!r}; did you mean {close!r}? {owner.kind} takes {', '.join(keys)}"
+        hint = f"; did you mean {close!r}?" if close else ";"
         also = "; ".join(f"{owner.kind} also takes {', '.join(n for n, o in beside.items() if o is owner)}"
                          for owner in dict.fromkeys(beside.values()))
         return (f"unknown workload kind {key!r}{hint} known: {', '.join(kinds)}"
