@@ -17,7 +17,8 @@ from chaos.registry import Registry
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend
 
-__all__ = ["BACKENDS", "UnknownBackend", "backend_of", "known_backends", "lookup_backend", "register_backend"]
+__all__ = ["BACKENDS", "UnknownBackend", "backend_as", "backend_of", "known_backends", "lookup_backend",
+           "register_backend"]
 
 
 class UnknownBackend(KeyError):
@@ -40,6 +41,16 @@ def lookup_backend(name: str) -> type[ClusterBackend]:
 
 def known_backends() -> dict[str, type[ClusterBackend]]:
     return BACKENDS.known()
+
+
+def backend_as(name: str, capability: type) -> type[Any] | None:
+    """The backend class called ``name``, to be used through ``capability``'s classmethods (a
+    game day's ``Attachable.attach``); None when it does not declare it (the caller says which
+    do, ``chaos.cluster.capabilities.providers``)."""
+    from chaos.cluster.capabilities import has
+
+    cls = lookup_backend(name)
+    return cls if has(cls, capability) else None
 
 
 def backend_of(record: dict[str, Any], capability: type) -> type[Any]:

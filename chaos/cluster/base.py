@@ -39,7 +39,9 @@ C = TypeVar("C")
 
 __all__ = [
     "ClusterBackend",
+    "AgentProcess",
     "InjectionContext",
+    "Launcher",
     "LiveRank",
     "NoOptions",
     "NodeStatus",
@@ -64,6 +66,49 @@ class StorageMount:
     """The directory mounted over; None for ``local``: each node's local tier."""
 
 
+class AgentProcess(Protocol):
+    """A node's agent as a backend holds it: a ``subprocess.Popen``, or a process a launcher
+    started its own way (a warm agent forked from imports done once)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class Launcher(Protocol):
+    """How the workload's job is started on a node (``chaos.workload.base.Launch.launcher``):
+    the launcher writes each node's command line and environment; a backend only says where
+    things are (interpreter, node address, rendezvous endpoint) and places the command on its
+    node. Declared here so that no backend imports the workload that made it."""
+
+    @property
+    def tee_output(self) -> bool:
+        """Worker lines reach the node log prefixed ``[default<local_rank>]:`` (``--tee 3``)."""
+
+    @property
+    def warm_start(self) -> bool:
+        """Ranks are forked from imports done once on their node (``rank_launch: warm``)."""
+
+    def agent_command(self, topology: Topology, *, run_id: str, rdzv_endpoint: str,
+                      local_addr: str, python: str = ..., node: int = 0) -> list[str]:
+        """Node ``node``'s agent process, as argv."""
+
+    def node_env(self, node: int, topology: Topology, rdzv_endpoint: str) -> dict[str, str]:
+        """Environment of the node's agent beyond what the backend exports."""
+
+    def global_rank(self, node: int, agent_rank: int, topology: Topology) -> int:
+        """The job's rank of the worker node ``node``'s agent numbers ``agent_rank``."""
+
+    def start_agent(self, command: list[str], env: dict[str, str], *, cwd: str, log: Any,
+                    cgroup: str | None = None) -> AgentProcess | None:
+        """The node's agent started the launcher's own way, for a backend whose agents are
+        plain processes of this machine (``LocalCluster.forks_agents``); None: the backend
+        starts ``command`` as a new process."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What a backend needs to start one run."""
@@ -83,9 +128,10 @@ class RunSpec:
     mounts: tuple[StorageMount, ...] = ()
     """The storage fault layer's mounts the run's faults need (a backend with the
     ``StorageLayer`` capability acquires them before any node starts)."""
-    launcher: Any = None
-    """The workload's launcher (``chaos.workload.base.Launch.launcher``: ``agent_command``
-    and ``node_env`` per node); None: ``TorchrunPerNode`` of ``worker_argv``."""
+    launcher: Launcher | None = None
+    """The workload's launcher (``chaos.workload.base.Launch.launcher``): each node's command
+    line and environment. A backend that starts nodes needs it (None: a spec that starts
+    nothing, a game day's attached run)."""
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CAPABILITIES", "ContainerHost", "Fabric", "LocalDisk", "PowerControl", "PowerCut",
-           "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
+__all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "PowerControl",
+           "PowerCut", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
 
 
 class Fabric(Protocol):
@@ -153,8 +153,23 @@ class StorageLayer(Protocol):
         """Where the injector talks to the mount of ``label`` (``shared``, ``local-node-1``)."""
 
 
+class Attachable(Protocol):
+    """attach to a live run another controller started (a game day's faults act on it)"""
+
+    @classmethod
+    def attach(cls, spec: Any) -> Any:
+        """The backend of the live run ``spec`` (a ``RunSpec`` rebuilt from its ``run.json``)
+        names, bound to the nodes it runs now; nothing of the run's is created, started or
+        removed."""
+
+    def rescan(self) -> dict[int, str]:
+        """Node -> its state as the infrastructure says now (``running``, ``paused``,
+        ``exited``...); a node with nothing left: absent."""
+
+
+
 CAPABILITIES: tuple[type, ...] = (Fabric, ServiceProxies, ContainerHost, Scheduler, PowerControl,
-                                  LocalDisk, StorageLayer)
+                                  LocalDisk, StorageLayer, Attachable)
 
 
 def describe(capability: type) -> str:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import ClusterBackend, NodeStatus
-from chaos.cluster.capabilities import ContainerHost, LocalDisk, PowerControl
+from chaos.cluster.capabilities import Attachable, ContainerHost, LocalDisk, PowerControl
 from chaos.cluster.docker_engine import (
     LABEL_NODE,
     LABEL_RUN,
@@ -88,7 +88,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                               "hosts), on a bridge network of the run; container faults: "
                               "docker kill, pause (freezer), disconnect, live limits")
     options_model: ClassVar[type[StrictModel]] = DockerOptions
-    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, LocalDisk)
+    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, LocalDisk, Attachable)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)

@@ -30,19 +30,25 @@ from pydantic import Field
 
 from chaos import contract
 from chaos.cluster import register_backend
-from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, LiveRank, NodeStatus
+from chaos.cluster.base import (
+    FATAL_SIGNALS,
+    AgentProcess,
+    ClusterBackend,
+    Launcher,
+    LiveRank,
+    NodeStatus,
+)
 from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, StorageLayer
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
 from chaos.cluster.rdzv_store import RendezvousStore
 from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
+from chaos.errors import ToolError
 from chaos.procs import controller_tag, find_run_processes, kill_pids, process_state
 from chaos.rundir import RunDir
 from chaos.schema.types import StrictModel
 from chaos.storage.control import MountControl
 from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
 from chaos.targets import TargetUnavailable
-from chaos.workload.agent_forks import ForkedAgent, start_agent
-from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["LocalCluster", "LocalOptions"]
 
@@ -52,7 +58,7 @@ LOOPBACK = "127.0.0.1"
 @dataclass
 class _Node:
     node: int
-    proc: subprocess.Popen | ForkedAgent
+    proc: subprocess.Popen | AgentProcess
     log_path: str
     lost: bool = False
     returncode: int | None = None
@@ -78,9 +84,9 @@ class LocalCluster(ClusterBackend):
     capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
     options_model: ClassVar[type[StrictModel]] = LocalOptions
     forks_agents: ClassVar[bool] = True
-    """A warm node's agent is forked by this controller's agent zygote: the agent is a plain
-    process of this machine here (a backend that wraps it, a namespace's ``ip netns exec``,
-    starts it as a new interpreter)."""
+    """The launcher may start a node's agent its own way (a warm node's agent forked by this
+    controller's agent zygote): the agent is a plain process of this machine here (a backend
+    that wraps it, a namespace's ``ip netns exec``, starts it as a new interpreter)."""
 
     @classmethod
     def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
@@ -171,10 +177,12 @@ class LocalCluster(ClusterBackend):
                                              local_addr=self.node_address(node), python=self.python(),
                                              node=node)
 
-    def launcher(self) -> TorchrunPerNode:
+    def launcher(self) -> Launcher:
         """The workload's launcher: it writes each node's command line and its own env."""
-        return self.spec.launcher or TorchrunPerNode(tuple(self.spec.worker_argv),
-                                                     tee_output=self.spec.tee_worker_output)
+        if self.spec.launcher is None:
+            raise ToolError(f"run {self.spec.run_id}: its RunSpec carries no launcher (the "
+                            "workload's Launch.launcher says what each node runs)")
+        return self.spec.launcher
 
     def rdzv_endpoint(self) -> str:
         """Where the agents reach the rendezvous store the controller hosts."""
@@ -218,11 +226,13 @@ class LocalCluster(ClusterBackend):
         log_path = RunDir(self.spec.run_dir).node_log(node)
         log = open(log_path, "ab")  # noqa: SIM115 (owned by the child from here on)
         command, env = self.agent_command(node), self.node_env(node)
-        proc: subprocess.Popen | ForkedAgent
-        if self.forks_agents and self.launcher().warm_start:
-            # A warm node's agent forked from imports done once (chaos.workload.agent_forks).
-            proc = start_agent(command, env, self.spec.run_dir, log, cgroup=self._memory_cgroups.get(node))
-        else:
+        proc: subprocess.Popen | AgentProcess | None = None
+        if self.forks_agents:
+            # The launcher's own way, where it has one (a warm node's agent is forked from
+            # imports done once).
+            proc = self.launcher().start_agent(command, env, cwd=self.spec.run_dir, log=log,
+                                               cgroup=self._memory_cgroups.get(node))
+        if proc is None:
             proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.spec.run_dir)
         log.close()

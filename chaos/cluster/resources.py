@@ -104,10 +104,10 @@ RESOURCE_KINDS: Registry[type[ResourceKind]] = Registry(
     builtins=("chaos.net.fabric", "chaos.net.linkemu", "chaos.net.toxiproxy",
               "chaos.storage.mounts", "chaos.cluster.docker_engine", "chaos.cluster.slurm_resources",
               "chaos.cluster.cgroups",
-              "chaos.workload.torchft.lighthouse",
-              # the kinds fault families define (FamilySpec.resource_modules), named so that
-              # this layer imports nothing of chaos.faults
-              "chaos.faults.family:load_resource_kinds"))
+              # the kinds fault families and workload kinds define (FamilySpec.resource_modules,
+              # Workload.resource_modules), named so that this layer imports nothing of either
+              "chaos.faults.family:load_resource_kinds",
+              "chaos.workload:load_resource_kinds"))
 
 register_kind = RESOURCE_KINDS.register
 

@@ -1,10 +1,12 @@
-"""The live run a game day exercises: found by its id (or the newest live docker run), its
-node containers found by the run's labels, and every plan target resolved to them.
+"""The live run a game day exercises: found by its id (or the newest live run of a backend
+that can be attached to), its node containers found by the run's labels, and every plan
+target resolved to them.
 
-``AttachedRun`` holds the docker backend attached to containers it did not start
-(``DockerCluster.attach``, looked up by name: nothing here names a concrete backend): the
-fault types see the same backend as in a scenario (``container``, ``signal_node``,
-``power_off``, ``live_ranks`` from the run's ``rank_start`` events...).
+``AttachedRun`` holds the backend the run's record names, attached to nodes it did not start
+through its ``Attachable`` capability (``chaos.cluster.capabilities``: the docker backend
+has it; nothing here names a concrete backend): the fault types see the same backend as in
+a scenario (``container``, ``signal_node``, ``power_off``, ``live_ranks`` from the run's
+``rank_start`` events...).
 
 Two checks, two moments:
 
@@ -20,10 +22,11 @@ Two checks, two moments:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from chaos.cluster import lookup_backend
+from chaos.cluster import backend_as, known_backends
 from chaos.cluster.base import RunSpec
+from chaos.cluster.capabilities import Attachable, describe, providers
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
 from chaos.model import Topology
 from chaos.record import RunRecordError, load_run_start
@@ -46,8 +49,15 @@ class TargetRefused(ChaosError):
     exit_code = EXIT_BAD_INPUT
 
 
+def attachable_backends() -> list[str]:
+    """The backends a game day can attach to (those declaring ``Attachable``)."""
+    return providers((Attachable,), known_backends())
+
+
 def find_run(which: str, plan_path: str) -> dict[str, Any]:
-    """The registry entry of the live run ``which`` (``latest``: the newest on docker)."""
+    """The registry entry of the live run ``which`` (``latest``: the newest of a backend that
+    can be attached to)."""
+    attachable = attachable_backends()
     live = []
     for entry in active_runs():
         if not run_is_live(entry):
@@ -56,15 +66,24 @@ def find_run(which: str, plan_path: str) -> dict[str, Any]:
             start = load_run_start(entry["run_dir"])
         except RunRecordError:
             continue
-        if start.backend.name == "docker":
+        if which != "latest" and entry["run_id"] == which and start.backend.name not in attachable:
+            raise ScenarioError([ValidationIssue(plan_path, "run", _not_attachable(which, start.backend.name))])
+        if start.backend.name in attachable:
             live.append({**entry, "record": start.model_dump(exclude_unset=True)})
     if which != "latest":
         live = [e for e in live if e["run_id"] == which]
     if not live:
         known = ", ".join(e["run_id"] for e in active_runs() if run_is_live(e)) or "none"
-        raise ScenarioError([ValidationIssue(plan_path, "run", f"no live docker run {which!r} (live runs: "
-                                             f"{known}); start one with `trainchaos run` first")])
+        raise ScenarioError([ValidationIssue(
+            plan_path, "run", f"no live {' or '.join(attachable) or 'attachable'} run {which!r} (live runs: "
+                              f"{known}); start one with `trainchaos run` first")])
     return max(live, key=lambda e: e.get("started", 0))
+
+
+def _not_attachable(run_id: str, backend: str) -> str:
+    have = ", ".join(attachable_backends()) or "none registered"
+    return (f"run {run_id} runs on the {backend} backend, which a game day cannot attach to: "
+            f"{backend} has no {describe(Attachable)}; backends that have it: {have}")
 
 
 @dataclass(frozen=True)
@@ -112,7 +131,11 @@ class AttachedRun:
         self.topology = self.spec.topology
         # No resources: an attached game day creates nothing of the run's (its faults are
         # journaled by the session), and a dry run writes nothing at all.
-        self.backend = cast(Any, lookup_backend("docker")).attach(self.spec)
+        backend = str(record["backend"]["name"])
+        attachable = backend_as(backend, Attachable)
+        if attachable is None:
+            raise ToolError(_not_attachable(self.spec.run_id, backend))
+        self.backend = attachable.attach(self.spec)
         self.states: dict[int, str] = {}
         """Node -> its container's state at the last refresh (a node without one: absent)."""
         self._tailer = EventTailer(RunDir(entry["run_dir"]).events)

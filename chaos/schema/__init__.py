@@ -2,6 +2,8 @@
 
 - ``models``: the scenario and suite files (every section, every key, its type, bounds,
   default and documentation);
+- ``workload_doc``: the ``workload`` section, built from the registered workload kinds (each
+  declares the keys it owns: ``Workload.section_fields``);
 - ``errors``: pydantic's errors in the words and locations a scenario author reads;
 - ``checks``: what needs more than one field (ranks vs the topology, fault types' params...);
 - ``build``: a validated document -> the ``chaos.model`` records the runner reads;

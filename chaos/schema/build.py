@@ -8,7 +8,7 @@ from chaos import model as records
 from chaos.faults.base import lookup
 from chaos.metrics.catalogue import target_specs
 from chaos.schema.fault_model import FaultDoc, TriggerDoc
-from chaos.schema.models import ScenarioDoc, TopologyDoc, WorkloadDoc
+from chaos.schema.models import ScenarioDoc, TopologyDoc
 from chaos.schema.targets_model import (
     BoundDoc,
     DataBoundsDoc,
@@ -43,7 +43,7 @@ def topology_record(doc: TopologyDoc) -> records.Topology:
     )
 
 
-def _workload(doc: WorkloadDoc | None) -> records.Workload:
+def _workload(doc: Any) -> records.Workload:
     """The record of the section as its kind reads it (the kind validated it already)."""
     workload, problems = lookup_workload(kind_of(doc)).validate(doc, None)
     assert workload is not None and not problems, problems

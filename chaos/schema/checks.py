@@ -7,8 +7,9 @@ against a topology that is itself wrong).
   racks and power domains exist, in-process types take only at_step, at_step is reached,
   the type's params (``FaultType.params_model``, then the type's own ``check_params``:
   a bitflip's tensor name against the workload's tensors); fault names are unique;
-- the workload: its kind's own ``validate`` (``chaos.workload``: the harness's options by
-  its own checker and messages, the global batch against the world size);
+- the workload: keys of another kind beside its kind (``chaos.schema.workload_doc``), then
+  its kind's own ``validate`` (``chaos.workload``: the harness's options by its own checker
+  and messages, the global batch against the world size);
 - the backend is registered and its options pass its ``options_model``;
 - targets.final_state needs baseline: true.
 """
@@ -34,11 +35,12 @@ from chaos.faults.base import (
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
 from chaos.schema.fault_model import FaultDoc, TriggerDoc
-from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc, WorkloadDoc
+from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc
 from chaos.schema.suggest import suggest_param, suggest_type
 from chaos.schema.target_checks import GROUPS, TargetChecks, nodes_text
 from chaos.schema.targets_model import TargetsDoc
 from chaos.schema.types import close_match
+from chaos.schema.workload_doc import section_problems
 from chaos.targets import parse_target
 from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import Workload, kind_of, lookup_workload
@@ -89,6 +91,8 @@ def cross_check(data: dict[str, Any], error_locs: Sequence[tuple[Any, ...]]) -> 
                   for i, entry in enumerate(raw_faults)]
     targets = clean_fields(TargetsDoc, data.get("targets"), _under(error_locs, "targets"))
     checker = _Checker()
+    for where, message in section_problems(data.get("workload")):
+        checker.add(where, message)
     checker.run(top, faults, targets)
     return checker.problems
 
@@ -191,8 +195,10 @@ class _Checker(TargetChecks):
 
     # ---------------------------------------------------------------- workload
 
-    def workload(self, doc: WorkloadDoc | None, topology: records.Topology | None) -> Workload | None:
-        """The scenario's workload as its kind validates it (None: nothing to go on)."""
+    def workload(self, doc: Any, topology: records.Topology | None) -> Workload | None:
+        """The scenario's workload section (``workload_doc_model``'s, None when left out) as
+        its kind validates it (None: nothing to go on); keys of another kind beside it are
+        told by ``section_problems`` first."""
         workload, problems = lookup_workload(kind_of(doc)).validate(
             doc, topology.world_size if topology is not None else None)
         for where, message in problems:

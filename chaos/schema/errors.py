@@ -152,6 +152,9 @@ def _message(error: ErrorDetails, spot: _Spot, key_noun: str | None, none_text: 
     ctx = error.get("ctx") or {}
     if kind in _UNKNOWN_KEY:
         owner = spot.owner
+        worded = getattr(owner, "unknown_key_message", None)
+        if worded is not None:  # a mapping that words its own (the workload section: kinds)
+            return str(worded(spot.path[-1]))
         allowed = model_keys(owner) if owner is not None else []
         noun = key_noun if owner is not None and key_noun and len(spot.path) == 1 else None
         noun = noun or (getattr(owner, "key_noun", "key") if owner is not None else "key")

@@ -2,9 +2,10 @@
 
 Generated, never written by hand: the scenario's sections from ``chaos.schema.models``, each
 fault type's params from its ``params_model`` (chosen by ``type``, with the target kinds and
-triggers the type takes), each backend's options from its ``options_model``, and a
-workload kind's options (``workload.harness``) from the dataclasses its kind declares
-(``Workload.options_type``: the harness's own configuration). Cross-field
+triggers the type takes), each backend's options from its ``options_model``, the workload section from the kinds
+registered (``chaos.schema.workload_doc``), and a workload kind's options
+(``workload.harness``) from the dataclasses its kind declares (``Workload.options_type``:
+the harness's own configuration) or from the pydantic model its key is declared with. Cross-field
 rules (a rank outside the world, at_step beyond the run) are left to ``trainchaos validate``.
 """
 
@@ -20,6 +21,7 @@ from pydantic_core import core_schema
 
 from chaos.faults.base import FaultType, known_types
 from chaos.schema.models import ScenarioDoc
+from chaos.schema.workload_doc import workload_doc_model
 from chaos.workload import Workload, known_workloads
 
 __all__ = ["SCHEMA_DIALECT", "SCHEMA_ID", "scenario_json_schema"]
@@ -61,6 +63,10 @@ def _model_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any
 def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a scenario file."""
     body = _model_schema(ScenarioDoc, defs := {})
+    workload = workload_doc_model()
+    defs[workload.__name__] = _model_schema(workload, defs)
+    body["properties"]["workload"] = {"$ref": _REF.format(model=workload.__name__),
+                                      "description": body["properties"]["workload"].get("description")}
     for kind in known_workloads().values():
         if kind.options_type() is not None:
             _add_workload_options(kind, defs["WorkloadDoc"]["properties"][kind.kind], defs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,7 +28,7 @@ from chaos.schema.fault_model import (
     TargetDoc,
     TriggerDoc,
 )
-from chaos.schema.models import ScenarioDoc, TopologyDoc, WorkloadDoc
+from chaos.schema.models import ScenarioDoc, TopologyDoc
 from chaos.schema.targets_model import (
     BoundDoc,
     DataBoundsDoc,
@@ -35,7 +36,8 @@ from chaos.schema.targets_model import (
     LossWithinDoc,
     TargetsDoc,
 )
-from chaos.schema.types import limits_text, literal_values, type_text, unwrap
+from chaos.schema.types import is_model, limits_text, literal_values, type_text, unwrap
+from chaos.schema.workload_doc import workload_doc_model
 from chaos.workload import Workload, known_workloads
 
 __all__ = ["BEGIN", "END", "reference_markdown", "replace_reference"]
@@ -53,10 +55,22 @@ def _targets_note() -> str:
             + ", ".join(f"{k}'s" for k in fractions) + " are fractions.")
 
 
-_SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+def _workload_note() -> str:
+    """Where each kind's options are listed (the kinds that document theirs)."""
+    listed = [kind for kind in known_workloads().values() if _options_model(kind) or kind.options_type()]
+    return "Each kind's options are listed under " + ", ".join(
+        f"[`workload.{kind.kind}`](#{_anchor(kind.kind)})" for kind in listed) + "." if listed else ""
+
+
+def _anchor(kind: str) -> str:
+    """GitHub's anchor of the heading ``workload.<kind>` options``."""
+    return f"workload{kind}-options"
+
+
+_SECTIONS: list[tuple[str, type[BaseModel] | Callable[[], type[BaseModel]], str | Callable[[], str]]] = [
     ("Top level", ScenarioDoc, ""),
-    ("`workload`", WorkloadDoc, "Harness options are listed under "
-     "[`workload.harness`](#workloadharness-options)."),
+    # built from the kinds registered when the reference is generated
+    ("`workload`", workload_doc_model, _workload_note),
     ("`topology`", TopologyDoc, ""),
     ("`faults[]`", FaultDoc, "The params of each type are listed under "
      "[Fault types](#fault-types)."),
@@ -79,14 +93,20 @@ def reference_markdown() -> str:
            "Every key, its type, default and allowed values, generated from the schema "
            "(`trainchaos schema` prints the same as JSON Schema). A key marked *required* "
            "must be given; *—* in the default column means the key is simply left out.", ""]
-    for heading, model, note in _SECTIONS:
+    for heading, declared, noted in _SECTIONS:
+        model = declared if isinstance(declared, type) else declared()
+        note = noted if isinstance(noted, str) else noted()
         out += [f"### {heading}", "", _doc(model.__doc__)]
         if note:
             out += ["", note]
         out += ["", *_model_table(model), ""]
     for kind in known_workloads().values():
+        options_model = _options_model(kind)
         if kind.options_type() is not None:
             out += _workload_options_section(kind)
+        elif options_model is not None:
+            out += [f"### `workload.{kind.kind}` options", "", kind.options_intro or _doc(options_model.__doc__),
+                    "", *_model_table(options_model, "option"), ""]
     out += _fault_types_section()
     out += _backends_section()
     out += [END]
@@ -159,6 +179,13 @@ def _model_table(model: type[BaseModel], first: str = "key") -> list[str]:
 
 
 # --------------------------------------------------------------------------- derived parts
+
+
+def _options_model(kind: type[Workload]) -> type[BaseModel] | None:
+    """The pydantic model a kind declares its own key's options with, if it does."""
+    declared = kind.section_fields().get(kind.kind)
+    model = unwrap(declared[0])[0] if declared is not None else None
+    return model if is_model(model) else None
 
 
 def _workload_options_section(kind: type[Workload]) -> list[str]:

@@ -1,7 +1,8 @@
-"""The scenario file, declared once: the scenario, its workload and topology, a suite file.
+"""The scenario file, declared once: the scenario, its topology, a suite file.
 
 A fault's envelope (target, trigger) is declared in ``chaos.schema.fault_model``, the
-targets a run must meet in ``chaos.schema.targets_model``.
+targets a run must meet in ``chaos.schema.targets_model``, the workload section by the
+registered workload kinds (``chaos.schema.workload_doc``).
 
 These models are the schema: ``chaos.scenario`` validates documents with them, the JSON
 Schema (``trainchaos schema``) and the reference in docs/scenario.md are generated from
@@ -16,15 +17,13 @@ parameters and target kinds, a backend's options.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
-    model_validator,
 )
 
 from chaos import model as records
@@ -41,6 +40,7 @@ from chaos.schema.types import (
     optional_key,
     record_default,
 )
+from chaos.schema.workload_doc import WorkloadField
 
 __all__ = [
     "MAX_NODES",
@@ -51,7 +51,6 @@ __all__ = [
     "ScenarioDoc",
     "SuiteDoc",
     "TopologyDoc",
-    "WorkloadDoc",
 ]
 
 # Limits of what one machine can host: every node is a torchrun agent with its own processes.
@@ -62,90 +61,6 @@ MAX_TOTAL_NODES = 12
 """nodes + spares."""
 MAX_RESTARTS = 20
 MAX_REPEAT = 100
-
-
-# --------------------------------------------------------------------------- workload
-
-
-def _progress_regex(value: str) -> str:
-    try:
-        compiled = re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    if "step" not in compiled.groupindex:
-        raise ValueError("needs a named group 'step', e.g. 'step (?P<step>\\d+)' "
-                         "(optionally also 'loss': '(?P<loss>[\\d.]+)')")
-    return value
-
-
-
-MAX_COMMAND_STEPS = 10_000_000
-"""More steps than any run of this tool could train in its timeout; a bound keeps a typo
-from turning into a number the progress display and metrics would carry around."""
-
-
-_COMMAND_ONLY = ("progress_regex", "steps")
-"""Keys of ``command`` itself; every other key of ``WorkloadDoc`` is a workload kind."""
-
-_KIND_HINTS = {"harness": "options of the bundled training job",
-               "command": "your own training command"}
-"""How the one-kind error tells the first two kinds; a stack's kind is told by its name."""
-
-
-class WorkloadDoc(StrictModel):
-    """The training job under test: exactly one kind, by its key: `harness` (the bundled job),
-    `command` (your own command line), or a training stack's own script run per rank by
-    torchrun (`lightning`, `accelerate`, `dcp`, `nvrx_inprocess`), or a torchft job (`torchft`)."""
-
-    model_config = ConfigDict(json_schema_extra=lambda schema: _one_kind_schema(schema))
-
-    harness: dict[str, Any] | None = None
-    """Options of the bundled harness, as in `python -m harness --help`, nested by section
-    (model, checkpoint, failure); null or {} means all defaults."""
-    command: str = optional_key(min_length=1)
-    """Your own training command, started on each node by torchrun; it reports progress
-    through chaos.probe or, with progress_regex, through its log lines."""
-    progress_regex: Annotated[str, AfterValidator(_progress_regex)] = optional_key()
-    """Only with command: a regular expression applied to its log lines, with a named group
-    `step` (required) and `loss` (optional)."""
-    steps: int = optional_key(ge=1, le=MAX_COMMAND_STEPS)
-    """Only with command: the step the command trains to. The run is complete when it is
-    reached; progress shows it, and at_step triggers are checked against it."""
-    lightning: dict[str, Any] | None = None
-    """A Lightning Trainer script run per rank by torchrun (DDP); null or {} runs the
-    bundled example (examples/lightning/train.py)."""
-    accelerate: dict[str, Any] | None = None
-    """An Accelerate training script run per rank by torchrun; null or {} runs the bundled
-    example (examples/accelerate/train.py)."""
-    dcp: dict[str, Any] | None = None
-    """A DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, run per rank by
-    torchrun; null or {} runs the bundled example (examples/dcp/train.py)."""
-    nvrx_inprocess: dict[str, Any] | None = None
-    """A training function wrapped by NVIDIA's in-process restart (inprocess.Wrapper), run per
-    rank by torchrun; null or {} runs the bundled example (examples/nvrx_inprocess/train.py)."""
-    torchft: dict[str, Any] | None = None
-    """A torchft job: a lighthouse, and one torchrun per replica group (a topology node);
-    null or {} runs the bundled example (examples/torchft/train.py)."""
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Self:
-        kinds = [name for name in type(self).model_fields if name not in _COMMAND_ONLY]
-        given = [name for name in kinds if name in self.model_fields_set]
-        if len(given) != 1:
-            told = ", ".join(f"'{k}' ({_KIND_HINTS[k]})" if k in _KIND_HINTS else f"'{k}'"
-                             for k in kinds)
-            raise ValueError(f"give exactly one workload kind: {told}; got "
-                             + (" and ".join(f"'{k}'" for k in given) if given else "none"))
-        return self
-
-
-def _one_kind_schema(schema: dict[str, Any]) -> None:
-    """Exactly one kind's key; ``progress_regex`` and ``steps`` only beside ``command``."""
-    kinds = [name for name in schema.get("properties", {}) if name not in _COMMAND_ONLY]
-    schema["oneOf"] = [
-        {"required": [kind]} if kind == "command" else
-        {"required": [kind], "not": {"anyOf": [{"required": [key]} for key in _COMMAND_ONLY]}}
-        for kind in kinds]
 
 
 # --------------------------------------------------------------------------- topology
@@ -233,9 +148,10 @@ class ScenarioDoc(StrictModel):
     """Free text, shown in reports."""
     seed: int = Field(record_default(records.Scenario, "seed"), ge=0)
     """Seeds random targets and triggers (and the baseline twin)."""
-    workload: WorkloadDoc = optional_key()
-    """The training job; left out: the bundled harness with its defaults (null is refused:
-    a section written empty is most likely one whose content was lost)."""
+    workload: WorkloadField = optional_key()
+    """The training job, `{KIND: options}` for any registered workload kind; left out: the
+    bundled harness with its defaults (null is refused: a section written empty is most
+    likely one whose content was lost)."""
     topology: TopologyDoc = TopologyDoc()
     """Nodes, ranks per node, spares, racks and power domains."""
     backend: BackendChoice | None = None

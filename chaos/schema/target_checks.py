@@ -12,7 +12,7 @@ from chaos.schema.fault_model import TargetDoc
 from chaos.schema.models import TopologyDoc
 from chaos.schema.types import close_match
 from chaos.targets import TARGET_FORMS
-from chaos.workload import Workload
+from chaos.workload import Workload, known_workloads
 
 __all__ = ["GROUPS", "TargetChecks", "nodes_text"]
 
@@ -88,12 +88,12 @@ class TargetChecks:
 
     def replica_group(self, loc: Path, group: int, fault_type: type[FaultType] | None,
                       topology: records.Topology | None, workload: Workload | None) -> None:
-        """A torchft replica group: group i is node i, so a node fault takes the group's
-        node and a rank fault its ranks; only a torchft job has replica groups."""
-        kind = type(workload).kind if workload is not None else None
-        if workload is not None and kind != "torchft":
-            self.add(loc, f"a replica group is a torchft job's failure domain; this workload is "
-                     f"{kind}: use {{node: N}} or {{rank: R}}")
+        """A replica group: group i is node i, so a node fault takes the group's node and a
+        rank fault its ranks; only a kind whose job has them (``Workload.replica_groups``)."""
+        if workload is not None and not workload.replica_groups:
+            having = " or ".join(f"a {name}" for name, cls in known_workloads().items() if cls.replica_groups)
+            self.add(loc, f"a replica group is {having or 'no registered'} job's failure domain; this "
+                     f"workload is {workload.kind}: use {{node: N}} or {{rank: R}}")
             return
         if fault_type is not None and not {"rank", "node"} & set(fault_type.target_kinds):
             self.add(loc, f"{fault_type.type_name} targets a {' or '.join(fault_type.target_kinds)}, "

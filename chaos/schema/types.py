@@ -24,6 +24,7 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_STEPS",
     "NAME_RULE",
+    "Deferred",
     "Expect",
     "Name",
     "NodeList",
@@ -71,6 +72,15 @@ class StrictModel(BaseModel):
     """Set on the mappings a fault's own parameter is often written in by mistake (target,
     the fault's envelope): an unknown key there that is some fault type's parameter says it
     belongs in params (``chaos.schema.suggest.misplaced_param``)."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """``Annotated[Any, PlainValidator(...), Deferred(model)]``: a key whose model is built when
+    asked (``model()``), from what is registered then: errors are located, types named and
+    docs written from that model (``unwrap`` resolves it), as for a model declared in place."""
+
+    model: typing.Callable[[], type[BaseModel]]
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,9 @@ def unwrap(annotation: Any, metadata: list[Any] | None = None) -> tuple[Any, lis
             if len(members) == 1:
                 annotation = members[0]
                 continue
+        deferred = marker(metadata, Deferred)
+        if annotation is Any and deferred is not None:
+            return deferred.model(), [m for m in metadata if m is not deferred]
         return annotation, metadata
 
 

@@ -1,28 +1,32 @@
-"""Workload kinds, by name: what ``workload:`` in a scenario names (``harness``, ``command``).
+"""Workload kinds, by name: what ``workload:`` in a scenario names (``harness``, ``command``,
+or any registered kind: ``workload: {KIND: options}``).
 
 The ``Workload`` seam (``chaos.workload.base``): a kind's class is the only code of the
 engine that knows how its job is launched and read. The built-in kinds are listed here as
 module names (``chaos.registry``), imported on first use, each registering itself; another
 package adds a kind through the entry-point group ``trainchaos.workloads`` (``name =
-"package.module:Class"``), a module in ``TRAINCHAOS_PLUGINS`` or ``register_workload``. docs/engine.md, "Adding a workload", walks through one.
+"package.module:Class"``), a module in ``TRAINCHAOS_PLUGINS`` or ``register_workload``;
+the scenario schema (``chaos.schema.workload_doc``) is built from the kinds registered, so
+such a kind is validated, listed by ``trainchaos schema`` and documented like a built-in
+one. docs/engine.md, "Adding a workload", walks through one.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from chaos.errors import ScenarioError, ValidationIssue
 from chaos.registry import Registry
-from chaos.workload.base import Launch, StorageLayout, Workload
+from chaos.workload.base import Launch, StorageLayout, Workload, WorkloadSection
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
     from chaos import model as records
-    from chaos.schema.models import WorkloadDoc
 
 __all__ = ["ENTRY_POINT_GROUP", "DEFAULT_KIND", "Launch", "StorageLayout", "TorchrunPerNode",
-           "UnknownWorkload", "WORKLOADS", "Workload", "kind_of", "known_workloads", "lookup_workload",
-           "register_workload", "workload_for"]
+           "UnknownWorkload", "WORKLOADS", "Workload", "WorkloadSection", "kind_of", "known_workloads",
+           "load_resource_kinds", "lookup_workload", "register_workload", "workload_for"]
 
 ENTRY_POINT_GROUP = "trainchaos.workloads"
 DEFAULT_KIND = "harness"
@@ -72,14 +76,22 @@ def lookup_workload(name: str, file: str = "<scenario>", location: str = "worklo
     return known[name]
 
 
-def kind_of(spec: records.Workload | WorkloadDoc | None) -> str:
+def load_resource_kinds() -> None:
+    """Import every kind's resource-kind modules (``Workload.resource_modules``;
+    ``chaos.cluster.resources.RESOURCE_KINDS`` names this, so that layer names no kind)."""
+    for cls in known_workloads().values():
+        for module in cls.resource_modules:
+            importlib.import_module(module)
+
+
+def kind_of(spec: records.Workload | WorkloadSection | None) -> str:
     """The kind a scenario's workload names: the key of it that is set (``command``,
     ``harness``); the default kind when it is left out."""
     if spec is None:
         return DEFAULT_KIND
     given = getattr(spec, "model_fields_set", None)  # a document: the keys written
     if given is None and getattr(spec, "kind", None):  # a record of a kind with an options key
-        return spec.kind  # type: ignore[union-attr, return-value]
+        return spec.kind  # type: ignore[return-value]
     for name in known_workloads():
         if (name in given) if given is not None else getattr(spec, name, None) is not None:
             return name

@@ -1,9 +1,9 @@
 """The controller's side of warm agents (``harness.agent_zygote``): start the agent zygote,
 ask it to fork a node's agent, and hold that agent as a backend holds a ``Popen``.
 
-A backend that places its agents as plain processes of this machine (``local``) calls
-``start_agent`` instead of ``subprocess.Popen`` when the workload starts warm
-(``TorchrunPerNode.warm_start``). One server per interpreter and per environment the agents
+A backend that places its agents as plain processes of this machine (``local``) asks the
+workload's launcher to start each (``TorchrunPerNode.start_agent``), which calls
+``start_agent`` here when the workload starts warm (``TorchrunPerNode.warm_start``). One server per interpreter and per environment the agents
 share (a node's environment less the ``TRAINCHAOS_*`` names and ``TMPDIR``): every run of
 this controller, the fault-free twin's and every node a fault brings back included, forks
 its agents from the same imports. When the server cannot fork (it did not come up, or its

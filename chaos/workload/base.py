@@ -10,6 +10,13 @@ names in ``chaos.contract``.
 
 What a kind declares, and who asks:
 
+- ``section_fields`` (``chaos.schema.workload_doc``: the ``workload`` section of a scenario,
+  its JSON Schema and reference): the keys it owns under ``workload:``, its own key by
+  default (``workload: {KIND: options}``); ``misplaced_key`` words a key of another kind
+  written beside it;
+- ``replica_groups`` (target checks): whether ``{replica_group: G}`` names a failure domain
+  of its job; ``resource_modules`` (``chaos.cluster.resources``): the modules of the
+  run-scoped resource kinds its launch acquires, so that cleanup knows them;
 - ``validate`` (``trainchaos validate``, ``chaos.schema.checks``): the problems of the
   scenario's ``workload`` section, located and worded for its author;
 - ``options_type`` / ``option_docs`` / ``options_intro`` (``trainchaos schema``, the
@@ -31,7 +38,9 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import Field
 
 from chaos.ckptformat.records import CheckpointAudit, CheckpointImage
 from chaos.logprogress import LogProgress
@@ -39,9 +48,9 @@ from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
     from chaos import model as records
-    from chaos.schema.models import WorkloadDoc
 
-__all__ = ["CheckpointAudit", "CheckpointImage", "Launch", "Location", "StorageLayout", "Workload"]
+__all__ = ["CheckpointAudit", "CheckpointImage", "Launch", "Location", "StorageLayout", "Workload",
+           "WorkloadSection"]
 
 Location = tuple[str | int, ...]
 """A place in the scenario document, from its top (``("workload", "harness", "steps")``)."""
@@ -84,6 +93,16 @@ class StorageLayout:
                 else os.path.join(run_dir, self.shared_checkpoints))
 
 
+class WorkloadSection(Protocol):
+    """A scenario's ``workload`` section as the schema validated it
+    (``chaos.schema.workload_doc``): one attribute per key any registered kind owns (None
+    when not given), and the keys written (``model_fields_set``)."""
+
+    model_fields_set: set[str]
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
 class Workload(ABC):
     """One kind of training job. Instances describe the workload of one scenario; class
     attributes and class methods describe the kind."""
@@ -99,24 +118,59 @@ class Workload(ABC):
     checkpoint_format: ClassVar[str | None] = None
     """The format its checkpoints are in (``chaos.ckptformat``: ``dcp``, ``lightning``...);
     None: each checkpoint's layout says."""
+    key_doc: ClassVar[str] = ""
+    """What the reference says of its key under ``workload:`` (empty: ``summary``)."""
+    kind_hint: ClassVar[str] = ""
+    """How the one-kind error tells it apart (``'command' (your own training command)``);
+    empty: its name says it."""
+    replica_groups: ClassVar[bool] = False
+    """Whether its job is made of replica groups, each a failure domain of its own on the
+    node of its number (torchft's): ``{replica_group: G}`` targets are refused for a kind
+    without them."""
+    resource_modules: ClassVar[tuple[str, ...]] = ()
+    """Modules defining the run-scoped resource kinds its ``Launch.resources`` acquire
+    (``chaos.cluster.resources`` imports them through ``chaos.workload.load_resource_kinds``:
+    ``trainchaos cleanup`` must know a kind without the workload having run)."""
 
     def __init__(self, spec: records.Workload) -> None:
         self.spec = spec
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
+    def section_fields(cls) -> dict[str, Any]:
+        """The keys it owns under ``workload:``, as pydantic field definitions (name ->
+        ``(annotation, Field(...))``, ``pydantic.create_model``'s form): the schema validates
+        each value by its annotation (a pydantic model of options is validated, located and
+        documented as one) before ``validate`` sees the section. By default its own key only
+        (``own_key_field``)."""
+        return cls.own_key_field()
+
+    @classmethod
+    def own_key_field(cls) -> dict[str, Any]:
+        """Its own key, whose value is a mapping of options (null or {}: the defaults) that
+        ``validate`` reads; a kind whose options are a pydantic model declares the model here
+        instead (its problems are then located under ``workload.<kind>`` by the schema)."""
+        return {cls.kind: (dict[str, Any] | None, Field(None, description=cls.key_doc or cls.summary))}
+
+    @classmethod
+    def misplaced_key(cls, key: str, owner: type[Workload]) -> str:
+        """What to say of ``key``, a key of kind ``owner``, written beside this kind's."""
+        return f"only for {owner.kind!r}: {cls.kind} takes its options under workload.{cls.kind}"
+
+    @classmethod
     @abstractmethod
-    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+    def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
-        """The workload of a scenario's ``workload`` section (None: left out) and every
-        problem found (location from the document's top, message); the workload is None
-        when what is wrong leaves nothing to go on. ``world_size``: the topology's, when the
-        topology itself is valid."""
+        """The workload of a scenario's ``workload`` section (None: left out; else the
+        section as the schema validated it, only this kind's keys given) and every problem
+        found (location from the document's top, message); the workload is None when what is
+        wrong leaves nothing to go on. ``world_size``: the topology's, when the topology
+        itself is valid."""
 
     @classmethod
     def options_type(cls) -> type | None:
-        """The dataclass of the kind's options (nested dataclasses are sections); None: the
-        kind's keys are all in ``WorkloadDoc``."""
+        """The dataclass of the kind's options (nested dataclasses are sections); None: its
+        keys' annotations in ``section_fields`` document them."""
         return None
 
     @classmethod

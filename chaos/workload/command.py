@@ -9,18 +9,34 @@ end is told by its exit code.
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from typing import TYPE_CHECKING, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, Field
 
 from chaos.logprogress import LogProgress
 from chaos.workload import register_workload
-from chaos.workload.base import Launch, Location, Workload
+from chaos.workload.base import Launch, Location, Workload, WorkloadSection
 from chaos.workload.torchrun import TorchrunPerNode
 
-if TYPE_CHECKING:
-    from chaos.schema.models import WorkloadDoc
+__all__ = ["MAX_COMMAND_STEPS", "CommandWorkload", "check_progress_regex"]
 
-__all__ = ["CommandWorkload"]
+MAX_COMMAND_STEPS = 10_000_000
+"""More steps than any run of this tool could train in its timeout; a bound keeps a typo
+from turning into a number the progress display and metrics would carry around."""
+
+
+def check_progress_regex(value: str) -> str:
+    """``value`` if it compiles and has a named group ``step``; ValueError saying what is wrong."""
+    try:
+        compiled = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    if "step" not in compiled.groupindex:
+        raise ValueError("needs a named group 'step', e.g. 'step (?P<step>\\d+)' "
+                         "(optionally also 'loss': '(?P<loss>[\\d.]+)')")
+    return value
 
 
 @register_workload
@@ -28,9 +44,26 @@ class CommandWorkload(Workload):
     kind: ClassVar[str] = "command"
     summary: ClassVar[str] = ("your own training command, started per node by torchrun; progress "
                               "through chaos.probe or log lines (progress_regex)")
+    kind_hint: ClassVar[str] = "your own training command"
 
     @classmethod
-    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+    def section_fields(cls) -> dict[str, Any]:
+        """``command`` and, beside it, ``progress_regex`` and ``steps`` (the form scenarios
+        have always written: ``workload: {command: ..., steps: N}``)."""
+        return {
+            "command": (str, Field(None, min_length=1, description=(
+                "Your own training command, started on each node by torchrun; it reports "
+                "progress through chaos.probe or, with progress_regex, through its log lines."))),
+            "progress_regex": (Annotated[str, AfterValidator(check_progress_regex)], Field(None, description=(
+                "Only with command: a regular expression applied to its log lines, with a named "
+                "group `step` (required) and `loss` (optional)."))),
+            "steps": (int, Field(None, ge=1, le=MAX_COMMAND_STEPS, description=(
+                "Only with command: the step the command trains to. The run is complete when it "
+                "is reached; progress shows it, and at_step triggers are checked against it."))),
+        }
+
+    @classmethod
+    def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
         from chaos import model as records
 

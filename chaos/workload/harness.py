@@ -22,6 +22,7 @@ from chaos.workload.base import (
     Location,
     StorageLayout,
     Workload,
+    WorkloadSection,
 )
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.config import ConfigError, HarnessConfig, field_docs
@@ -29,7 +30,6 @@ from harness.config_load import config_from_mapping, config_to_args
 
 if TYPE_CHECKING:
     from chaos import model as records
-    from chaos.schema.models import WorkloadDoc
 
 __all__ = ["HarnessWorkload"]
 
@@ -62,6 +62,12 @@ class HarnessWorkload(Workload):
         "n_heads, global_batch divisible by the world size...) are the harness's.")
     options_description: ClassVar[str] = ("Options of the bundled harness ({section}); every one "
                                           "has a default (python -m harness --help).")
+    key_doc: ClassVar[str] = ("Options of the bundled harness, as in `python -m harness --help`, nested "
+                              "by section (model, checkpoint, failure); null or {} means all defaults.")
+    kind_hint: ClassVar[str] = "options of the bundled training job"
+    _MISPLACED: ClassVar[dict[str, str]] = {
+        "steps": "the harness's steps are workload.harness.steps",
+        "progress_regex": "the harness reports its progress through the probe"}
 
     def __init__(self, spec: records.Workload, config: HarnessConfig | None = None) -> None:
         super().__init__(spec)
@@ -70,17 +76,17 @@ class HarnessWorkload(Workload):
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
-    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+    def misplaced_key(cls, key: str, owner: type[Workload]) -> str:
+        if key in cls._MISPLACED:
+            return f"only for {owner.kind!r}: {cls._MISPLACED[key]}"
+        return super().misplaced_key(key, owner)
+
+    @classmethod
+    def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
         from chaos import model as records
 
         problems: list[tuple[Location, str]] = []
-        if doc is not None and doc.steps is not None:
-            problems.append((("workload", "steps"), "only for 'command': the harness's steps are "
-                             "workload.harness.steps"))
-        if doc is not None and doc.progress_regex is not None:
-            problems.append((("workload", "progress_regex"),
-                             "only for 'command': the harness reports its progress through the probe"))
         options = (doc.harness if doc is not None else None) or {}
         try:
             config = config_from_mapping(_options(options), where=_WHERE)

@@ -11,8 +11,9 @@ log lines. The launch, the log reader and the end by exit code are ``command``'s
 
 A new kind of this shape is a subclass naming its ``kind``, its ``stack`` (the module that
 must be importable) and its options dataclass (a subclass of ``ScriptOptions``: the schema's
-definition is named after it), registered with ``@register_workload`` and listed in
-``chaos.workload._BUILTIN``; its key goes into ``chaos.schema.models.WorkloadDoc``.
+definition is named after it), registered with ``@register_workload`` (and listed in
+``chaos.workload._BUILTIN`` when it is built in); its key joins the scenario schema by itself
+(``Workload.section_fields``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from chaos import contract
 from chaos.logprogress import LogProgress
 from chaos.schema.types import close_match, describe_value
-from chaos.workload.base import Launch, Location, StorageLayout, Workload
-from chaos.workload.command import CommandWorkload
+from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
+from chaos.workload.command import MAX_COMMAND_STEPS, CommandWorkload, check_progress_regex
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
     from chaos import model as records
-    from chaos.schema.models import WorkloadDoc
 
 __all__ = ["EXAMPLES_DIR", "PLACEHOLDERS", "ScriptOptions", "ScriptWorkload"]
 
@@ -83,6 +83,7 @@ class ScriptWorkload(CommandWorkload):
     options_class: ClassVar[type[ScriptOptions]] = ScriptOptions
     example_steps: ClassVar[int] = 40
     """The bundled example's steps when the scenario gives none."""
+    kind_hint: ClassVar[str] = ""  # its name says it (not command's "your own training command")
     env: ClassVar[dict[str, str]] = {"PYTHONUNBUFFERED": "1"}
     """Environment every rank gets (unbuffered: log lines reach the node log as written)."""
 
@@ -92,17 +93,24 @@ class ScriptWorkload(CommandWorkload):
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
-    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+    def section_fields(cls) -> dict[str, Any]:
+        """Its own key only (``Workload``'s): ``command``'s keys are not a stack kind's."""
+        return cls.own_key_field()
+
+    @classmethod
+    def misplaced_key(cls, key: str, owner: type[Workload]) -> str:
+        if key in _fields(cls.options_class):
+            return f"only for {owner.kind!r}: {cls.kind}'s is workload.{cls.kind}.{key}"
+        return super().misplaced_key(key, owner)
+
+    @classmethod
+    def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
         from chaos import model as records
 
         assert doc is not None and cls.kind in doc.model_fields_set
         where: Location = ("workload", cls.kind)
         problems: list[tuple[Location, str]] = []
-        for key in ("steps", "progress_regex"):
-            if key in doc.model_fields_set:
-                problems.append((("workload", key), f"only for 'command': {cls.kind}'s is "
-                                 f"workload.{cls.kind}.{key}"))
         raw: Any = getattr(doc, cls.kind)
         if raw is None:
             raw = {}
@@ -128,8 +136,6 @@ class ScriptWorkload(CommandWorkload):
     @classmethod
     def _options(cls, raw: Any) -> tuple[ScriptOptions | None, list[tuple[Location, str]]]:
         """The options of a mapping, each problem located at its key."""
-        from chaos.schema.models import MAX_COMMAND_STEPS, _progress_regex
-
         if not isinstance(raw, dict):
             return None, [((), f"expected a mapping of {cls.kind} options "
                            f"({', '.join(_fields(cls.options_class))}), got {describe_value(raw)}")]
@@ -157,7 +163,7 @@ class ScriptWorkload(CommandWorkload):
                                          f"{describe_value(arg)}"))
         if regex is not None:
             try:
-                _progress_regex(regex) if isinstance(regex, str) else None
+                check_progress_regex(regex) if isinstance(regex, str) else None
             except ValueError as exc:
                 problems.append((("progress_regex",), str(exc)))
             if not isinstance(regex, str):

@@ -7,15 +7,17 @@ on its node (a process, a namespace, a container, a Slurm task).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 from chaos import contract
 from harness.procenv import ENV_ROOM_BYTES
 
 if TYPE_CHECKING:
     from chaos import model as records
+    from chaos.workload.agent_forks import ForkedAgent
 
 __all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "KEEP_ALIVE_INTERVAL_S", "KEEP_ALIVE_MAX_ATTEMPTS", "TorchrunPerNode", "agent_main"]
 
@@ -173,3 +175,14 @@ class TorchrunPerNode:
         """The job's rank of a worker its node's agent calls ``agent_rank``: the same here
         (one rendezvous numbers every node's workers)."""
         return agent_rank
+
+    def start_agent(self, command: list[str], env: dict[str, str], *, cwd: str, log: IO[bytes],
+                    cgroup: str | None = None) -> ForkedAgent | subprocess.Popen | None:
+        """Warm: the node's agent forked by this controller's agent zygote
+        (``chaos.workload.agent_forks``), for a backend whose agents are plain processes of
+        this machine; cold: None, the backend starts it as a new interpreter."""
+        if not self.warm_start:
+            return None
+        from chaos.workload.agent_forks import start_agent
+
+        return start_agent(command, env, cwd, log, cgroup=cgroup)

@@ -39,6 +39,7 @@ from chaos.model import Topology
 from chaos.procs import find_run_processes
 from chaos.run import run_scenario_once
 from chaos.scenario import parse_scenario
+from chaos.workload.torchrun import TorchrunPerNode
 from harness.checkpoint import STATE_FILE, CheckpointManager
 from harness.config_load import config_from_mapping, config_to_args
 from tests.integration._support import REPO, state_dir_env
@@ -119,7 +120,8 @@ def run_harness(run_dir: Path, topology: Topology, options: dict[str, Any],
     run_id = f"trainchaos-test-{uuid.uuid4().hex[:10]}"
     cfg = config_from_mapping({**options, "seed": SEED, "run_dir": str(run_dir)})
     (run_dir / "events").mkdir(parents=True)
-    spec = RunSpec(run_id, str(run_dir), topology, ["-m", "harness", *config_to_args(cfg)])
+    argv = ("-m", "harness", *config_to_args(cfg))
+    spec = RunSpec(run_id, str(run_dir), topology, list(argv), launcher=TorchrunPerNode(argv))
     resources = RunResources(run_id, str(run_dir))
     cluster = lookup_backend("local")(spec, resources)
     try:

@@ -21,6 +21,7 @@ from chaos.cluster.docker_options import DockerOptions
 from chaos.cluster.docker_procs import PID_STRIDE, handle, split_handle
 from chaos.faults.base import known_types
 from chaos.model import Topology
+from chaos.workload.torchrun import TorchrunPerNode
 
 RUN_ID = "trainchaos-0123456789"
 
@@ -111,7 +112,8 @@ def test_guard_refuses_anything_not_labelled_and_named_for_the_run() -> None:
 
 def _cluster(tmp_path: Path, **options: object) -> DockerCluster:
     spec = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path / "run"), topology=Topology(nodes=2, ranks_per_node=2),
-                   worker_argv=["-m", "harness", "--steps", "5"], options=dict(options))
+                   worker_argv=["-m", "harness", "--steps", "5"], options=dict(options),
+                   launcher=TorchrunPerNode(("-m", "harness", "--steps", "5")))
     cluster = DockerCluster(spec, resources=None)  # type: ignore[arg-type]
     import ipaddress
 

@@ -53,6 +53,10 @@ ALLOWED_LAYER: dict[Edge, str] = {}
 ALLOWED_CONCRETE: dict[Edge, str] = {}
 """Nothing outside chaos/cluster names a concrete backend: no exception left."""
 
+ALLOWED_CLUSTER_WORKLOAD: dict[Edge, str] = {}
+"""The backends start what the workload's launcher writes (``RunSpec.launcher``, a
+``chaos.cluster.base.Launcher``) and never import the workload: no exception."""
+
 ALLOWED_HARNESS: dict[Edge, str] = {}
 """Only chaos.workload (the Workload seam) may know the harness: no exception left."""
 
@@ -156,6 +160,12 @@ def test_infrastructure_imports_no_fault_harness_or_runner() -> None:
     found = _edges(LOWER_LAYERS, ("chaos.faults", "harness", *RUNNER))
     _check(found, ALLOWED_LAYER, "chaos/cluster and chaos/storage must not import chaos/faults, "
            "harness or the runner (hand them what they need instead)")
+
+
+def test_the_cluster_package_imports_nothing_of_the_workload() -> None:
+    found = _edges("chaos.cluster", "chaos.workload")
+    _check(found, ALLOWED_CLUSTER_WORKLOAD, "chaos/cluster must not import chaos/workload (the "
+           "RunSpec carries the workload's launcher; ask it, as chaos.cluster.base.Launcher)")
 
 
 def test_only_the_cluster_package_imports_a_concrete_backend() -> None:

@@ -20,6 +20,7 @@ from chaos.model import Topology
 from chaos.net import fabric
 from chaos.procs import controller_tag
 from chaos.targets import ResolvedTarget
+from chaos.workload.torchrun import TorchrunPerNode
 
 RUN_ID = "trainchaos-0123456789"
 
@@ -45,7 +46,7 @@ def test_agent_runs_in_its_namespace_against_the_bridge_store_with_gloo_on_its_l
         tmp_path: Any) -> None:
     assert lookup_backend("netns") is NetnsCluster
     spec = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path), topology=Topology(nodes=2, ranks_per_node=1),
-                   worker_argv=["-m", "harness"])
+                   worker_argv=["-m", "harness"], launcher=TorchrunPerNode(("-m", "harness")))
     cluster = NetnsCluster(spec, resources=None)  # type: ignore[arg-type]
     cluster.subnet = ipaddress.ip_network("198.18.5.0/24")
     cluster.gateway, cluster.rdzv_port = "198.18.5.1", 4242

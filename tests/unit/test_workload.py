@@ -12,7 +12,7 @@ import chaos.workload as workloads
 from chaos import contract
 from chaos.cluster.base import RunSpec
 from chaos.cluster.local import LocalCluster
-from chaos.errors import EXIT_BAD_INPUT, ScenarioError
+from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.model import Topology
 from chaos.model import Workload as WorkloadRecord
 from chaos.scenario import parse_scenario
@@ -28,7 +28,7 @@ from chaos.workload import (
 )
 from chaos.workload.command import CommandWorkload
 from chaos.workload.harness import HarnessWorkload
-from chaos.workload.torchrun import AGENT_MAIN
+from chaos.workload.torchrun import AGENT_MAIN, TorchrunPerNode
 from harness.config_load import config_from_args
 
 RDZV = "127.0.0.1:29555"
@@ -122,7 +122,8 @@ def test_kind_of_a_record_and_of_a_document() -> None:
 def _agent(launch: Launch, topology: Topology, node: int = 0) -> list[str]:
     """The node's torchrun agent as the local backend starts it for this launch."""
     spec = RunSpec("trainchaos-abc", "/tmp/run", topology, launch.worker_argv,
-                   tee_worker_output=launch.launcher.tee_output, extra_env=launch.env)
+                   tee_worker_output=launch.launcher.tee_output, extra_env=launch.env,
+                   launcher=launch.launcher)
     cluster = LocalCluster(spec, None)  # type: ignore[arg-type]
     cluster.rdzv_port = 29555
     return cluster.agent_command(node)
@@ -179,9 +180,57 @@ def test_harness_launch_is_python_m_harness_with_every_option_plus_seed_and_run_
     assert progress.regex is None and not progress.report_exit_codes
 
 
+class _OwnWayLauncher(TorchrunPerNode):
+    """A launcher that starts the agent its own way (as a warm one forks it), or declines."""
+
+    declines: ClassVar[bool] = False
+    asked: ClassVar[list[tuple[str, str | None]]] = []
+
+    def agent_command(self, topology: Topology, **where: Any) -> list[str]:
+        return [sys.executable, "-c", "pass"]
+
+    def start_agent(self, command: list[str], env: dict[str, str], *, cwd: str, log: Any,
+                    cgroup: str | None = None) -> Any:
+        self.asked.append((cwd, cgroup))
+        return None if self.declines else _StandInAgent()
+
+
+class _StandInAgent:
+    pid = 0
+    returncode = None
+
+    def poll(self) -> int | None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+def test_the_local_backend_lets_the_launcher_start_each_agent_or_starts_it_itself(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "logs").mkdir()
+    spec = RunSpec("trainchaos-abc", str(tmp_path), Topology(nodes=1, ranks_per_node=1), [],
+                   launcher=_OwnWayLauncher(()))
+    cluster = LocalCluster(spec, None)  # type: ignore[arg-type]
+    _OwnWayLauncher.asked.clear()
+    cluster.start_node(0)
+    assert isinstance(cluster.nodes[0].proc, _StandInAgent) and _OwnWayLauncher.asked == [(str(tmp_path), None)]
+    monkeypatch.setattr(_OwnWayLauncher, "declines", True)
+    cluster.start_node(0)  # declined: a new process of the command
+    assert cluster.nodes[0].proc.wait(timeout=30) == 0 and cluster.nodes[0].proc.args[1:] == ["-c", "pass"]
+    monkeypatch.setattr(LocalCluster, "forks_agents", False)  # netns: never asks
+    cluster.start_node(0)
+    assert len(_OwnWayLauncher.asked) == 2 and cluster.nodes[0].proc.wait(timeout=30) == 0
+    # The launcher of today's kinds: cold, it declines; no launcher at all is a tool error.
+    assert TorchrunPerNode(("x",)).start_agent(["x"], {}, cwd=str(tmp_path), log=None) is None
+    with pytest.raises(ToolError, match="its RunSpec carries no launcher"):
+        LocalCluster(RunSpec("trainchaos-abc", str(tmp_path), Topology(), []), None).launcher()  # type: ignore[arg-type]
+
+
 def test_node_environment_uses_the_contract_names() -> None:
     spec = RunSpec("trainchaos-abc", "/tmp/run", Topology(nodes=2, ranks_per_node=1), ["x"],
-                   probe_faults_file="/tmp/run/probe_faults.json", extra_env={"EXTRA": "1"})
+                   probe_faults_file="/tmp/run/probe_faults.json", extra_env={"EXTRA": "1"},
+                   launcher=TorchrunPerNode(("x",)))
     env = LocalCluster(spec, None).node_env(1)  # type: ignore[arg-type]
     assert env["TRAINCHAOS_RUN_ID"] == "trainchaos-abc" == env[contract.RUN_ID_ENV]
     assert env["TRAINCHAOS_EVENTS_DIR"] == "/tmp/run/events"

@@ -39,3 +39,5 @@ class AccelerateWorkload(ScriptWorkload):
     checkpoint_format: ClassVar[str | None] = "hf"
     """``save_state`` folders (``chaos.ckptformat.hf``): ``model.safetensors`` or
     ``pytorch_model.bin``, complete once ``random_states_0.pkl`` is written."""
+    key_doc: ClassVar[str] = ("An Accelerate training script run per rank by torchrun; null or {} runs the "
+                              "bundled example (examples/accelerate/train.py).")

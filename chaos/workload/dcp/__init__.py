@@ -42,3 +42,5 @@ class DcpWorkload(ScriptWorkload):
     """Read whole in the controller without a process group (``chaos.ckptformat.dcp``): the
     ``model`` entry the bundled example saves, which its adapter's ``step_end(..., model=)``
     hashes the same way in the twin."""
+    key_doc: ClassVar[str] = ("A DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, run per "
+                              "rank by torchrun; null or {} runs the bundled example (examples/dcp/train.py).")

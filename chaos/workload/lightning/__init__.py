@@ -39,3 +39,5 @@ class LightningWorkload(ScriptWorkload):
     checkpoint_format: ClassVar[str | None] = "lightning"
     """A ``.ckpt``'s ``state_dict`` and ``global_step`` (``chaos.ckptformat.lightning``): the
     LightningModule's own, as the adapter's twin hashes it at every step."""
+    key_doc: ClassVar[str] = ("A Lightning Trainer script run per rank by torchrun (DDP); null or {} runs "
+                              "the bundled example (examples/lightning/train.py).")

@@ -44,6 +44,9 @@ class NvrxInprocessWorkload(ScriptWorkload):
         "example's function, wrapped), which restarts in place on an exception or a hang and "
         "resumes from its latest DCP checkpoint.")
     options_description: ClassVar[str] = "Options of the nvrx_inprocess workload kind ({section})."
+    key_doc: ClassVar[str] = ("A training function wrapped by NVIDIA's in-process restart (inprocess.Wrapper), "
+                              "run per rank by torchrun; null or {} runs the bundled example "
+                              "(examples/nvrx_inprocess/train.py).")
     env: ClassVar[dict[str, str]] = {
         **ScriptWorkload.env,
         # The wrapper polls its store with Store.wait, whose every expected timeout torch logs

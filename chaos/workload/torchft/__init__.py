@@ -31,14 +31,13 @@ from chaos.logprogress import LogProgress
 from chaos.rundir import RunDir
 from chaos.schema.types import describe_value
 from chaos.workload import register_workload
-from chaos.workload.base import Launch, Location, StorageLayout, Workload
+from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.script import ScriptOptions, ScriptWorkload, _fill
 from chaos.workload.torchft.launcher import TorchrunPerGroup
 from chaos.workload.torchft.lighthouse import free_port, lighthouse_resource
 
 if TYPE_CHECKING:
     from chaos import model as records
-    from chaos.schema.models import WorkloadDoc
 
 __all__ = ["EXAMPLE", "LighthouseOptions", "TorchftOptions", "TorchftWorkload"]
 
@@ -145,6 +144,10 @@ class TorchftWorkload(ScriptWorkload):
         "Replica group i runs on node i (`topology.nodes` groups of `ranks_per_node` ranks); "
         "`{replica_group: G}` targets a group. The lighthouse is a run-scoped resource.")
     options_description: ClassVar[str] = "Options of the torchft workload ({section})."
+    key_doc: ClassVar[str] = ("A torchft job: a lighthouse, and one torchrun per replica group (a "
+                              "topology node); null or {} runs the bundled example (examples/torchft/train.py).")
+    replica_groups: ClassVar[bool] = True
+    resource_modules: ClassVar[tuple[str, ...]] = ("chaos.workload.torchft.lighthouse",)
 
     def __init__(self, spec: records.Workload) -> None:
         Workload.__init__(self, spec)
@@ -154,7 +157,7 @@ class TorchftWorkload(ScriptWorkload):
 
     # -- validation and documentation ---------------------------------------------------------
     @classmethod
-    def validate(cls, doc: WorkloadDoc | None, world_size: int | None
+    def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
         workload, problems = super().validate(doc, world_size)
         if _lighthouse_program() is None and importlib_ok():
