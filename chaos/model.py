@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 __all__ = ["Backend", "Bound", "Expectation", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger",
            "Workload"]
@@ -180,7 +180,25 @@ def _targets_class() -> type:
                                      "final_state, attribution, data and completes."})
 
 
-Targets = _targets_class()
+if TYPE_CHECKING:
+    class Targets(_TargetsBase):
+        """What a type checker sees of ``Targets``, built at run time by ``_targets_class``
+        (a class made by ``make_dataclass`` is a value, not a type, to mypy): the non-bound
+        targets as declared there, and each metric's bound as an attribute."""
+
+        final_state: Literal["matches_baseline", "loss_within"] | None
+        loss_tolerance: float
+        attribution: Literal["correct"] | None
+        data: Literal["exactly_once", "at_least_once", "bounds"] | None
+        data_max_lost: int | None
+        data_max_duplicated: int | None
+        completes: bool
+
+        def __init__(self, **targets: Any) -> None: ...
+
+        def __getattr__(self, key: str) -> Bound | None: ...
+else:
+    Targets = _targets_class()
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
 from chaos.plan import make_plan, plan_seed, probe_instructions
-from chaos.record import RunStart, build_run_record, write_run_start
+from chaos.record import MetricsRecord, RunRecord, RunStart, build_run_record, write_run_start
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
@@ -414,8 +414,9 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
 
 def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: BaselineInfo | None = None,
                       progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
-                      baseline_run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
+                      baseline_run: dict[str, Any] | None = None) -> RunRecord:
+    """Run once, write its record and reports and return the record; ``baseline_run``
+    describes the fault-free twin's run."""
     runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run)
     runner.baseline_info = baseline
     try:
@@ -431,12 +432,13 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
         write_run_reports(runner.run_dir, record, events)
     finally:
         interrupts.release()
-    return record.to_dict()
+    return record
 
 
-def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, dict[str, Any]]:
+def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, RunRecord]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
-    journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
+    record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
+    metrics = record.metrics or MetricsRecord()
     losses = {}
     events = read_events(RunDir(run_dir).events)
     digests = {}
@@ -445,8 +447,8 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
             losses[int(ev["step"])] = ev.get("loss")
         elif ev.get("kind") == "state_digest" and isinstance(ev.get("digest"), str):
             digests[int(ev["step"])] = ev["digest"]
-    info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
+    info = BaselineInfo(digest=metrics.final_digest, losses=losses,
                         world_size=scenario.topology.world_size,
-                        health_problem=journal["metrics"].get("health_problem"),
+                        health_problem=metrics.health_problem,
                         samples=baseline_samples(events), digests=digests)
-    return info, journal
+    return info, record
