@@ -30,7 +30,7 @@ import traceback
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from chaos import __version__, contract, hold, interrupts, probe
 from chaos.cluster import lookup_backend
@@ -47,7 +47,14 @@ from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
 from chaos.plan import make_plan, plan_seed, probe_instructions
-from chaos.record import MetricsRecord, RunRecord, RunStart, build_run_record, write_run_start
+from chaos.record import (
+    MetricsRecord,
+    RunRecord,
+    RunStart,
+    RunStatus,
+    build_run_record,
+    write_run_start,
+)
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
@@ -119,7 +126,7 @@ class _Runner(RunObserver, RunMeasure):
         self.t_last_progress = time.monotonic()
         # kind -> times seen: after_event triggers and the end-of-run check read it; the
         # events themselves are read back from disk once the run is over.
-        self.event_times_seen: dict[str, list[float]] = {}
+        self.event_times_seen: dict[str | None, list[float]] = {}
         self.status = "running"
         self.error: str | None = None
         self.tool_errors: list[str] = []
@@ -425,7 +432,8 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
         # A signal during teardown: the run's own outcome stands, the suite stops after it.
         interrupted_after = interrupts.take_pending() is not None and runner.status != "interrupted"
         record = build_run_record(
-            runner.start, run_dir=runner.run_dir, status=runner.status, t_end=t_end, faults=faults,
+            # cast: the run has ended, so its status is no longer "running"
+            runner.start, run_dir=runner.run_dir, status=cast("RunStatus", runner.status), t_end=t_end, faults=faults,
             metrics=metrics, verdict=verdict, versions=_versions(), error=runner.error,
             tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
             ended_at=_now_iso(), interrupted_after=interrupted_after)
@@ -439,7 +447,7 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
     metrics = record.metrics or MetricsRecord()
-    losses = {}
+    losses: dict[int, Any] = {}  # a loss the rank could not report stays None: no step is invented
     events = read_events(RunDir(run_dir).events)
     digests = {}
     for ev in events:

@@ -5,8 +5,11 @@ its events are back from disk.
 
 from __future__ import annotations
 
+from typing import cast
+
 from chaos.events import Event
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
+from chaos.metrics import RunStatus as EngineStatus
 from chaos.model import Scenario
 from chaos.plan import PlannedFault
 from chaos.precision import landing
@@ -55,7 +58,9 @@ class RunMeasure:
         """What each fault did, the run's metrics and its verdict (None: not judged)."""
         records = self._fault_records(events)
         world = self.scenario.topology.world_size
-        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=self.start.t_start,
+        # cast: measured once the run has ended, so its status is no longer "running"
+        status = cast("EngineStatus", self.status if self.status != "timeout" else "hung")
+        run = RunInfo(status=status, t_start=self.start.t_start,
                       t_end=t_end, steps_target=self.steps_target, world_size=world,
                       timeout_s=self.scenario.timeout_s, t_stop=self.t_stop)
         baseline = getattr(self, "baseline_info", None)

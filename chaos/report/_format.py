@@ -29,7 +29,7 @@ __all__ = ["DASH", "as_number", "attribution_text", "blast_radius_text", "fideli
 def outcome_counts(kinds: list[Outcome], sep: str = "; ") -> str:
     """``; 1 missed a target; 2 expected failures (XFAIL)``: what is not a plain pass, for
     the one-line totals of the console and the suite pages."""
-    words = {"fail": ("missed a target", "missed a target"),
+    words: dict[Outcome, tuple[str, str]] = {"fail": ("missed a target", "missed a target"),
              "error": ("ended without a verdict", "ended without a verdict"),
              "xfail": ("expected failure (XFAIL)", "expected failures (XFAIL)"),
              "xpass": ("unexpectedly passed (XPASS)", "unexpectedly passed (XPASS)")}

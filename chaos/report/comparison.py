@@ -79,7 +79,7 @@ def _targeted(record: RunRecord, fm: FaultMetricsRecord, key: str) -> str:
 
 
 def headers(records: Iterable[RunRecord]) -> list[str]:
-    extra = [spec(k).label for k in targeted_keys(records)]  # type: ignore[union-attr]
+    extra = [found.label for k in targeted_keys(records) if (found := spec(k)) is not None]
     return [*HEADERS[:-1], *extra, HEADERS[-1]]
 
 
@@ -99,7 +99,7 @@ def comparison_rows(records: Iterable[RunRecord], variation: Variation) -> list[
             fmt_metric(record, "goodput"), *(_targeted(record, fm, k) for k in extra),
             record.outcome_label,
         ])
-    order = {}
+    order: dict[str, int] = {}
     for row in rows:
         order.setdefault(row[0], len(order))
     return sorted(rows, key=lambda r: order[r[0]])

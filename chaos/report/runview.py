@@ -128,7 +128,7 @@ def baseline_events(record: RunRecord, run_dir: str | None = None) -> list[dict[
 
 def _reference_rank(events: list[dict[str, Any]]) -> str | None:
     ranks = {str(e.get("src")) for e in events if e.get("kind") == "step_end"}
-    ranked = sorted((r for r in ranks if _rank_index(r) is not None), key=_rank_index)
+    ranked = sorted((r for r in ranks if _rank_index(r) is not None), key=lambda r: _rank_index(r) or 0)
     return ranked[0] if ranked else None
 
 
@@ -200,8 +200,8 @@ def _lanes(record: RunRecord, events: list[dict[str, Any]]) -> list[Lane]:
                 rank_node[rank] = node
             if node is not None:
                 nodes.add(node)
-        elif _node_index(src) is not None:
-            nodes.add(_node_index(src))  # type: ignore[arg-type]
+        elif (node_index := _node_index(src)) is not None:
+            nodes.add(node_index)
     lanes: list[Lane] = []
     for node in sorted(nodes):
         lanes.append(Lane(f"node-{node}", "node", node))

@@ -75,7 +75,8 @@ def render_suite_html(records: list[RunRecord], suite_name: str, out_dir: str | 
 
     dirs = run_dirs or [str(r.run_dir or "") for r in records]
     order = sorted(range(len(records)), key=lambda i: (records[i].scenario.name, records[i].repeat_index))
-    rows, classes = [], []
+    rows: list[list[str]] = []
+    classes: list[str] = []
     for i in order:
         j = records[i]
         page = os.path.join(dirs[i], RUN_HTML) if dirs[i] else ""
