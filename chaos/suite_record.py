@@ -30,7 +30,7 @@ from chaos.jsonsafe import jsonable
 from chaos.record_metrics import Number, OpenPart, validation_problems
 
 __all__ = ["SUITE_JSON", "SUITE_SCHEMA_VERSION", "MetricStats", "ScenarioSummary", "SuiteCounts", "SuiteRecord",
-           "SuiteRecordError", "SuiteRun", "load_suite_record", "suite_record_from_dict", "write_suite_record"]
+           "SuiteRecordError", "SuiteRun", "load_suite_record", "write_suite_record"]
 
 SUITE_JSON = "suite.json"
 SUITE_SCHEMA_VERSION = 2
@@ -146,6 +146,21 @@ class SuiteRecord(OpenPart):
         """The record as plain JSON values, keys as loaded or as built."""
         return jsonable(self.model_dump(exclude_unset=True))
 
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "suite record") -> SuiteRecord:
+        """Validate ``data`` (any version this trainchaos reads, upgraded); a SuiteRecordError
+        names ``where`` and the offending key."""
+        if not isinstance(data, dict):
+            raise SuiteRecordError(f"{where}: not a trainchaos suite output (expected a JSON object)")
+        version = _version(data, where)
+        while version < SUITE_SCHEMA_VERSION:
+            data = _UPGRADES[version](data)
+            version += 1
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SuiteRecordError(f"{where}: not a trainchaos suite output: {validation_problems(exc)}") from None
+
 
 # -- versions ------------------------------------------------------------------------------
 
@@ -175,21 +190,6 @@ def _version(data: dict[str, Any], where: str) -> int:
     return version
 
 
-def suite_record_from_dict(data: Any, where: str = "suite record") -> SuiteRecord:
-    """Validate ``data`` (any version this trainchaos reads, upgraded); a SuiteRecordError
-    names ``where`` and the offending key."""
-    if not isinstance(data, dict):
-        raise SuiteRecordError(f"{where}: not a trainchaos suite output (expected a JSON object)")
-    version = _version(data, where)
-    while version < SUITE_SCHEMA_VERSION:
-        data = _UPGRADES[version](data)
-        version += 1
-    try:
-        return SuiteRecord.model_validate(data)
-    except ValidationError as exc:
-        raise SuiteRecordError(f"{where}: not a trainchaos suite output: {validation_problems(exc)}") from None
-
-
 # -- files ---------------------------------------------------------------------------------
 
 
@@ -211,4 +211,4 @@ def load_suite_record(path: str) -> SuiteRecord:
             data = json.load(fh)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SuiteRecordError(f"{file}: unreadable suite output: {exc}") from None
-    return suite_record_from_dict(data, where=file)
+    return SuiteRecord.from_dict(data, where=file)

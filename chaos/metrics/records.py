@@ -27,7 +27,8 @@ Attribution = Literal["correct", "wrong", "none"]
 
 class _FamilyValues:
     """Values of registered metric families that have no dataclass field: read as attributes,
-    written flat into ``to_dict`` after the fields, read back by ``from_dict``."""
+    written flat into ``to_dict`` after the fields (the run record reads them back as its
+    ``MetricsRecord``'s extra keys, ``chaos.record_metrics``)."""
 
     family_values: dict[str, Any]
 
@@ -52,16 +53,6 @@ class _FamilyValues:
             data["faults"] = [f.to_dict() for f in self.faults]
         data.update(self.family_values)
         return json_safe(data)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], family_keys: frozenset[str] = frozenset()) -> Any:
-        """From a journal's dict: known fields, and the keys of ``family_keys`` (the registered
-        families' metrics) as family values; anything else is ignored (an older or newer
-        journal). Nested fault metrics are left as dicts: the caller converts them."""
-        names = {f.name for f in fields(cls)} - {"family_values"}  # type: ignore[arg-type]
-        obj = cls(**{k: v for k, v in data.items() if k in names})
-        obj.family_values.update({k: v for k, v in data.items() if k in family_keys and k not in names})
-        return obj
 
 # -- inputs -----------------------------------------------------------------------------
 

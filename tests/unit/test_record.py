@@ -209,3 +209,45 @@ def test_schema_command_prints_the_record_schema(tmp_path):
     assert list(validator.iter_errors({**_finished(tmp_path).to_dict(), "status": "exploded"}))
     both = CliRunner().invoke(cli, ["schema", "--journal", "--markdown"])
     assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_the_metrics_section_is_typed_with_the_engines_fields_in_their_order():
+    from dataclasses import fields
+
+    from chaos.metrics import FaultMetrics, RunMetrics
+    from chaos.record import FaultMetricsRecord
+
+    # The journal's keys are the engine's dataclass fields in order (family values after):
+    # the record's models must declare the same, or a rewritten journal reorders its keys.
+    for model, engine in ((MetricsRecord, RunMetrics), (FaultMetricsRecord, FaultMetrics)):
+        assert list(model.model_fields) == [f.name for f in fields(engine) if f.name != "family_values"]
+
+
+def test_metrics_read_as_attributes_keep_their_json_and_a_familys_own_keys(tmp_path):
+    # In the engine's order, as a run writes them.
+    data = {"goodput": 0.5, "faults": [{"fault_id": "f0", "detection_s": 0.25, "lost_steps": 4, "toy_heal_s": 1.5}],
+            "recovery_s": 3, "healthy": True, "toy_alarms": 2}
+    metrics = MetricsRecord.model_validate(data)
+    assert metrics.recovery_s == 3 and metrics.faults[0].detection_s == 0.25 and metrics.digest_match is None
+    assert metrics.toy_alarms == 2 and metrics.faults[0].toy_heal_s == 1.5  # a family's, as attributes
+    assert metrics.by_fault()["f0"].lost_steps == 4 and metrics.has("goodput") and not metrics.has("catchup_s")
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, "scenario": {"name": "s"}, "status": "completed",
+                                  "metrics": data})
+    written = json.loads(Path(write_run_record(str(tmp_path), record)).read_text())["metrics"]
+    # Keys as loaded (none padded), an int still an int, the family's keys after the fields.
+    assert json.dumps(written) == json.dumps(data)
+    assert load_run_record(str(tmp_path)).metrics == metrics
+
+
+def test_judge_returns_the_records_own_verdict():
+    import chaos.verdict
+    from chaos.metrics import RunInfo, compute_metrics
+    from chaos.model import Bound, Targets
+
+    assert chaos.verdict.Verdict is Verdict  # one verdict type, not three
+    metrics = compute_metrics([], [], RunInfo("completed", 0.0, 10.0, 5, 1))
+    verdict = chaos.verdict.judge(Targets(recovery_s=Bound(max=1)), metrics)
+    assert isinstance(verdict, Verdict) and verdict.passed is False
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, "scenario": {"name": "s"}, "status": "completed",
+                                  "verdict": verdict.model_dump()})
+    assert record.verdict == verdict and record.outcome == "fail" and record.reasons() == verdict.reasons()
