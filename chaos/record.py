@@ -16,18 +16,18 @@ record is strict about what the framework itself relies on and open (extra keys 
 everywhere else: a newer trainchaos of the same schema version may add a key, and each fault
 family contributes its own metrics.
 
-Versions: ``schema_version: 2`` is the only one (version 1, the journals of the 0.1.0
+Versions: ``schema_version: 2`` is the only one read (version 1, the journals of the 0.1.0
 pre-release, had none; it is refused, not upgraded: that release had no users to keep).
 Every key is written by every run, the aborted one too (``trainchaos schema --journal``
 prints its JSON Schema). A later version that changes a key adds an upgrade step to
-``_UPGRADES``.
+``_upgrade``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any, Literal, TypeVar
 
@@ -71,7 +71,7 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 """Bumped when a key changes meaning or a required key is added; each bump adds an upgrade
-step to ``_UPGRADES`` so that the records of released versions still load."""
+step to ``_upgrade`` so that the records of released versions still load."""
 
 RunStatus = Literal["completed", "failed", "hung", "timeout", "interrupted", "tool_error", "aborted"]
 """hung: no step progress before the timeout; timeout: still progressing at it. tool_error:
@@ -96,20 +96,23 @@ effect (a kill: the rank never came back), released by the controller once the f
 effect, or given up after its timeout (the controller too slow or gone: it may land late)."""
 
 
+def blocks(kind: Outcome, strict: bool = False) -> bool:
+    """Whether an outcome fails the suite (exit code, suite badge, JUnit failure): a missed
+    target or no verdict always; an unexpected pass only with ``strict``."""
+    return kind in ("fail", "error") or (strict and kind == "xpass")
+
+
 _M = TypeVar("_M", bound=BaseModel)
 
 
 class RunRecordError(ChaosError):
-    """A run record (or start record) that is missing, unreadable, malformed, or from a
-    newer trainchaos; the message names the file and the key."""
+    """A run record (or start record) that is missing, unreadable, malformed, or of a schema
+    version this trainchaos does not read; the message names the file and the key."""
 
     exit_code = EXIT_BAD_INPUT
 
 
-_Part = OpenPart
-
-
-class ScenarioInfo(_Part):
+class ScenarioInfo(OpenPart):
     """The scenario as it ran (``chaos.model.Scenario``, defaults filled in)."""
 
     name: str
@@ -129,19 +132,19 @@ class ScenarioInfo(_Part):
         return expect if isinstance(expect, dict) and expect.get("fail") else None
 
 
-class BackendInfo(_Part):
+class BackendInfo(OpenPart):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class Versions(_Part):
+class Versions(OpenPart):
     trainchaos: str
     torch: str | None = None
     python: str | None = None
     platform: str | None = None
 
 
-class PlannedFaultInfo(_Part):
+class PlannedFaultInfo(OpenPart):
     """A fault of the seeded plan (``chaos.plan.PlannedFault.to_dict``)."""
 
     fault_id: str
@@ -157,7 +160,7 @@ class PlannedFaultInfo(_Part):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class FaultOutcome(_Part):
+class FaultOutcome(OpenPart):
     """A fault as it actually happened."""
 
     fault_id: str
@@ -194,7 +197,7 @@ class FaultOutcome(_Part):
     """The target as resolved against live processes at injection."""
 
 
-class Check(_Part):
+class Check(OpenPart):
     """One target checked (``chaos.verdict``)."""
 
     name: str
@@ -219,7 +222,7 @@ class Check(_Part):
         return f"{self.name}: {fmt_value(self.value)} (bound {fmt_value(self.bound)})"
 
 
-class Verdict(_Part):
+class Verdict(OpenPart):
     """Metrics against targets: passed when every check is ok (``chaos.verdict.judge``)."""
 
     passed: bool
@@ -238,7 +241,7 @@ class Verdict(_Part):
         return jsonable(self.model_dump())
 
 
-class BaselineRef(_Part):
+class BaselineRef(OpenPart):
     """The fault-free twin this run was judged against."""
 
     digest: str | None = None
@@ -247,7 +250,7 @@ class BaselineRef(_Part):
     status: str | None = None
 
 
-class RunStart(_Part):
+class RunStart(OpenPart):
     """``run.json``: what the run record needs that the events do not hold, written before
     the job starts, so that the record of a run whose controller was killed can be built."""
 
@@ -268,7 +271,7 @@ class RunStart(_Part):
     rank_launch: RankLaunch = "cold"
 
 
-class RunRecord(_Part):
+class RunRecord(OpenPart):
     """One run, complete: the scenario, the resolved plan, what each fault did, the metrics,
     the verdict. Values inside ``metrics`` and ``verdict``, or those themselves, are None
     when the run ended before they could be computed."""
@@ -420,34 +423,20 @@ class RunRecord(_Part):
 # -- versions ------------------------------------------------------------------------------
 
 
-_OLDEST = SCHEMA_VERSION
-"""The oldest version this trainchaos reads: version 1 (0.1.0, a pre-release) is refused."""
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-"""``version -> step to version + 1``, one per version from ``_OLDEST`` up."""
-
-
 def _upgrade(data: dict[str, Any], where: str) -> dict[str, Any]:
-    readable = f"{_OLDEST}" if _OLDEST == SCHEMA_VERSION else f"{_OLDEST} to {SCHEMA_VERSION}"
+    # One version is read: the first bump adds its upgrade step here (as chaos.suite_record
+    # does for suite.json), not before.
     if "schema_version" not in data:
         raise RunRecordError(f"{where}: schema_version: missing; not a run record this trainchaos reads "
-                             f"(schema version {readable}; journals of the 0.1.0 pre-release had none)")
+                             f"(schema version {SCHEMA_VERSION}; journals of the 0.1.0 pre-release had none)")
     version = data["schema_version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version < _OLDEST:
+    if isinstance(version, bool) or not isinstance(version, int) or version < SCHEMA_VERSION:
         raise RunRecordError(f"{where}: schema_version: {version!r} is not a run record version "
-                             f"this trainchaos reads ({readable})")
+                             f"this trainchaos reads ({SCHEMA_VERSION})")
     if version > SCHEMA_VERSION:
         raise RunRecordError(f"{where}: schema_version: {version} is newer than this trainchaos reads "
-                             f"({readable}); upgrade trainchaos to read it")
-    while version < SCHEMA_VERSION:
-        data = _UPGRADES[version](data)
-        version += 1
+                             f"({SCHEMA_VERSION}); upgrade trainchaos to read it")
     return data
-
-
-def blocks(kind: Outcome, strict: bool = False) -> bool:
-    """Whether an outcome fails the suite (exit code, suite badge, JUnit failure): a missed
-    target or no verdict always; an unexpected pass only with ``strict``."""
-    return kind in ("fail", "error") or (strict and kind == "xpass")
 
 
 def _validate(model: type[_M], data: Any, where: str) -> _M:

@@ -29,8 +29,9 @@ journal's ``3`` into ``3.0`` when the record is written again."""
 
 
 class OpenPart(BaseModel):
-    """A part of the run record. Open: a newer trainchaos of the same schema version, or a
-    fault family, may add keys, and they survive a load and a rewrite."""
+    """A part of a record (the run's, ``chaos.record``; the suite's, ``chaos.suite_record``).
+    Open: a newer trainchaos of the same schema version, or a fault family, may add keys, and
+    they survive a load and a rewrite."""
 
     model_config = ConfigDict(extra="allow", use_attribute_docstrings=True,
                               json_schema_serialization_defaults_required=True)
@@ -50,6 +51,8 @@ def _location(loc: tuple[Any, ...]) -> str:
 
 
 class _Values(OpenPart):
+    """Metrics read by a key known only at run time (the catalogue's, a family's)."""
+
     def value(self, key: str) -> Any:
         """Metric ``key`` by name (a catalogue key, a family's own): None when not measured."""
         return getattr(self, key, None)
@@ -175,10 +178,6 @@ class MetricsRecord(_Values):
     def of(cls, metrics: RunMetrics) -> MetricsRecord:
         """The engine's metrics as the record keeps them (family values flat, as written)."""
         return cls.model_validate(metrics.to_dict())
-
-    def fault(self, fault_id: str) -> FaultMetricsRecord | None:
-        """The metrics of fault ``fault_id``; None when it has none."""
-        return next((f for f in self.faults if f.fault_id == fault_id), None)
 
     def has(self, key: str) -> bool:
         """Whether the record holds metric ``key`` at all (a journal of a run that ended early

@@ -1,8 +1,10 @@
 """The inputs and outputs of ``compute_metrics``: what the runner knows of each fault and of
 the run, and the metrics of each fault and of the whole run.
 
-The outputs' fields are the journal's ``metrics`` dict (``to_dict``), which tests and the
-stored regression baselines read: a field's name, order and meaning are part of that format.
+The outputs' fields are the journal's ``metrics`` (``to_dict``), which tests and the stored
+regression baselines read: a field's name, order and meaning are part of that format, and the
+run record declares the same fields in the same order (``chaos.record_metrics``; a test in
+tests/unit/test_record.py fails when the two differ).
 A metric family registered later (``chaos.metrics.family``) adds its values without a field
 here: they are kept in ``family_values`` and written flat after the fields, so a journal reads
 the same whichever module measured a value. The built-in families' fields (silent corruption,

@@ -78,21 +78,21 @@ def render_suite_html(records: list[RunRecord], suite_name: str, out_dir: str | 
     rows: list[list[str]] = []
     classes: list[str] = []
     for i in order:
-        j = records[i]
+        run = records[i]
         page = os.path.join(dirs[i], RUN_HTML) if dirs[i] else ""
         href = os.path.relpath(page, out_dir) if page and out_dir else page
         exists = bool(page) and os.path.exists(page)
         rows.append([
-            escape(j.scenario.name), str(j.repeat_index), esc(j.status),
-            escape(final_state_text(j)), escape(fmt_metric(j, "detection_s")),
-            escape(fmt_metric(j, "recovery_s")), escape(fmt_metric(j, "lost_steps")),
-            escape(fmt_metric(j, "goodput")), escape(attribution_text(j)),
-            escape(fmt_metric(j, "false_detections")),
-            f'<span class="badge {j.outcome}">{escape(j.outcome_label)}</span>',
-            "<br>".join(escape(r) for r in j.reasons()),
+            escape(run.scenario.name), str(run.repeat_index), esc(run.status),
+            escape(final_state_text(run)), escape(fmt_metric(run, "detection_s")),
+            escape(fmt_metric(run, "recovery_s")), escape(fmt_metric(run, "lost_steps")),
+            escape(fmt_metric(run, "goodput")), escape(attribution_text(run)),
+            escape(fmt_metric(run, "false_detections")),
+            f'<span class="badge {run.outcome}">{escape(run.outcome_label)}</span>',
+            "<br>".join(escape(r) for r in run.reasons()),
             html_link(href, "report") if exists else DASH,
         ])
-        classes.append("" if j.met_targets else j.outcome)
+        classes.append("" if run.met_targets else run.outcome)
     body += ['<h2 id="verdicts">Verdicts</h2>',
              html_table(["scenario", "repeat", "status", "final state", "detection", "recovery", "lost steps",
                      "goodput", "attribution", "false alarms", "verdict", "reasons", "run"], rows, classes,
