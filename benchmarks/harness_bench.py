@@ -73,7 +73,7 @@ def bench_steps_and_checkpoints(out: str, repeats: int) -> dict:
             sc = _scenario(f"steps-{mode}", {"steps": 100, "checkpoint": {"every_steps": 10, "mode": mode}})
             run_dir = os.path.join(out, f"steps-{mode}-{i}")
             journal = run_scenario_once(sc, run_dir, 1, with_faults=False)
-            assert journal["status"] == "completed", journal["error"]
+            assert journal.status == "completed", journal.error
             events = read_events(os.path.join(run_dir, "events"))
             steps = _rank0(events, "step_end")
             saves = {e["step"] for e in _rank0(events, "ckpt_save_end")}
@@ -104,9 +104,9 @@ def bench_kill_recovery(out: str, repeats: int) -> dict:
                        [{"type": "kill_rank", "target": {"rank": 3}, "trigger": {"at_step": 50}}])
         run_dir = os.path.join(out, f"kill-{i}")
         journal = run_scenario_once(sc, run_dir, 1)
-        assert journal["status"] == "completed", journal["error"]
+        assert journal.status == "completed", journal.error
         events = read_events(os.path.join(run_dir, "events"))
-        t_inject = journal["faults"][0]["t_inject"]
+        t_inject = journal.faults[0].t_inject
         t_detect = min(e["t"] for e in events if e["kind"] == "detected" and e["t"] >= t_inject)
         after = [e for e in events if e["t"] > t_detect and e["src"] == "rank-0"]
         load = next(e for e in after if e["kind"] == "ckpt_load")
@@ -134,15 +134,15 @@ def bench_precision(out: str, repeats: int, kill_step: int = 8, time_faults: int
                        nodes=2, ranks_per_node=1)
         run_dir = os.path.join(out, f"precision-kill-{i}")
         journal = run_scenario_once(sc, run_dir, 1)
-        assert journal["status"] == "completed", journal["error"]
-        (fault,) = journal["faults"]
+        assert journal.status == "completed", journal.error
+        (fault,) = journal.faults
         events = read_events(os.path.join(run_dir, "events"))
         # The killed process's own last step: its first incarnation's step_end events.
         last = max(e["step"] for e in events if e["src"] == "rank-1" and e["kind"] == "step_end"
                    and e["incarnation"] == 0)
         last_steps.append(last)
-        exact += fault["precision"] == "exact" and last == kill_step
-        kill_lags.append(fault["lag_ms"])
+        exact += fault.precision == "exact" and last == kill_step
+        kill_lags.append(fault.lag_ms)
     # Time triggers: one run, many short freezes of one rank (SIGSTOP for 20 ms, then
     # SIGCONT), each occurrence of a Poisson trigger planned at its own time. The run ends at
     # its timeout, the faults long done (about 15 s after the first step; the rest is start).
@@ -153,14 +153,14 @@ def bench_precision(out: str, repeats: int, kill_step: int = 8, time_faults: int
                    nodes=2, ranks_per_node=1, timeout_s=40)
     run_dir = os.path.join(out, "precision-time")
     journal = run_scenario_once(sc, run_dir, 1)
-    fired = [f for f in journal["faults"] if f["lag_ms"] is not None]
-    lags = sorted(f["lag_ms"] for f in fired)
+    fired = [f for f in journal.faults if f.lag_ms is not None]
+    lags = sorted(f.lag_ms for f in fired)
     # ``lag_ms`` ends at the clock read right before the signal; the fault is in effect once
     # the signal was sent, when the ``applied`` record is stamped: the lag to that moment is
     # the figure (it adds the inject's own time).
     applied_at = {r["fault_id"]: r["t"] for r in read_records(os.path.join(run_dir, "fault_journal.jsonl"))
                   if r["op"] == "applied"}
-    in_effect = sorted(f["lag_ms"] + (applied_at[f["fault_id"]] - f["t_inject"]) * 1000 for f in fired)
+    in_effect = sorted(f.lag_ms + (applied_at[f.fault_id] - f.t_inject) * 1000 for f in fired)
     return {
         "precision_kill_at_step": kill_step,
         "precision_kill_exact": f"{exact} of {repeats}",
@@ -319,14 +319,14 @@ def bench_warm_start(out: str, repeats: int) -> dict:
                            [{"type": "kill_rank", "target": {"rank": 3}, "trigger": {"at_step": _WARM_KILL_AT}}])
             run_dir = os.path.join(out, f"start-{mode}-{i}")
             journal = run_scenario_once(sc, run_dir, 1)
-            assert journal["status"] == "completed", journal["error"]
-            assert journal["rank_launch"] == mode
+            assert journal.status == "completed", journal.error
+            assert journal.rank_launch == mode
             events = read_events(os.path.join(run_dir, "events"))
             job_start = next(e["t"] for e in events if e["kind"] == "job_start")
             first = min(e["t"] for e in events if e["kind"] == "step_end")
             figures[mode]["launch_to_first_step_s"].append(first - job_start)
             # recovery_s: kill -> first step of the restarted group (docs/metrics.md)
-            figures[mode]["kill_to_next_step_s"].append(journal["metrics"]["faults"][0]["recovery_s"])
+            figures[mode]["kill_to_next_step_s"].append(journal.metrics.faults[0].recovery_s)
     result: dict = {}
     for mode, values in figures.items():
         for key, samples in values.items():

@@ -183,7 +183,7 @@ def _step_time(backend: str, out: str, index: int) -> float:
             "topology": {"nodes": 2, "ranks_per_node": 1}, "timeout_s": 180}
     run_dir = os.path.join(out, f"steps-{backend}-{index}")
     journal = run_scenario_once(parse_scenario(data, f"<bench:{backend}>"), run_dir, 1, with_faults=False)
-    assert journal["status"] == "completed", journal["error"]
+    assert journal.status == "completed", journal.error
     steps = [e for e in read_events(os.path.join(run_dir, "events"))
              if e["src"] == "rank-0" and e["kind"] == "step_end"]
     # The first steps carry start-up (page faults, the first collectives' connects).

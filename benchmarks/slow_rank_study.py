@@ -45,10 +45,11 @@ def throttled_run(run_dir: str, scenario: object) -> dict:
                        float(params.get("recover_s") or 0.0))
     found = [e for e in events if e["kind"] == "detected"]
     slow = next((e for e in found if e.get("detector") == "slow_rank" and e["t"] >= injected["t"]), None)
-    fault = journal["metrics"]["faults"][0]
-    out = {"status": journal["status"], "passed": journal["verdict"]["passed"], "target": injected["src"],
-           "detections": len(found), "wrong": [e.get("suspect") for e in found if e.get("suspect") != injected["src"]],
-           "steps_after_1_5": fault.get("throttle_detection_steps"), "attribution": fault.get("attribution")}
+    fault = journal.metrics.faults[0]
+    out = {"status": journal.status, "passed": journal.verdict.passed if journal.verdict else None,
+           "target": injected["src"], "detections": len(found),
+           "wrong": [e.get("suspect") for e in found if e.get("suspect") != injected["src"]],
+           "steps_after_1_5": fault.value("throttle_detection_steps"), "attribution": fault.attribution}
     if slow is not None:
         out.update(named=slow.get("suspect"), at_step=slow.get("step"),
                    factor_at_detection=round(ramp.factor(slow["t"]) or 1.0, 2), ratio=slow.get("ratio"))
@@ -59,7 +60,7 @@ def clean_run(run_dir: str, scenario: object, with_faults: bool = True) -> dict:
     journal = run_scenario_once(scenario, run_dir, scenario.seed, with_faults=with_faults)
     events = read_events(os.path.join(run_dir, "events"))
     found = [e for e in events if e["kind"] == "detected"]
-    return {"status": journal["status"], "false_detections": len(found),
+    return {"status": journal.status, "false_detections": len(found),
             "suspects": [e.get("suspect") for e in found]}
 
 

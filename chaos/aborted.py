@@ -16,7 +16,7 @@ from chaos import __version__
 from chaos.events import read_events
 from chaos.faults.base import UnknownFaultType, lookup
 from chaos.metrics import FaultRecord, RunInfo, compute_metrics
-from chaos.record import build_run_record, fault_outcome, load_run_start
+from chaos.record import MetricsRecord, build_run_record, fault_outcome, load_run_start
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal
 from chaos.rundir import RunDir
@@ -41,7 +41,7 @@ def write_aborted_record(run_dir: str, reason: str) -> str | None:
     metrics = compute_metrics(events, faults, run)
     record = build_run_record(
         start, run_dir=rundir.path, status="aborted", t_end=t_end, error=reason,
-        faults=[fault_outcome(f) for f in faults], metrics=metrics.to_dict(), verdict=None,
+        faults=[fault_outcome(f) for f in faults], metrics=MetricsRecord.of(metrics), verdict=None,
         versions={"trainchaos": __version__},
         written_by=f"trainchaos cleanup at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
     write_run_reports(rundir.path, record, events)

@@ -117,14 +117,14 @@ def compare(baseline: str, current: str, tolerances_path: str | None, out_path: 
     2 when the inputs cannot be compared (a scenario missing on one side)."""
     from chaos.gate import (
         compare_suites,
-        load_suite_summary,
+        load_suite_record,
         load_tolerances,
         render_markdown,
         tolerances_for,
     )
 
     tolerances = load_tolerances(tolerances_for(baseline, tolerances_path))
-    comparison = compare_suites(load_suite_summary(baseline), load_suite_summary(current), tolerances,
+    comparison = compare_suites(load_suite_record(baseline), load_suite_record(current), tolerances,
                                 baseline, current)
     markdown = render_markdown(comparison)
     click.echo(markdown, nl=False)

@@ -98,12 +98,12 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
                             junit_path=junit_path, fail_fast=fail_fast, strict=strict)
     code = _exit_code(outcome)
     if code in (EXIT_OK, EXIT_TARGET_MISSED) and gate is not None:
-        code = max(code, gate.finish(out_dir, outcome.journals, suite_name, echo=click.echo))
-    if variation is not None and outcome.journals:
+        code = max(code, gate.finish(out_dir, outcome.records, suite_name, echo=click.echo))
+    if variation is not None and outcome.records:
         from chaos.report.comparison import print_comparison, write_comparison
 
-        print_comparison(outcome.journals, variation)
-        click.echo(f"comparison: {write_comparison(out_dir, outcome.journals, variation)}")
+        print_comparison(outcome.records, variation)
+        click.echo(f"comparison: {write_comparison(out_dir, outcome.records, variation)}")
     if outcome.report_path:
         click.echo(f"HTML report: {outcome.report_path}")
     sys.exit(code)
@@ -189,13 +189,13 @@ def bench_stacks(root: str, stacks_spec: str | None, faults_spec: str | None, su
         outcome = run_suite(matrix.scenarios, out_dir, suite_name, repeat=repeat, seed=seed,
                             junit_path=junit_path, strict=strict)
     code = _exit_code(outcome)
-    if outcome.journals:
-        print_stacks(matrix, outcome.journals, sustained)
-        for path in write_stacks(out_dir, matrix, outcome.journals, sustained):
+    if outcome.records:
+        print_stacks(matrix, outcome.records, sustained)
+        for path in write_stacks(out_dir, matrix, outcome.records, sustained):
             click.echo(f"side by side: {path}")
         from chaos.report import write_suite_html
 
-        write_suite_html(out_dir, outcome.journals, suite_name)  # now linking the tables
+        write_suite_html(out_dir, outcome.records, suite_name)  # now linking the tables
     if outcome.report_path:
         click.echo(f"HTML report: {outcome.report_path}")
     sys.exit(code)

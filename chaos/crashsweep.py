@@ -46,6 +46,7 @@ from chaos.errors import ToolError
 from chaos.events import Event, read_events
 from chaos.faults.family import CrashSweep, crash_sweep
 from chaos.model import Scenario
+from chaos.record import MetricsRecord, RunRecord
 from chaos.run import run_baseline, run_scenario_once
 from chaos.rundir import RunDir
 from chaos.runstate import RunProgress
@@ -139,7 +140,7 @@ def _power_loss() -> dict[str, Any]:
             "trigger": {"after_event": {"event": sweep.event}}, "params": {"tier": "shared"}}
 
 
-def classify(journal: dict[str, Any], events: list[Event], audit: Any, save_step: int,
+def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
              twin_digest: str | None) -> tuple[list[str], str, int | None]:
     """(outcomes, detail, resumed step) of one crash run (module docstring)."""
     crash = next((e for e in events if e.get("kind") == _sweep().event), None)
@@ -175,14 +176,14 @@ def classify(journal: dict[str, Any], events: list[Event], audit: Any, save_step
         outcomes.append("lost_interval")
         notes.append(f"lost {max(before) - resumed} steps (step {max(before)} -> {resumed}), "
                      f"more than one interval ({interval})")
-    metrics = journal.get("metrics") or {}
-    if metrics.get("stale_checkpoints"):
+    metrics = record.metrics or MetricsRecord()
+    if metrics.stale_checkpoints:
         outcomes.append("stale")
-        notes.append(f"{metrics['stale_checkpoints']} stale checkpoint(s)")
-    if journal.get("status") != "completed":
+        notes.append(f"{metrics.stale_checkpoints} stale checkpoint(s)")
+    if record.status != "completed":
         outcomes.append("failed")
-        notes.append(f"run {journal.get('status')}: {journal.get('error') or ''}".rstrip(": "))
-    elif twin_digest is not None and metrics.get("final_digest") != twin_digest:
+        notes.append(f"run {record.status}: {record.error or ''}".rstrip(": "))
+    elif twin_digest is not None and metrics.final_digest != twin_digest:
         outcomes.append("wrong_result")
         notes.append("final weights differ from the twin's")
     if resumed is None and not outcomes:
@@ -205,13 +206,13 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
     progress = RunProgress(on_note=None)
     base = _variant(scenario, scenario.name, [])
     twin, twin_journal = run_baseline(base, os.path.join(out_dir, "baseline"), scenario.seed, progress)
-    note(f"twin: {twin_journal['status']} ({len(twin.digests)} step digests)")
+    note(f"twin: {twin_journal.status} ({len(twin.digests)} step digests)")
     trace_journal = run_scenario_once(_variant(scenario, f"{scenario.name}-trace", [_arm(save_step, -1)]),
                                       os.path.join(out_dir, "trace"), scenario.seed, twin, progress)
     boundaries = [{k: e[k] for k in ("seq", "op", "path")}
-                  for e in read_events(RunDir(trace_journal["run_dir"]).events)
+                  for e in read_events(RunDir(str(trace_journal.run_dir)).events)
                   if e.get("kind") == "storage_boundary"]
-    note(f"trace: {trace_journal['status']}, {len(boundaries)} durability boundaries in the save of "
+    note(f"trace: {trace_journal.status}, {len(boundaries)} durability boundaries in the save of "
          f"step {save_step}")
     results: list[BoundaryOutcome] = []
     for after in (range(0, len(boundaries) + 1) if points is None else sorted(set(points))):
@@ -223,7 +224,7 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
         name = f"{scenario.name}-crash-{after:02d}"
         journal = run_scenario_once(_variant(scenario, name, [_arm(save_step, after), _power_loss()]),
                                     os.path.join(out_dir, f"crash-{after:02d}"), scenario.seed, twin, progress)
-        rundir = RunDir(journal["run_dir"])
+        rundir = RunDir(str(journal.run_dir))
         events = read_events(rundir.events)
         audit = (workload.audit_checkpoints(rundir.crash_image)
                  if os.path.isdir(rundir.crash_image) else None)
@@ -233,12 +234,12 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
                                   path=str(where["path"]), outcomes=outcomes, detail=detail, resumed_from=resumed,
                                   pointer=audit.pointer if audit else None,
                                   complete=list(audit.complete) if audit else [],
-                                  torn=dict(audit.torn) if audit else {}, run_dir=journal["run_dir"])
+                                  torn=dict(audit.torn) if audit else {}, run_dir=str(journal.run_dir))
         results.append(outcome)
         note(f"crash after boundary {after} ({outcome.op} {outcome.path}): {', '.join(outcomes)}: {detail}")
     result = SweepResult(scenario=scenario.name, save_step=save_step, boundaries=boundaries, results=results,
-                         wall_s=time.monotonic() - started, twin_status=twin_journal["status"],
-                         trace_status=trace_journal["status"])
+                         wall_s=time.monotonic() - started, twin_status=twin_journal.status,
+                         trace_status=trace_journal.status)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, SWEEP_FILE), "w", encoding="utf-8") as fh:
         json.dump(result.to_dict(), fh, indent=1)

@@ -180,8 +180,13 @@ def _targets_class() -> type:
 
 if TYPE_CHECKING:
     class Targets(_TargetsBase):
-        """The checker's view: the bound fields are made at import time from the catalogue, so
-        it knows the non-bound targets only; a bound is read with ``bound(key)``."""
+        """What a type checker sees of ``Targets``, built at run time by ``_targets_class``
+        (a class made by ``make_dataclass`` is a value, not a type, to mypy): the non-bound
+        targets as declared there, and each metric's bound as an attribute."""
+
+        def __init__(self, **targets: Any) -> None: ...
+
+        def __getattr__(self, key: str) -> Bound | None: ...
 else:
     Targets = _targets_class()
 

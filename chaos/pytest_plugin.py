@@ -32,23 +32,21 @@ does not use it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from chaos.metrics import RunMetrics
     from chaos.model import Scenario
-    from chaos.verdict import Verdict
+    from chaos.record import MetricsRecord, Outcome, RunRecord, Verdict
 
 __all__ = ["RunResult", "ScenarioFailed", "ScenarioMissedTarget", "ScenarioResult", "TrainchaosRunner",
            "run_scenarios"]
 
-Outcome = Literal["pass", "fail", "error", "xfail", "xpass"]
 
 
 
@@ -63,70 +61,63 @@ def _properties() -> list[str]:
 # ----------------------------------------------------------------------------- typed results
 
 
-def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def _metrics(data: Any) -> RunMetrics | None:
-    from chaos.metrics import FaultMetrics, RunMetrics
-    from chaos.metrics.catalogue import specs
-
-    if not isinstance(data, dict):
-        return None
-    family_keys = frozenset(s.key for s in specs())  # a family's metric without a field
-    metrics = RunMetrics.from_dict(data, family_keys)
-    metrics.faults = [FaultMetrics.from_dict(f, family_keys) for f in data.get("faults") or [] if isinstance(f, dict)]
-    return metrics
-
-
-def _verdict(data: Any) -> Verdict | None:
-    from chaos.verdict import Check, Verdict
-
-    if not isinstance(data, dict):
-        return None
-    checks = [_from_dict(Check, c) for c in data.get("checks") or [] if isinstance(c, dict)]
-    return Verdict(bool(data.get("passed")), checks)
-
-
 @dataclass(frozen=True)
 class RunResult:
-    """One repeat of a scenario."""
+    """One repeat of a scenario: its run record, and where its files are."""
 
-    scenario: str
-    repeat: int
-    status: str
-    """completed, hung, failed, interrupted or tool_error."""
-    outcome: Outcome
-    """error: no verdict (trainchaos failed, or the run was interrupted); xfail / xpass: the
-    scenario expects to fail (``expect``) and missed / met its targets."""
-    reasons: list[str]
-    """Why it is not a pass (each missed target's sentence); empty for a pass."""
-    metrics: RunMetrics | None
-    verdict: Verdict | None
+    record: RunRecord
     journal_path: Path
     report_path: Path | None
     """The run's HTML page."""
-    journal: dict[str, Any]
+
+    @property
+    def scenario(self) -> str:
+        return self.record.scenario.name
+
+    @property
+    def repeat(self) -> int:
+        return self.record.repeat_index
+
+    @property
+    def status(self) -> str:
+        """completed, failed, hung, timeout, interrupted or tool_error."""
+        return self.record.status
+
+    @property
+    def outcome(self) -> Outcome:
+        """error: no verdict (trainchaos failed, or the run was interrupted); xfail / xpass: the
+        scenario expects to fail (``expect``) and missed / met its targets."""
+        return self.record.outcome
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why it is not a pass (each missed target's sentence); empty for a pass."""
+        return self.record.reasons()
+
+    @property
+    def metrics(self) -> MetricsRecord | None:
+        """``result.metrics.recovery_s``; a metric family's own values are attributes too."""
+        return self.record.metrics
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self.record.verdict
 
     @property
     def passed(self) -> bool:
         """Every target was met (an unexpected pass of an expected failure too)."""
-        return self.outcome in ("pass", "xpass")
+        return self.record.met_targets
 
     @classmethod
-    def from_journal(cls, journal: dict[str, Any]) -> RunResult:
+    def of(cls, record: RunRecord) -> RunResult:
+        """The result of the run ``record`` describes, its files where the record says."""
         from chaos.report import RUN_HTML
-        from chaos.report._format import outcome, reasons, repeat_of, scenario_name
         from chaos.rundir import RunDir
 
-        run_dir = Path(str(journal.get("run_dir") or "."))
+        run_dir = Path(str(record.run_dir or "."))
         page = run_dir / RUN_HTML
-        return cls(scenario=scenario_name(journal), repeat=repeat_of(journal),
-                   status=str(journal.get("status") or "unknown"), outcome=outcome(journal),
-                   reasons=reasons(journal), metrics=_metrics(journal.get("metrics")),
-                   verdict=_verdict(journal.get("verdict")), journal_path=Path(RunDir(str(run_dir)).run_record),
-                   report_path=page if page.exists() else None, journal=journal)
+        return cls(record=record, journal_path=Path(RunDir(str(run_dir)).run_record),
+                   report_path=page if page.exists() else None)
 
 
 @dataclass(frozen=True)
@@ -159,7 +150,7 @@ class ScenarioResult:
         return self.runs[0]
 
     @property
-    def metrics(self) -> RunMetrics | None:
+    def metrics(self) -> MetricsRecord | None:
         return self._only().metrics
 
     @property
@@ -181,7 +172,6 @@ def run_scenarios(scenarios: list[Scenario], out_dir: str | os.PathLike[str], *,
     """Run scenarios as ``trainchaos run`` does (baselines, repeats, reports, faults reverted
     on Ctrl-C) and return one typed result per scenario."""
     from chaos.interrupts import installed
-    from chaos.report._format import scenario_name
     from chaos.suite import preflight, run_suite
 
     preflight(scenarios)
@@ -192,7 +182,7 @@ def run_scenarios(scenarios: list[Scenario], out_dir: str | os.PathLike[str], *,
         raise KeyboardInterrupt("trainchaos run interrupted (every fault was reverted)")
     results = []
     for scenario in scenarios:
-        runs = [RunResult.from_journal(j) for j in outcome.journals if scenario_name(j) == scenario.name]
+        runs = [RunResult.of(r) for r in outcome.records if r.scenario.name == scenario.name]
         results.append(ScenarioResult(scenario.name, runs))
     return results
 
@@ -238,7 +228,7 @@ def trainchaos(tmp_path: Path) -> TrainchaosRunner:
 
 
 _PATHS = pytest.StashKey[list[Path]]()
-_JOURNALS = pytest.StashKey[list[dict[str, Any]]]()
+_RECORDS = pytest.StashKey[list["RunRecord"]]()
 _PAGE = pytest.StashKey[str]()
 
 
@@ -258,7 +248,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "trainchaos: a trainchaos scenario collected by --trainchaos PATH")
     paths = [Path(p) for p in config.getoption("trainchaos") or []]
     config.stash[_PATHS] = [p.resolve() for p in paths]
-    config.stash[_JOURNALS] = []
+    config.stash[_RECORDS] = []
     if paths:
         # Collected like any argument, so -k, -m, --collect-only and reports treat them alike.
         present = {Path(a.split("::")[0]).resolve() for a in config.args}
@@ -288,10 +278,12 @@ class _ScenarioCollector:
 
     path: Path
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[ScenarioItem]:
         from chaos.scenario import load_suite
 
         for scenario in load_suite([str(self.path)]):
+            # ignore: the parent is a pytest.Directory or pytest.File (the classes below mix
+            # this one in), which mypy cannot see from the mixin alone.
             yield ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)  # type: ignore[arg-type]
 
 
@@ -331,7 +323,7 @@ class ScenarioItem(pytest.Item):
         [result] = run_scenarios([self.scenario], out, repeat=config.getoption("trainchaos_repeat"),
                                  seed=config.getoption("trainchaos_seed"), suite_reports=False)
         self.result = result
-        config.stash[_JOURNALS].extend(r.journal for r in result.runs)
+        config.stash[_RECORDS].extend(r.record for r in result.runs)
         for run in result.runs:
             suffix = f"[{run.repeat}]" if len(result.runs) > 1 else ""
             for key in _properties():
@@ -365,14 +357,14 @@ class ScenarioItem(pytest.Item):
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    journals = session.config.stash.get(_JOURNALS, [])
-    if not journals:
+    records = session.config.stash.get(_RECORDS, [])
+    if not records:
         return
     from chaos.report import write_suite_reports
 
     config = session.config
     out = config.getoption("trainchaos_out") or os.path.join(str(config.rootpath), "reports", "pytest")
-    paths = write_suite_reports(out, journals, "pytest")
+    paths = write_suite_reports(out, records, "pytest")
     page = next((p for p in paths if p.endswith(".html")), None)
     if page:
         config.stash[_PAGE] = page

@@ -6,44 +6,51 @@ chaostoolkit writes its journal: a run without a record is a run nobody can expl
 them come out of :func:`build_run_record`, from the run's start record (:class:`RunStart`,
 ``run.json``, on disk before the job starts) and what the run observed.
 
-The serialised keys are the journal's since its first version (reports, CI scripts and the
-tests read ``journal["status"]``, ``journal["metrics"][...]``, ``journal["faults"]``), plus
-``schema_version``. The record is strict about what the framework itself relies on and open
-(extra keys kept) everywhere else: a newer trainchaos of the same schema version may add a
-key, and each fault family contributes its own metrics, so ``metrics`` stays a mapping whose
-shape ``chaos.metrics`` owns.
+The record is what every reader takes, typed from the run to the report: the runner hands a
+``RunRecord`` to the reports, the suite, the gate and the pytest plugin; ``to_dict`` is only
+for writing files and JSON outputs. Its sections are typed too: ``metrics`` is a
+``MetricsRecord`` (``chaos.record_metrics``), ``verdict`` a ``Verdict`` of ``Check``s (what
+``chaos.verdict.judge`` returns), and the rules every reader applies to a run (its outcome,
+pass/fail/xfail/xpass/error, and the reasons it is not a pass) are the record's methods. The
+record is strict about what the framework itself relies on and open (extra keys kept)
+everywhere else: a newer trainchaos of the same schema version may add a key, and each fault
+family contributes its own metrics.
 
-Versions:
-
-1. Journals before this module (no ``schema_version``; ``format: 1``). Upgraded on load.
-2. This record: ``schema_version: 2``; every key written by every run, the aborted one too
-   (``trainchaos schema --journal`` prints its JSON Schema).
+Versions: ``schema_version: 2`` is the only one read (version 1, the journals of the 0.1.0
+pre-release, had none; it is refused, not upgraded: that release had no users to keep).
+Every key is written by every run, the aborted one too (``trainchaos schema --journal``
+prints its JSON Schema). A later version that changes a key adds an upgrade step to
+``_upgrade``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema
 
 from chaos.errors import EXIT_BAD_INPUT, ChaosError
 from chaos.fileio import atomic_write_text
 from chaos.jsonsafe import jsonable
+from chaos.record_metrics import FaultMetricsRecord, MetricsRecord, OpenPart, validation_problems
 from chaos.rundir import RunDir
+from chaos.textfmt import fmt_value
 
 __all__ = [
-    "LEGACY_FORMAT",
     "SCHEMA_VERSION",
     "BackendInfo",
     "BaselineRef",
-    "CheckRecord",
+    "Check",
+    "FaultMetricsRecord",
     "FaultOutcome",
     "HoldPhase",
+    "MetricsRecord",
+    "Outcome",
     "PlannedFaultInfo",
     "Precision",
     "RunRecord",
@@ -51,7 +58,7 @@ __all__ = [
     "RunStart",
     "RunStatus",
     "ScenarioInfo",
-    "VerdictRecord",
+    "Verdict",
     "Versions",
     "build_run_record",
     "fault_outcome",
@@ -64,16 +71,15 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 """Bumped when a key changes meaning or a required key is added; each bump adds an upgrade
-step to ``_UPGRADES`` so that every older record still loads."""
-LEGACY_FORMAT = 1
-"""The ``format`` key of version 1, still written: trainchaos releases from before
-``schema_version`` refuse a journal whose ``format`` is above 1, and a version 2 record is
-one they read correctly (it only adds keys)."""
+step to ``_upgrade`` so that the records of released versions still load."""
 
 RunStatus = Literal["completed", "failed", "hung", "timeout", "interrupted", "tool_error", "aborted"]
 """hung: no step progress before the timeout; timeout: still progressing at it. tool_error:
 trainchaos itself failed (see ``tool_errors``): no verdict. aborted: the controller was killed;
 the record was written by ``trainchaos cleanup``."""
+Outcome = Literal["pass", "fail", "error", "xfail", "xpass"]
+"""A run's outcome (``RunRecord.outcome``). xfail: a scenario that expects to fail
+(``expect``) missed its targets; xpass: it met them; error: no verdict."""
 RankLaunch = Literal["cold", "warm"]
 """How the job's ranks were started: ``cold`` (each a new interpreter importing torch, as
 most stacks start them) or ``warm`` (forked by a per-node zygote that had imported it,
@@ -90,24 +96,23 @@ effect (a kill: the rank never came back), released by the controller once the f
 effect, or given up after its timeout (the controller too slow or gone: it may land late)."""
 
 
+def blocks(kind: Outcome, strict: bool = False) -> bool:
+    """Whether an outcome fails the suite (exit code, suite badge, JUnit failure): a missed
+    target or no verdict always; an unexpected pass only with ``strict``."""
+    return kind in ("fail", "error") or (strict and kind == "xpass")
+
+
 _M = TypeVar("_M", bound=BaseModel)
 
 
 class RunRecordError(ChaosError):
-    """A run record (or start record) that is missing, unreadable, malformed, or from a
-    newer trainchaos; the message names the file and the key."""
+    """A run record (or start record) that is missing, unreadable, malformed, or of a schema
+    version this trainchaos does not read; the message names the file and the key."""
 
     exit_code = EXIT_BAD_INPUT
 
 
-class _Part(BaseModel):
-    # Open: a newer trainchaos of the same schema version, or a fault family, may add keys,
-    # and they survive a load and a rewrite.
-    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True,
-                              json_schema_serialization_defaults_required=True)
-
-
-class ScenarioInfo(_Part):
+class ScenarioInfo(OpenPart):
     """The scenario as it ran (``chaos.model.Scenario``, defaults filled in)."""
 
     name: str
@@ -119,20 +124,27 @@ class ScenarioInfo(_Part):
     targets: dict[str, Any] = Field(default_factory=dict)
     faults: list[dict[str, Any]] = Field(default_factory=list)
 
+    @property
+    def expectation(self) -> dict[str, Any] | None:
+        """The scenario's ``expect`` (``{"fail": reason, "issue": url}``), None when it has
+        none. An extra key: written only by the scenarios that set it."""
+        expect = (self.model_extra or {}).get("expect")
+        return expect if isinstance(expect, dict) and expect.get("fail") else None
 
-class BackendInfo(_Part):
+
+class BackendInfo(OpenPart):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class Versions(_Part):
+class Versions(OpenPart):
     trainchaos: str
     torch: str | None = None
     python: str | None = None
     platform: str | None = None
 
 
-class PlannedFaultInfo(_Part):
+class PlannedFaultInfo(OpenPart):
     """A fault of the seeded plan (``chaos.plan.PlannedFault.to_dict``)."""
 
     fault_id: str
@@ -148,7 +160,7 @@ class PlannedFaultInfo(_Part):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class FaultOutcome(_Part):
+class FaultOutcome(OpenPart):
     """A fault as it actually happened."""
 
     fault_id: str
@@ -185,21 +197,51 @@ class FaultOutcome(_Part):
     """The target as resolved against live processes at injection."""
 
 
-class CheckRecord(_Part):
+class Check(OpenPart):
+    """One target checked (``chaos.verdict``)."""
+
     name: str
+    """The target checked: a metric's key (``chaos.metrics.catalogue``: detection_s,
+    recovery_s, goodput...), or final_state, attribution, data, completes, fault_fired,
+    training_health."""
     ok: bool
     value: Any = None
+    """What was measured (None when it could not be: undetected, never recovered...)."""
     bound: Any = None
+    """The target: ``{"max": 2, "min": None}``, a mode (``matches_baseline``) or True."""
     reason: str | None = None
+    """One sentence naming the measured value and the bound (``judge`` always writes one)."""
     fault: str | None = None
+    """The fault id for per-fault checks."""
+
+    @property
+    def text(self) -> str:
+        """The reason, or the name, value and bound where a record has none."""
+        if self.reason:
+            return self.reason
+        return f"{self.name}: {fmt_value(self.value)} (bound {fmt_value(self.bound)})"
 
 
-class VerdictRecord(_Part):
+class Verdict(OpenPart):
+    """Metrics against targets: passed when every check is ok (``chaos.verdict.judge``)."""
+
     passed: bool
-    checks: list[CheckRecord] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def reasons(self) -> list[str]:
+        """Why it failed: the failed checks' reasons, in check order (empty when passed)."""
+        return [c.text for c in self.failed_checks]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as plain JSON values (a check's value may be any measured object)."""
+        return jsonable(self.model_dump())
 
 
-class BaselineRef(_Part):
+class BaselineRef(OpenPart):
     """The fault-free twin this run was judged against."""
 
     digest: str | None = None
@@ -208,7 +250,7 @@ class BaselineRef(_Part):
     status: str | None = None
 
 
-class RunStart(_Part):
+class RunStart(OpenPart):
     """``run.json``: what the run record needs that the events do not hold, written before
     the job starts, so that the record of a run whose controller was killed can be built."""
 
@@ -229,13 +271,14 @@ class RunStart(_Part):
     rank_launch: RankLaunch = "cold"
 
 
-class RunRecord(_Part):
+class RunRecord(OpenPart):
     """One run, complete: the scenario, the resolved plan, what each fault did, the metrics,
     the verdict. Values inside ``metrics`` and ``verdict``, or those themselves, are None
     when the run ended before they could be computed."""
 
     schema_version: int = SCHEMA_VERSION
-    format: int = LEGACY_FORMAT
+    format: int = 1
+    """Written since the first journals, unchanged: the key stays so that the keys do."""
     scenario: ScenarioInfo
     run_id: str | None = None
     run_dir: str | None = None
@@ -255,10 +298,10 @@ class RunRecord(_Part):
     plan_seed: int | None = None
     plan: list[PlannedFaultInfo] = Field(default_factory=list)
     faults: list[FaultOutcome] = Field(default_factory=list)
-    metrics: dict[str, Any] | None = None
-    """``chaos.metrics.RunMetrics.to_dict()``: run-level metrics and ``faults`` (per fault);
-    each fault family adds its own keys."""
-    verdict: VerdictRecord | None = None
+    metrics: MetricsRecord | None = None
+    """Run-level metrics and ``faults`` (per fault), as ``chaos.metrics`` computed them; each
+    fault family adds its own keys."""
+    verdict: Verdict | None = None
     """None: no verdict (a baseline, a tool error, an aborted or interrupted run)."""
     baseline: BaselineRef | None = None
     repeat_index: int = 0
@@ -270,6 +313,98 @@ class RunRecord(_Part):
     journal_written_by: str | None = None
     """Who wrote the record when the run's own controller could not (``trainchaos cleanup``)."""
 
+    # -- what every reader concludes from a run ----------------------------------------------
+
+    @property
+    def repeat(self) -> int:
+        return self.repeat_index
+
+    @property
+    def label(self) -> str:
+        """``rank-kill-mid-step[0]``: the scenario and repeat, as tests and tables name a run."""
+        return f"{self.scenario.name}[{self.repeat_index}]"
+
+    @property
+    def had_faults(self) -> bool:
+        """True when a fault was injected, so a missing detection means *undetected*."""
+        return bool(self.faults)
+
+    def metric(self, key: str) -> Any:
+        """Run-level metric ``key`` (a catalogue key, a family's own); None when it was not
+        measured or the run has no metrics."""
+        return None if self.metrics is None else self.metrics.value(key)
+
+    @property
+    def measured_wall_s(self) -> float | None:
+        """The run's wall time: the metric when there is one, else the record's own clock."""
+        value = self.metrics.wall_s if self.metrics is not None else None
+        return self.wall_s if value is None else value
+
+    @property
+    def expectation(self) -> dict[str, Any] | None:
+        """The scenario's ``expect`` (``{"fail": reason, "issue": url}``), None without one."""
+        return self.scenario.expectation
+
+    @property
+    def expectation_text(self) -> str:
+        """``REASON (URL)``: the expected failure as the reports quote it; empty without one."""
+        expect = self.expectation
+        if expect is None:
+            return ""
+        return str(expect["fail"]).strip() + (f" ({expect['issue']})" if expect.get("issue") else "")
+
+    @property
+    def outcome(self) -> Outcome:
+        """``pass``/``fail`` from the verdict, ``xfail``/``xpass`` for a scenario that expects
+        to fail (``expect``); ``error`` when the tool failed or no verdict exists (an
+        interrupted run is not a pass, and calling it a missed target would be a lie; nor is
+        it an expected failure: the finding was not reproduced)."""
+        if self.status == "tool_error" or self.verdict is None:
+            return "error"
+        if self.expectation is not None:
+            return "xpass" if self.verdict.passed else "xfail"
+        return "pass" if self.verdict.passed else "fail"
+
+    @property
+    def outcome_label(self) -> str:
+        """PASS, FAIL, ERROR, XFAIL, XPASS, or TOOL ERROR: the word the tables show."""
+        if self.status == "tool_error":
+            return "TOOL ERROR"
+        return self.outcome.upper()
+
+    @property
+    def met_targets(self) -> bool:
+        """Every target was met (a pass, or an unexpected one)."""
+        return self.outcome in ("pass", "xpass")
+
+    def blocks(self, strict: bool = False) -> bool:
+        """Whether this run fails its suite (exit code, suite badge, JUnit failure): a missed
+        target or no verdict always; an unexpected pass only with ``strict``."""
+        return blocks(self.outcome, strict)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return self.verdict.failed_checks if self.verdict is not None else []
+
+    def reasons(self) -> list[str]:
+        """Why the run is not a pass, one line each; empty for a pass. An expected failure
+        says so first (with its reason and issue), then the targets it missed."""
+        kind = self.outcome
+        if kind == "pass":
+            return []
+        if kind == "xpass":
+            return [f"unexpectedly met every target; expected to fail: {self.expectation_text}"]
+        if kind == "error":
+            if self.error:
+                return [self.error]
+            return [f"run {self.status}: no verdict"]
+        found = [c.text for c in self.failed_checks] or ["verdict failed (no failing check recorded)"]
+        if kind == "xfail":
+            found.insert(0, f"expected failure: {self.expectation_text}")
+        return found
+
+    # -- files -----------------------------------------------------------------------------
+
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON values, keys as loaded or as built: a loaded record of an
         older version is not padded with keys it never had."""
@@ -277,7 +412,7 @@ class RunRecord(_Part):
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "run record") -> RunRecord:
-        """Validate ``data`` (any schema version this trainchaos knows, upgraded); a
+        """Validate ``data`` (a schema version this trainchaos reads, upgraded to this one); a
         RunRecordError names ``where`` and the offending key."""
         if not isinstance(data, Mapping):
             raise RunRecordError(f"{where}: not a run record (expected a JSON object)")
@@ -288,32 +423,19 @@ class RunRecord(_Part):
 # -- versions ------------------------------------------------------------------------------
 
 
-def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
-    # Version 2 only adds keys, each with a default that says what a version 1 journal meant
-    # by leaving it out (no tool errors, repeat 0, not interrupted after).
-    return {**data, "schema_version": 2}
-
-
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
-
-
 def _upgrade(data: dict[str, Any], where: str) -> dict[str, Any]:
-    version = data.get("schema_version")
-    if version is None:
-        fmt = data.get("format")
-        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > LEGACY_FORMAT:
-            raise RunRecordError(f"{where}: format: journal format {fmt} is newer than this trainchaos "
-                                 f"reads ({LEGACY_FORMAT}); upgrade trainchaos")
-        version = 1
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    # One version is read: the first bump adds its upgrade step here (as chaos.suite_record
+    # does for suite.json), not before.
+    if "schema_version" not in data:
+        raise RunRecordError(f"{where}: schema_version: missing; not a run record this trainchaos reads "
+                             f"(schema version {SCHEMA_VERSION}; journals of the 0.1.0 pre-release had none)")
+    version = data["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < SCHEMA_VERSION:
         raise RunRecordError(f"{where}: schema_version: {version!r} is not a run record version "
-                             f"(this trainchaos reads 1 to {SCHEMA_VERSION})")
+                             f"this trainchaos reads ({SCHEMA_VERSION})")
     if version > SCHEMA_VERSION:
         raise RunRecordError(f"{where}: schema_version: {version} is newer than this trainchaos reads "
-                             f"(1 to {SCHEMA_VERSION}); upgrade trainchaos to read it")
-    while version < SCHEMA_VERSION:
-        data = _UPGRADES[version](data)
-        version += 1
+                             f"({SCHEMA_VERSION}); upgrade trainchaos to read it")
     return data
 
 
@@ -321,15 +443,7 @@ def _validate(model: type[_M], data: Any, where: str) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{_location(err['loc'])}: {err['msg']}" for err in exc.errors()]
-        raise RunRecordError(f"{where}: " + "; ".join(problems)) from None
-
-
-def _location(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
-    return text or "(top)"
+        raise RunRecordError(f"{where}: {validation_problems(exc)}") from None
 
 
 # -- the constructor -----------------------------------------------------------------------
@@ -343,8 +457,8 @@ def fault_outcome(record: Any, **observed: Any) -> FaultOutcome:
 
 
 def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end: float,
-                     faults: list[FaultOutcome], metrics: Mapping[str, Any] | None,
-                     verdict: Mapping[str, Any] | None, versions: Mapping[str, Any],
+                     faults: list[FaultOutcome], metrics: MetricsRecord | None,
+                     verdict: Verdict | None, versions: Mapping[str, Any],
                      error: str | None = None, tool_errors: list[str] | tuple[str, ...] = (),
                      traceback: str | None = None, ended_at: str | None = None,
                      interrupted_after: bool = False, written_by: str | None = None) -> RunRecord:
@@ -352,13 +466,12 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
     Every key is written, at every level, also those nobody could know (an aborted run's
     torch version): a reader never has to guess whether a key was left out or is unknown."""
     built = RunRecord(
-        schema_version=SCHEMA_VERSION, format=LEGACY_FORMAT, scenario=start.scenario,
+        schema_version=SCHEMA_VERSION, format=1, scenario=start.scenario,
         run_id=start.run_id, run_dir=run_dir, status=status, error=error,
         tool_errors=list(tool_errors), traceback=traceback, backend=start.backend,
         started_at=start.started_at, ended_at=ended_at, wall_s=round(t_end - start.t_start, 3),
         versions=Versions.model_validate(dict(versions)), seed=start.seed, plan_seed=start.plan_seed,
-        plan=start.plan, faults=faults, metrics=dict(metrics) if metrics is not None else None,
-        verdict=VerdictRecord.model_validate(dict(verdict)) if verdict is not None else None,
+        plan=start.plan, faults=faults, metrics=metrics, verdict=verdict,
         baseline=start.baseline, repeat_index=start.repeat_index, rank_launch=start.rank_launch,
         interrupted_after=interrupted_after, journal_written_by=written_by,
     )
@@ -400,8 +513,8 @@ def _read_json(path: str, what: str) -> Any:
 
 def load_run_record(path: str) -> RunRecord:
     """The record in ``path``: a ``journal.json`` or the run directory that holds it. A
-    journal of an older schema version is upgraded; one from a newer trainchaos, or one that
-    is not a record, is a RunRecordError naming the file and the key."""
+    journal of a version this trainchaos does not read (older or newer), or one that is not
+    a record, is a RunRecordError naming the file and the key."""
     if os.path.isdir(path):
         path = RunDir(path).run_record
     return RunRecord.from_dict(_read_json(path, "journal"), where=path)

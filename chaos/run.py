@@ -30,7 +30,7 @@ import traceback
 import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from chaos import __version__, contract, hold, interrupts, probe
 from chaos.cluster import lookup_backend
@@ -47,7 +47,14 @@ from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
 from chaos.model import Scenario
 from chaos.plan import make_plan, plan_seed, probe_instructions
-from chaos.record import RunStart, build_run_record, write_run_start
+from chaos.record import (
+    MetricsRecord,
+    RunRecord,
+    RunStart,
+    RunStatus,
+    build_run_record,
+    write_run_start,
+)
 from chaos.report import write_run_reports
 from chaos.rollback import FaultJournal, register_run, unregister_run
 from chaos.rundir import RunDir
@@ -120,7 +127,7 @@ class _Runner(RunObserver, RunMeasure):
         self.t_last_progress = time.monotonic()
         # kind -> times seen: after_event triggers and the end-of-run check read it; the
         # events themselves are read back from disk once the run is over.
-        self.event_times_seen: dict[str, list[float]] = {}
+        self.event_times_seen: dict[str | None, list[float]] = {}
         self.status = "running"
         self.error: str | None = None
         self.tool_errors: list[str] = []
@@ -415,8 +422,9 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
 
 def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: BaselineInfo | None = None,
                       progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
-                      baseline_run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run once and write its reports; ``baseline_run`` describes the fault-free twin's run."""
+                      baseline_run: dict[str, Any] | None = None) -> RunRecord:
+    """Run once, write its record and reports and return the record; ``baseline_run``
+    describes the fault-free twin's run."""
     runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run)
     runner.baseline_info = baseline
     try:
@@ -425,20 +433,22 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
         # A signal during teardown: the run's own outcome stands, the suite stops after it.
         interrupted_after = interrupts.take_pending() is not None and runner.status != "interrupted"
         record = build_run_record(
-            runner.start, run_dir=runner.run_dir, status=runner.status, t_end=t_end, faults=faults,
+            # cast: the run has ended, so its status is no longer "running"
+            runner.start, run_dir=runner.run_dir, status=cast("RunStatus", runner.status), t_end=t_end, faults=faults,
             metrics=metrics, verdict=verdict, versions=_versions(), error=runner.error,
             tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
             ended_at=_now_iso(), interrupted_after=interrupted_after)
         write_run_reports(runner.run_dir, record, events)
     finally:
         interrupts.release()
-    return record.to_dict()
+    return record
 
 
-def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, dict[str, Any]]:
+def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, RunRecord]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
-    journal = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
-    losses = {}
+    record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
+    metrics = record.metrics or MetricsRecord()
+    losses: dict[int, Any] = {}  # a loss the rank could not report stays None: no step is invented
     events = read_events(RunDir(run_dir).events)
     digests = {}
     for ev in events:
@@ -446,8 +456,8 @@ def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgr
             losses[int(ev["step"])] = ev.get("loss")
         elif ev.get("kind") == "state_digest" and isinstance(ev.get("digest"), str):
             digests[int(ev["step"])] = ev["digest"]
-    info = BaselineInfo(digest=journal["metrics"].get("final_digest"), losses=losses,
+    info = BaselineInfo(digest=metrics.final_digest, losses=losses,
                         world_size=scenario.topology.world_size,
-                        health_problem=journal["metrics"].get("health_problem"),
+                        health_problem=metrics.health_problem,
                         samples=baseline_samples(events), digests=digests)
-    return info, journal
+    return info, record

@@ -5,14 +5,15 @@ its events are back from disk.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from chaos.events import Event
 from chaos.metrics import BaselineInfo, FaultRecord, RunInfo, compute_metrics
+from chaos.metrics import RunStatus as EngineStatus
 from chaos.model import Scenario
 from chaos.plan import PlannedFault
 from chaos.precision import landing
-from chaos.record import FaultOutcome, RunStart, fault_outcome
+from chaos.record import FaultOutcome, MetricsRecord, RunStart, Verdict, fault_outcome
 from chaos.runstate import FaultState
 from chaos.verdict import judge
 
@@ -53,11 +54,13 @@ class RunMeasure:
             ))
         return records
 
-    def measure(self, events: list[Event], t_end: float) -> tuple[list[FaultOutcome], dict[str, Any], dict[str, Any] | None]:
+    def measure(self, events: list[Event], t_end: float) -> tuple[list[FaultOutcome], MetricsRecord, Verdict | None]:
         """What each fault did, the run's metrics and its verdict (None: not judged)."""
         records = self._fault_records(events)
         world = self.scenario.topology.world_size
-        run = RunInfo(status=self.status if self.status != "timeout" else "hung", t_start=self.start.t_start,
+        # cast: measured once the run has ended, so its status is no longer "running"
+        status = cast("EngineStatus", self.status if self.status != "timeout" else "hung")
+        run = RunInfo(status=status, t_start=self.start.t_start,
                       t_end=t_end, steps_target=self.steps_target, world_size=world,
                       timeout_s=self.scenario.timeout_s, t_stop=self.t_stop)
         baseline = getattr(self, "baseline_info", None)
@@ -80,4 +83,4 @@ class RunMeasure:
                 target_spec=dict(planned.fault.target_spec),
                 resolved_target=st.resolved.to_dict() if st and st.resolved else None,
             ))
-        return faults_out, metrics.to_dict(), verdict.to_dict() if verdict else None
+        return faults_out, MetricsRecord.of(metrics), verdict

@@ -93,7 +93,7 @@ class RunObserver:
     t_first_step: float | None
     t_first_step_wall: float | None
     t_last_progress: float
-    event_times_seen: dict[str, list[float]]
+    event_times_seen: dict[str | None, list[float]]
     ever_hosted: set[int]
     rank_node: dict[int, int]
     group_size: int

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from chaos.ckptformat import check_format_env
 from chaos.cluster import lookup_backend
@@ -13,6 +12,7 @@ from chaos.faults.base import lookup
 from chaos.interrupts import Interrupted
 from chaos.metrics import BaselineInfo
 from chaos.model import Scenario
+from chaos.record import RunRecord
 from chaos.report import (
     SUITE_HTML,
     ProgressDisplay,
@@ -20,7 +20,6 @@ from chaos.report import (
     write_junit,
     write_suite_reports,
 )
-from chaos.report._format import blocks, outcome, outcome_label
 from chaos.run import run_baseline, run_scenario_once
 from chaos.runstate import RunProgress
 
@@ -29,7 +28,7 @@ __all__ = ["SuiteOutcome", "preflight", "run_suite"]
 
 @dataclass
 class SuiteOutcome:
-    journals: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RunRecord] = field(default_factory=list)
     interrupted: bool = False
     out_dir: str = ""
     strict: bool = False
@@ -45,12 +44,12 @@ class SuiteOutcome:
     def passed(self) -> bool:
         """Every run met its targets or missed them as its scenario expects (XFAIL); an
         unexpected pass (XPASS) counts against it only when ``strict``."""
-        return bool(self.journals) and not any(blocks(outcome(j), self.strict) for j in self.journals)
+        return bool(self.records) and not any(r.blocks(self.strict) for r in self.records)
 
     @property
     def tool_failed(self) -> bool:
         """trainchaos itself failed in some run (its verdict would say nothing)."""
-        return any(j.get("status") == "tool_error" for j in self.journals)
+        return any(r.status == "tool_error" for r in self.records)
 
 
 def preflight(scenarios: list[Scenario]) -> None:
@@ -82,46 +81,47 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
             base_dir = os.path.join(out_dir, scenario.name)
             progress = RunProgress(on_step=lambda s, n: display.update(s, n), on_note=display.event)
             baseline: BaselineInfo | None = None
-            baseline_journal = None
+            baseline_record: RunRecord | None = None
             if scenario.baseline:
                 display.start_scenario(f"{scenario.name} (baseline, fault-free)", 0, 1)
-                baseline, baseline_journal = run_baseline(scenario, os.path.join(base_dir, "baseline"),
-                                                          scenario.seed, progress)
-                display.end_scenario(None if baseline_journal["status"] != "completed" else True,
-                                     f"baseline {baseline_journal['status']}")
-                if baseline_journal["status"] == "interrupted" or baseline_journal.get("interrupted_after"):
+                baseline, baseline_record = run_baseline(scenario, os.path.join(base_dir, "baseline"),
+                                                         scenario.seed, progress)
+                display.end_scenario(None if baseline_record.status != "completed" else True,
+                                     f"baseline {baseline_record.status}")
+                if baseline_record.status == "interrupted" or baseline_record.interrupted_after:
                     raise Interrupted("baseline interrupted")
             baseline_run = None
-            if baseline_journal is not None:
+            if baseline_record is not None:
                 baseline_run = {"digest": baseline.digest if baseline else None,
-                                "wall_s": baseline_journal["wall_s"],
-                                "run_dir": baseline_journal["run_dir"],
-                                "status": baseline_journal["status"]}
+                                "wall_s": baseline_record.wall_s,
+                                "run_dir": baseline_record.run_dir,
+                                "status": baseline_record.status}
             for index in range(repeats):
                 display.start_scenario(scenario.name, index, repeats)
-                journal = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,
-                                            baseline, progress, repeat_index=index, baseline_run=baseline_run)
-                result.journals.append(journal)
-                verdict = journal.get("verdict") or {}
-                reasons = [c["reason"] for c in verdict.get("checks", []) if not c.get("ok")]
-                display.end_scenario(verdict.get("passed") if journal["status"] != "interrupted" else None,
-                                     "; ".join(reasons[:3]), word=outcome_label(journal))
-                if journal["status"] == "interrupted" or journal.get("interrupted_after"):
+                record = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,
+                                           baseline, progress, repeat_index=index, baseline_run=baseline_run)
+                result.records.append(record)
+                verdict = record.verdict
+                passed = verdict.passed if verdict is not None else None
+                reasons = verdict.reasons() if verdict is not None else []
+                display.end_scenario(passed if record.status != "interrupted" else None,
+                                     "; ".join(reasons[:3]), word=record.outcome_label)
+                if record.status == "interrupted" or record.interrupted_after:
                     raise Interrupted("run interrupted")
-                if journal["status"] == "tool_error":
-                    display.event(f"trainchaos failed in {scenario.name}: {journal.get('error')}")
-                if fail_fast and blocks(outcome(journal), strict):
+                if record.status == "tool_error":
+                    display.event(f"trainchaos failed in {scenario.name}: {record.error}")
+                if fail_fast and record.blocks(strict):
                     break
-            if fail_fast and result.journals and blocks(outcome(result.journals[-1]), strict):
+            if fail_fast and result.records and result.records[-1].blocks(strict):
                 break
     except Interrupted:
         result.interrupted = True
     finally:
         display.close()
-        if result.journals and suite_reports:
+        if result.records and suite_reports:
             os.makedirs(out_dir, exist_ok=True)
-            write_suite_reports(out_dir, result.journals, suite_name)
+            write_suite_reports(out_dir, result.records, suite_name)
             if junit_path:
-                write_junit(junit_path, result.journals, suite_name, strict=strict)
-            print_verdict_table(result.journals, strict=strict)
+                write_junit(junit_path, result.records, suite_name, strict=strict)
+            print_verdict_table(result.records, strict=strict)
     return result

@@ -1,7 +1,7 @@
 """Metrics vs targets -> pass/fail, with a reason per check that names both numbers.
 
-``judge`` turns a scenario's ``Targets`` and one run's ``RunMetrics`` into a ``Verdict``: a
-list of ``Check``s, each with the measured value, the bound and a sentence a user can act on
+``judge`` turns a scenario's ``Targets`` and one run's ``RunMetrics`` into a ``Verdict`` (the
+run record's own type, ``chaos.record``, kept in the journal as returned): a list of ``Check``s, each with the measured value, the bound and a sentence a user can act on
 ("f0-kill_rank: recovery 14.2 s > target 10 s"). Every metric target comes from the metric
 catalogue (``chaos.metrics.catalogue``): its label, unit and wording are written there. Per-fault targets are checked once per fired
 fault, so a run with two faults has two ``recovery_s`` checks. The verdict passes when every
@@ -10,47 +10,18 @@ check does.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.metrics import FaultMetrics, MetricSpec, RunMetrics, json_safe
+from chaos.metrics import FaultMetrics, MetricSpec, RunMetrics
 from chaos.metrics.catalogue import target_specs
 from chaos.model import Bound, Targets
+from chaos.record import Check, Verdict
 
 __all__ = ["Check", "Verdict", "judge"]
 
 
-@dataclass
-class Check:
-    name: str
-    """The target checked: a metric's key (``chaos.metrics.catalogue``: detection_s,
-    recovery_s, goodput...), or final_state, attribution, data, completes, fault_fired,
-    training_health."""
-    ok: bool
-    value: Any
-    """What was measured (None when it could not be: undetected, never recovered...)."""
-    bound: Any
-    """The target: ``{"max": 2, "min": None}``, a mode (``matches_baseline``) or True."""
-    reason: str
-    """One sentence naming the measured value and the bound."""
-    fault: str | None = None
-    """The fault id for per-fault checks."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
-
-
-@dataclass
-class Verdict:
-    passed: bool
-    checks: list[Check] = field(default_factory=list)
-
-    def reasons(self) -> list[str]:
-        """Why it failed: the failed checks' reasons, in check order (empty when passed)."""
-        return [c.reason for c in self.checks if not c.ok]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
+def _check(name: str, ok: bool, value: Any, bound: Any, reason: str, fault: str | None = None) -> Check:
+    return Check(name=name, ok=ok, value=value, bound=bound, reason=reason, fault=fault)
 
 
 # -- formatting -------------------------------------------------------------------------
@@ -80,12 +51,12 @@ def _check_bound(spec: MetricSpec, value: Any, bound: Bound, fault: str | None =
     v = spec.fmt_verdict(value)
     if bound.max is not None and value > bound.max:
         reason = f"{prefix}{spec.label} {v} > target {_fmt_bound(bound.max)}{unit}"
-        return Check(spec.key, False, value, _bound_dict(bound), reason, fault)
+        return _check(spec.key, False, value, _bound_dict(bound), reason, fault)
     if bound.min is not None and value < bound.min:
         reason = f"{prefix}{spec.label} {v} < target {_fmt_bound(bound.min)}{unit}"
-        return Check(spec.key, False, value, _bound_dict(bound), reason, fault)
+        return _check(spec.key, False, value, _bound_dict(bound), reason, fault)
     reason = f"{prefix}{spec.label} {v} {_bound_text(bound, unit)}"
-    return Check(spec.key, True, value, _bound_dict(bound), reason, fault)
+    return _check(spec.key, True, value, _bound_dict(bound), reason, fault)
 
 
 def _metric_check(spec: MetricSpec, bound: Bound, owner: Any, fault: str | None) -> Check:
@@ -95,10 +66,10 @@ def _metric_check(spec: MetricSpec, bound: Bound, owner: Any, fault: str | None)
         why = spec.missing_reason(owner) if spec.missing_reason else f"{spec.label} unknown"
         if fault is not None:  # per fault, the sentence quotes the target missed
             why += f" (target {spec.key} {_bound_text(bound, spec.unit_suffix())})"
-        return Check(spec.key, False, None, _bound_dict(bound), why, fault)
+        return _check(spec.key, False, None, _bound_dict(bound), why, fault)
     check = _check_bound(spec, value, bound, fault)
     if spec.detail is not None:
-        check.reason += spec.detail(owner, value)
+        check.reason = (check.reason or "") + spec.detail(owner, value)
     return check
 
 
@@ -121,13 +92,13 @@ def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
               if spec.applies is None or spec.applies(fm)]
     if targets.attribution == "correct":
         if fm.attribution == "correct":
-            checks.append(Check("attribution", True, "correct", "correct",
+            checks.append(_check("attribution", True, "correct", "correct",
                                 f"{fid}: attribution correct: {fm.attribution_detail}", fid))
         elif fm.attribution == "wrong":
-            checks.append(Check("attribution", False, "wrong", "correct",
+            checks.append(_check("attribution", False, "wrong", "correct",
                                 f"{fid}: wrong attribution: {fm.attribution_detail}", fid))
         else:
-            checks.append(Check("attribution", False, "none", "correct",
+            checks.append(_check("attribution", False, "none", "correct",
                                 f"{fid}: no attribution ({fm.attribution_detail})", fid))
     return checks
 
@@ -142,17 +113,17 @@ def _has_fault_targets(t: Targets) -> bool:
 def _loss_within(m: RunMetrics, tolerance: float, prefix: str) -> Check:
     bound = {"max": tolerance}
     if m.nonfinite_loss_step is not None:
-        return Check("final_state", False, None, bound,
+        return _check("final_state", False, None, bound,
                      f"{prefix}loss is not finite at step {m.nonfinite_loss_step}")
     if m.max_rel_loss_dev is None:
-        return Check("final_state", False, None, bound,
+        return _check("final_state", False, None, bound,
                      f"{prefix}no step in common with the baseline to compare losses")
     steps = m.loss_dev_steps
     span = f"steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}"
     dev = m.max_rel_loss_dev
     ok = dev <= tolerance
     op = "<=" if ok else "> tolerance"
-    return Check("final_state", ok, dev, bound,
+    return _check("final_state", ok, dev, bound,
                  f"{prefix}max relative loss deviation {dev:.3g} {op} {tolerance:g} "
                  f"over {span}")
 
@@ -160,10 +131,10 @@ def _loss_within(m: RunMetrics, tolerance: float, prefix: str) -> Check:
 def _final_state(targets: Targets, m: RunMetrics) -> Check:
     mode = targets.final_state
     if not m.has_baseline:
-        return Check("final_state", False, None, mode,
+        return _check("final_state", False, None, mode,
                      f"final_state {mode} needs a baseline run (set baseline: true)")
     if m.baseline_health_problem:
-        return Check("final_state", False, None, mode,
+        return _check("final_state", False, None, mode,
                      f"final_state inconclusive: the fault-free baseline is not healthy "
                      f"({m.baseline_health_problem}), so matching it proves nothing")
     if mode == "loss_within":
@@ -179,12 +150,12 @@ def _final_state(targets: Targets, m: RunMetrics) -> Check:
                             "baseline has no digest, judged by loss_within instead: ")
     base = m.baseline_digest[:12]
     if m.final_digest is None:
-        return Check("final_state", False, None, mode,
+        return _check("final_state", False, None, mode,
                      f"no final digest: the run did not finish (baseline {base})")
     if m.digest_match:
-        return Check("final_state", True, m.final_digest, mode,
+        return _check("final_state", True, m.final_digest, mode,
                      f"final digest {m.final_digest[:12]} matches baseline")
-    return Check("final_state", False, m.final_digest, mode,
+    return _check("final_state", False, m.final_digest, mode,
                  f"final digest {m.final_digest[:12]} != baseline {base}")
 
 
@@ -194,7 +165,7 @@ def _data(targets: Targets, m: RunMetrics) -> Check:
     bound = {"mode": mode, "max_lost": targets.data_max_lost, "max_duplicated": targets.data_max_duplicated}
     lost, dup = getattr(m, "data_lost", None), getattr(m, "data_duplicated", None)
     if lost is None or dup is None:
-        return Check("data", False, None, bound, f"data {mode}: no sample reports: the workload reports none "
+        return _check("data", False, None, bound, f"data {mode}: no sample reports: the workload reports none "
                      "(the harness does; a script calls probe.samples or wraps its dataset in probe.track)")
     rolled = getattr(m, "data_rolled_back_only", 0) or 0
     epochs = m.data_epochs or []
@@ -211,8 +182,8 @@ def _data(targets: Targets, m: RunMetrics) -> Check:
         where = "; first in epoch {epoch}: {lost} lost, {duplicated} duplicated of {expected}".format(**bad[0])
     against = " (against the fault-free twin)" if m.has_baseline else ""
     if problems:
-        return Check("data", False, value, bound, f"data {mode}: " + ", ".join(problems) + where + against)
-    return Check("data", True, value, bound,
+        return _check("data", False, value, bound, f"data {mode}: " + ", ".join(problems) + where + against)
+    return _check("data", True, value, bound,
                  f"data {mode}: {m.data_samples} samples trained, {lost} lost, {dup} duplicated over "
                  f"{len(epochs)} epoch(s){against}")
 
@@ -220,7 +191,7 @@ def _data(targets: Targets, m: RunMetrics) -> Check:
 def _completes(m: RunMetrics, status: str) -> Check:
     where = f"last step {m.final_step if m.final_step is not None else 'none'} of {m.steps_target}"
     if status == "completed" and m.completed:
-        return Check("completes", True, status, True,
+        return _check("completes", True, status, True,
                      f"completed {m.final_step} of {m.steps_target} steps")
     if status == "completed":
         reason = f"run ended without reaching its last step ({where})"
@@ -233,7 +204,7 @@ def _completes(m: RunMetrics, status: str) -> Check:
         reason = f"run interrupted; {where}"
     else:
         reason = f"run {status}; {where}"
-    return Check("completes", False, status, True, reason)
+    return _check("completes", False, status, True, reason)
 
 
 def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> Verdict:
@@ -246,17 +217,17 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
         if fm.fired:
             continue
         if judge_unfired and fm.skipped:
-            checks.append(Check("fault_fired", True, False, True,
+            checks.append(_check("fault_fired", True, False, True,
                                 f"fault {fm.fault_id} skipped ({fm.skipped}); its targets "
                                 "were not exercised", fm.fault_id))
         elif judge_unfired:
-            checks.append(Check("fault_fired", False, False, True,
+            checks.append(_check("fault_fired", False, False, True,
                                 f"planned fault {fm.fault_id} never fired", fm.fault_id))
         elif not fm.skipped and fm.planned_step is not None and status == "completed":
             # The job trained to its end past the planned step and the fault never fired (an
             # in-process fault at a fault point the job never calls): the experiment the
             # scenario names did not happen, so run-level targets alone cannot pass it.
-            checks.append(Check("fault_fired", False, False, True,
+            checks.append(_check("fault_fired", False, False, True,
                                 f"planned fault {fm.fault_id} never fired although the job "
                                 f"trained past step {fm.planned_step} (an in-process fault "
                                 "needs the job to call its fault point)", fm.fault_id))
@@ -273,6 +244,6 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
         checks.append(_completes(metrics, status))
     if not metrics.healthy:
         # Always checked: a run that trains to NaN fails whatever targets it set.
-        checks.append(Check("training_health", False, metrics.first_nonfinite_step, "finite",
+        checks.append(_check("training_health", False, metrics.first_nonfinite_step, "finite",
                             f"training is not healthy: {metrics.health_problem}"))
     return Verdict(passed=all(c.ok for c in checks), checks=checks)

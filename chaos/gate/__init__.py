@@ -2,8 +2,8 @@
 against a stored baseline's, with tolerances.
 
 A run that meets a loose target can still be a regression (recovery went from 6 s to 15 s
-under a 20 s target). ``compare_suites`` takes two suite outputs (``suite.json``, as
-``trainchaos run`` writes it) and compares, per scenario, each metric's **median across
+under a 20 s target). ``compare_suites`` takes two suite records (``suite.json`` as
+``trainchaos run`` writes it, read by ``chaos.suite_record.load_suite_record``) and compares, per scenario, each metric's **median across
 repeats**, how often it was missing (undetected in 1/3 where it never was), and the pass rate.
 
 A metric regresses when it got worse by more than its allowance,
@@ -44,10 +44,9 @@ from chaos.gate.suites import (
     check_same_scenarios,
     compare_suites,
     format_value,
-    load_suite_summary,
-    scenario_names,
 )
 from chaos.gate.tolerances import DEFAULT_TOLERANCES, Tolerance, load_tolerances, tolerances_for
+from chaos.suite_record import SuiteRecord, load_suite_record
 
 __all__ = [
     "BASELINE_FILES",
@@ -56,14 +55,14 @@ __all__ = [
     "Comparison",
     "ComparisonInputError",
     "MetricComparison",
+    "SuiteRecord",
     "Tolerance",
     "check_same_scenarios",
     "compare_suites",
     "format_value",
-    "load_suite_summary",
+    "load_suite_record",
     "load_tolerances",
     "render_markdown",
-    "scenario_names",
     "tolerances_for",
     "update_baseline",
     "write_comparison",

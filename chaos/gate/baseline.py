@@ -9,13 +9,10 @@ from typing import Any
 from chaos.errors import EXIT_BAD_INPUT
 from chaos.gate.errors import ComparisonInputError
 from chaos.gate.output import render_markdown, update_baseline, write_comparison
-from chaos.gate.suites import (
-    check_same_scenarios,
-    compare_suites,
-    load_suite_summary,
-    scenario_names,
-)
+from chaos.gate.suites import check_same_scenarios, compare_suites
 from chaos.gate.tolerances import Tolerance, load_tolerances, tolerances_for
+from chaos.record import RunRecord
+from chaos.suite_record import load_suite_record
 
 __all__ = ["BaselineGate"]
 
@@ -37,12 +34,12 @@ class BaselineGate:
         path = tolerances_for(baseline_dir, tolerances_path)
         gate = cls(baseline_dir, update, path, load_tolerances(path))
         if not update:
-            stored = load_suite_summary(baseline_dir)
-            check_same_scenarios(scenario_names(stored), list(dict.fromkeys(names)),
+            stored = load_suite_record(baseline_dir)
+            check_same_scenarios(stored.scenario_names(), list(dict.fromkeys(names)),
                                  baseline_dir, "this run")
         return gate
 
-    def finish(self, out_dir: str, journals: list[dict[str, Any]], suite_name: str,
+    def finish(self, out_dir: str, records: list[RunRecord], suite_name: str,
                echo: Any = print) -> int:
         """Store or compare; returns the exit code the gate asks for (0, 1 or 2)."""
         if self.update:
@@ -50,7 +47,7 @@ class BaselineGate:
                 echo(f"baseline updated: {path}")
             return 0
         try:
-            comparison = compare_suites(load_suite_summary(self.baseline_dir), load_suite_summary(out_dir),
+            comparison = compare_suites(load_suite_record(self.baseline_dir), load_suite_record(out_dir),
                                         self.tolerances, self.baseline_dir, out_dir)
         except ComparisonInputError as exc:
             echo(f"trainchaos: cannot compare with the baseline: {exc}")
@@ -61,7 +58,7 @@ class BaselineGate:
         try:
             from chaos.report.html import write_suite_html
 
-            write_suite_html(out_dir, journals, suite_name, comparison=comparison.to_dict())
+            write_suite_html(out_dir, records, suite_name, comparison=comparison.to_dict())
         except Exception:  # noqa: BLE001 - the page is derived; the gate's verdict stands
             import logging
 

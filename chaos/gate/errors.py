@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from chaos.errors import EXIT_BAD_INPUT, ChaosError
+from chaos.suite_record import SuiteRecordError
 
 __all__ = ["ComparisonInputError"]
 
-
-class ComparisonInputError(ChaosError):
-    """Inputs that cannot be compared: a missing or unreadable suite output, or suites that
-    do not hold the same scenarios."""
-
-    exit_code = EXIT_BAD_INPUT
+ComparisonInputError = SuiteRecordError
+"""Inputs that cannot be compared: a missing, unreadable, malformed or newer suite output
+(what ``load_suite_record`` refuses), or suites that do not hold the same scenarios. One
+class, not two: a caller that catches the gate's input errors must also catch the loader's,
+since the gate reads suite.json only through it."""

@@ -8,15 +8,14 @@ import os
 import shutil
 
 from chaos.gate.suites import (
-    SUITE_JSON,
     Comparison,
     MetricComparison,
     fmt_change,
     format_value,
     higher_is_better,
-    load_suite_summary,
 )
 from chaos.report._format import atomic_write_text, md_table
+from chaos.suite_record import SUITE_JSON, load_suite_record
 
 __all__ = ["BASELINE_FILES", "render_markdown", "update_baseline", "write_comparison"]
 
@@ -61,7 +60,7 @@ def render_markdown(comparison: Comparison) -> str:
 def update_baseline(suite_dir: str, baseline_dir: str) -> list[str]:
     """Store a suite output as the baseline (``suite.json`` and ``suite.md``); a
     ``tolerances.yaml`` already there is kept. Returns the paths written."""
-    load_suite_summary(suite_dir)  # refuse to store something that is not a suite output
+    load_suite_record(suite_dir)  # refuse to store something that is not a suite output
     os.makedirs(baseline_dir, exist_ok=True)
     written = []
     for name in BASELINE_FILES:

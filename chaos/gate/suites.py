@@ -3,8 +3,6 @@ median across repeats within its tolerance, how often it was missing, and the pa
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -13,11 +11,10 @@ from chaos.gate.tolerances import default_tolerances
 from chaos.metrics.catalogue import fmt_compared, gated, spec
 from chaos.metrics.spec import MetricSpec, Tolerance
 from chaos.report._format import finite_number
+from chaos.suite_record import MetricStats, ScenarioSummary, SuiteRecord
 
-__all__ = ["SUITE_JSON", "Comparison", "ComparisonInputError", "MetricComparison", "check_same_scenarios",
-           "compare_suites", "format_value", "load_suite_summary", "scenario_names"]
-
-SUITE_JSON = "suite.json"
+__all__ = ["Comparison", "ComparisonInputError", "MetricComparison", "check_same_scenarios", "compare_suites",
+           "format_value"]
 
 Result = Literal["ok", "regression", "improved", "n/a"]
 
@@ -69,31 +66,6 @@ class Comparison:
         }
 
 
-def load_suite_summary(path: str) -> dict[str, Any]:
-    """``suite.json`` from a suite output directory (or the file itself)."""
-    file = os.path.join(path, SUITE_JSON) if os.path.isdir(path) else path
-    if not os.path.exists(file):
-        hint = (" (run the suite first, or record a baseline with --update-baseline)"
-                if os.path.isdir(path) or not file.endswith(".json") else "")
-        raise ComparisonInputError(f"{path}: no {SUITE_JSON} here{hint}")
-    try:
-        with open(file, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ComparisonInputError(f"{file}: unreadable suite output: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("scenarios"), list):
-        raise ComparisonInputError(f"{file}: not a trainchaos suite output (no 'scenarios' list)")
-    return data
-
-
-def _scenarios(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(row.get("scenario")): row for row in summary.get("scenarios") or [] if isinstance(row, dict)}
-
-
-def scenario_names(summary: dict[str, Any]) -> list[str]:
-    return list(_scenarios(summary))
-
-
 def check_same_scenarios(baseline: list[str], current: list[str], baseline_label: str,
                          current_label: str) -> None:
     """Exit-2 error naming what one side has and the other lacks."""
@@ -109,13 +81,13 @@ def check_same_scenarios(baseline: list[str], current: list[str], baseline_label
         raise ComparisonInputError("the suites do not hold the same scenarios; " + "; ".join(problems))
 
 
-def compare_suites(baseline: dict[str, Any], current: dict[str, Any],
+def compare_suites(baseline: SuiteRecord, current: SuiteRecord,
                    tolerances: dict[str | None, dict[str, Tolerance]] | None = None,
                    baseline_label: str = "baseline", current_label: str = "current") -> Comparison:
     """Compare every scenario's medians; raises ``ComparisonInputError`` when the two suites
     do not hold the same scenarios."""
     tolerances = tolerances or {None: default_tolerances()}
-    base_rows, cur_rows = _scenarios(baseline), _scenarios(current)
+    base_rows, cur_rows = baseline.by_scenario(), current.by_scenario()
     check_same_scenarios(list(base_rows), list(cur_rows), baseline_label, current_label)
     comparison = Comparison(baseline_label, current_label)
     for name, base in base_rows.items():
@@ -126,44 +98,39 @@ def compare_suites(baseline: dict[str, Any], current: dict[str, Any],
             if metric.key not in table:  # a family registered after the tolerances were read
                 continue
             comparison.rows.append(_metric(name, metric, table[metric.key],
-                                           (base.get("metrics") or {}).get(metric.key) or {},
-                                           (cur.get("metrics") or {}).get(metric.key) or {}))
-        if base.get("repeats") != cur.get("repeats"):
-            comparison.notes.append(f"{name}: {base.get('repeats')} repeat(s) in the baseline, "
-                                    f"{cur.get('repeats')} now (a median of fewer repeats is noisier)")
+                                           base.stats(metric.key), cur.stats(metric.key)))
+        if base.repeats != cur.repeats:
+            comparison.notes.append(f"{name}: {base.repeats} repeat(s) in the baseline, "
+                                    f"{cur.repeats} now (a median of fewer repeats is noisier)")
     return comparison
 
 
-def _pass_rate(name: str, base: dict[str, Any], cur: dict[str, Any]) -> MetricComparison:
-    def rate(row: dict[str, Any]) -> float | None:
-        repeats = finite_number(row.get("repeats"))
-        return None if not repeats else (finite_number(row.get("passed")) or 0.0) / repeats
-
-    b, c = rate(base), rate(cur)
-    note = f"{cur.get('passed')}/{cur.get('repeats')} passed, baseline {base.get('passed')}/{base.get('repeats')}"
-    if cur.get("errors"):
-        note += f"; {cur['errors']} without a verdict"
+def _pass_rate(name: str, base: ScenarioSummary, cur: ScenarioSummary) -> MetricComparison:
+    b, c = base.pass_rate, cur.pass_rate
+    note = f"{cur.passed}/{cur.repeats} passed, baseline {base.passed}/{base.repeats}"
+    if cur.errors:
+        note += f"; {cur.errors} without a verdict"
     # A shipped finding (expect) fails in both: its pass rate stays 0 and is no regression;
     # one that starts passing is an improvement, a pass that turns into an XFAIL a regression.
-    if cur.get("xfailed"):
-        note += f"; {cur['xfailed']} expected failure(s) (XFAIL)"
-    if cur.get("xpassed"):
-        note += f"; {cur['xpassed']} unexpected pass(es) (XPASS)"
+    if cur.xfailed:
+        note += f"; {cur.xfailed} expected failure(s) (XFAIL)"
+    if cur.xpassed:
+        note += f"; {cur.xpassed} unexpected pass(es) (XPASS)"
     if b is None or c is None:
         return MetricComparison(name, "passed", b, c, "n/a", note=note)
     result: Result = "regression" if c < b - 1e-9 else "improved" if c > b + 1e-9 else "ok"
     return MetricComparison(name, "passed", b, c, result, note=note)
 
 
-def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: dict[str, Any],
-            cur: dict[str, Any]) -> MetricComparison:
-    b, c = finite_number(base.get("median")), finite_number(cur.get("median"))
+def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: MetricStats,
+            cur: MetricStats) -> MetricComparison:
+    b, c = finite_number(base.median), finite_number(cur.median)
     row = MetricComparison(name, metric.key, b, c, "n/a")
     # A missing value that means the fault was not handled (undetected, never recovered) is
     # worse; for a fault-scope metric only (a run-level "unknown" is no news).
     missing_words = metric.missing if metric.scope == "fault" else ""
     direction = metric.direction
-    b_missing, c_missing = _missing_rate(base), _missing_rate(cur)
+    b_missing, c_missing = base.missing_rate, cur.missing_rate
     if b is not None and c is not None:
         allowance = tol.allowance(b)
         worse = (c - b) if direction == "lower" else (b - c)
@@ -186,16 +153,11 @@ def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: dict[str, Any],
     # A fault that is now sometimes undetected is a regression whatever the median of the rest.
     if missing_words and b is not None and c is not None and c_missing > b_missing + 1e-9:
         row.result = "regression"
-        row.note += f"; {cur.get('note') or missing_words} (baseline {base.get('note') or 'never'})"
+        row.note += f"; {cur.note or missing_words} (baseline {base.note or 'never'})"
     if not tol.gate:
         row.result = "ok" if row.result == "regression" else row.result
         row.note = (row.note + "; " if row.note else "") + "not gated"
     return row
-
-
-def _missing_rate(stats: dict[str, Any]) -> float:
-    n, missing = finite_number(stats.get("n")) or 0.0, finite_number(stats.get("missing")) or 0.0
-    return missing / (n + missing) if n + missing else 0.0
 
 
 def format_value(metric: str, value: Any) -> str:

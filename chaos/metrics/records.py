@@ -1,8 +1,10 @@
 """The inputs and outputs of ``compute_metrics``: what the runner knows of each fault and of
 the run, and the metrics of each fault and of the whole run.
 
-The outputs' fields are the journal's ``metrics`` dict (``to_dict``), which tests and the
-stored regression baselines read: a field's name, order and meaning are part of that format.
+The outputs' fields are the journal's ``metrics`` (``to_dict``), which tests and the stored
+regression baselines read: a field's name, order and meaning are part of that format, and the
+run record declares the same fields in the same order (``chaos.record_metrics``; a test in
+tests/unit/test_record.py fails when the two differ).
 A metric family registered later (``chaos.metrics.family``) adds its values without a field
 here: they are kept in ``family_values`` and written flat after the fields, so a journal reads
 the same whichever module measured a value. The built-in families' fields (silent corruption,
@@ -27,7 +29,8 @@ Attribution = Literal["correct", "wrong", "none"]
 
 class _FamilyValues:
     """Values of registered metric families that have no dataclass field: read as attributes,
-    written flat into ``to_dict`` after the fields, read back by ``from_dict``."""
+    written flat into ``to_dict`` after the fields (the run record reads them back as its
+    ``MetricsRecord``'s extra keys, ``chaos.record_metrics``)."""
 
     family_values: dict[str, Any]
     # Every subclass is a dataclass: declared (not set) so that fields() and asdict() take it.
@@ -54,16 +57,6 @@ class _FamilyValues:
             data["faults"] = [f.to_dict() for f in self.faults]
         data.update(self.family_values)
         return json_safe(data)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], family_keys: frozenset[str] = frozenset()) -> Any:
-        """From a journal's dict: known fields, and the keys of ``family_keys`` (the registered
-        families' metrics) as family values; anything else is ignored (an older or newer
-        journal). Nested fault metrics are left as dicts: the caller converts them."""
-        names = {f.name for f in fields(cls)} - {"family_values"}
-        obj = cls(**{k: v for k, v in data.items() if k in names})
-        obj.family_values.update({k: v for k, v in data.items() if k in family_keys and k not in names})
-        return obj
 
 # -- inputs -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Everything a run writes and prints, built from plain JSON-able dicts.
+"""Everything a run writes and prints, built from its run records (``chaos.record.RunRecord``).
 
 Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json`` (the run record,
 ``chaos.record``), ``summary.md``, ``timeline.csv``, ``timeline.parquet`` and

@@ -1,119 +1,35 @@
-"""Shared helpers of the report writers: safe access to a journal dict, value formatting,
-the pass/fail/error outcome of a run.
+"""Shared helpers of the report writers: value formatting, and the short texts a run record
+reads as in the tables (attribution, final state, a metric in its unit).
 
-Every function here tolerates missing or None parts of a journal: an interrupted run has no
-metrics and no verdict, and its reports must still be written.
+What a run's outcome is and why (pass, fail, xfail, xpass, error, and the reasons) is the
+record's own (``RunRecord.outcome``, ``RunRecord.reasons()``), not a report's. Every function
+here tolerates missing parts of a record: an interrupted run has no metrics and no verdict,
+and its reports must still be written.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Any
 
 from chaos.fileio import atomic_write_text  # noqa: F401  (re-exported for the report modules)
 from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
 from chaos.metrics.catalogue import missing_label, spec
+from chaos.record import FaultMetricsRecord, FaultOutcome, Outcome, PlannedFaultInfo, RunRecord
+from chaos.textfmt import DASH, fmt_value
 
-Outcome = Literal["pass", "fail", "error", "xfail", "xpass"]
-"""xfail: a scenario that expects to fail (``expect``) missed its targets; xpass: it met them."""
+__all__ = ["DASH", "as_number", "attribution_text", "blast_radius_text", "fidelity_of", "final_state_text",
+           "finite_number", "fmt_fraction", "fmt_metric", "fmt_metric_value", "fmt_seconds", "fmt_steps",
+           "fmt_value", "md_cell", "md_table", "outcome_counts", "planned_target_text", "target_text"]
 
-DASH = "—"
-
-# ---------------------------------------------------------------------------- journal access
-
-
-def metrics_of(journal: dict[str, Any]) -> dict[str, Any] | None:
-    metrics = journal.get("metrics")
-    return metrics if isinstance(metrics, dict) else None
-
-
-def metric(journal: dict[str, Any], key: str) -> Any:
-    metrics = metrics_of(journal)
-    return None if metrics is None else metrics.get(key)
-
-
-def scenario_name(journal: dict[str, Any]) -> str:
-    scenario = journal.get("scenario") or {}
-    return str(scenario.get("name") or "unnamed")
-
-
-def repeat_of(journal: dict[str, Any]) -> int:
-    try:
-        return int(journal.get("repeat_index") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def run_label(journal: dict[str, Any]) -> str:
-    """``rank-kill-mid-step[0]``: the scenario and repeat, as tests and tables name a run."""
-    return f"{scenario_name(journal)}[{repeat_of(journal)}]"
-
-
-def wall_s_of(journal: dict[str, Any]) -> float | None:
-    """The run's wall time: the metric when there is one, else the journal's own clock."""
-    value = metric(journal, "wall_s")
-    if value is None:
-        value = journal.get("wall_s")
-    return as_number(value)
-
-
-def had_faults(journal: dict[str, Any]) -> bool:
-    """True when a fault was injected, so a missing detection means *undetected*."""
-    return bool(journal.get("faults"))
-
-
-def outcome(journal: dict[str, Any]) -> Outcome:
-    """``pass``/``fail`` from the verdict, ``xfail``/``xpass`` for a scenario that expects to
-    fail (``expect``); ``error`` when the tool failed or no verdict exists (an interrupted run
-    is not a pass, and calling it a missed target would be a lie; nor is it an expected
-    failure: the finding was not reproduced)."""
-    if journal.get("status") in ("error", "tool_error"):
-        return "error"
-    verdict = journal.get("verdict")
-    if not isinstance(verdict, dict) or verdict.get("passed") is None:
-        return "error"
-    if expectation(journal) is not None:
-        return "xpass" if verdict.get("passed") else "xfail"
-    return "pass" if verdict.get("passed") else "fail"
-
-
-def expectation(journal: dict[str, Any]) -> dict[str, Any] | None:
-    """The scenario's ``expect`` (``{"fail": reason, "issue": url}``), None when it has none."""
-    expect = (journal.get("scenario") or {}).get("expect")
-    return expect if isinstance(expect, dict) and expect.get("fail") else None
-
-
-def expectation_text(journal: dict[str, Any]) -> str:
-    """``REASON (URL)``: the expected failure as the reports quote it; empty without one."""
-    expect = expectation(journal)
-    if expect is None:
-        return ""
-    return str(expect["fail"]).strip() + (f" ({expect['issue']})" if expect.get("issue") else "")
-
-
-def blocks(kind: Outcome, strict: bool = False) -> bool:
-    """Whether an outcome fails the suite (exit code, suite badge, JUnit failure): a missed
-    target or no verdict always; an unexpected pass only with ``strict``."""
-    return kind in ("fail", "error") or (strict and kind == "xpass")
-
-
-def met_targets(kind: Outcome) -> bool:
-    """Every target was met (a pass, or an unexpected one)."""
-    return kind in ("pass", "xpass")
-
-
-def outcome_label(journal: dict[str, Any]) -> str:
-    if journal.get("status") == "tool_error":
-        return "TOOL ERROR"
-    return {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "xfail": "XFAIL",
-            "xpass": "XPASS"}[outcome(journal)]
+# ----------------------------------------------------------------------------- record texts
 
 
 def outcome_counts(kinds: list[Outcome], sep: str = "; ") -> str:
     """``; 1 missed a target; 2 expected failures (XFAIL)``: what is not a plain pass, for
     the one-line totals of the console and the suite pages."""
-    words = {"fail": ("missed a target", "missed a target"),
+    words: dict[Outcome, tuple[str, str]] = {"fail": ("missed a target", "missed a target"),
              "error": ("ended without a verdict", "ended without a verdict"),
              "xfail": ("expected failure (XFAIL)", "expected failures (XFAIL)"),
              "xpass": ("unexpectedly passed (XPASS)", "unexpectedly passed (XPASS)")}
@@ -122,55 +38,10 @@ def outcome_counts(kinds: list[Outcome], sep: str = "; ") -> str:
     return "".join(parts)
 
 
-def failed_checks(journal: dict[str, Any]) -> list[dict[str, Any]]:
-    verdict = journal.get("verdict")
-    if not isinstance(verdict, dict):
-        return []
-    return [c for c in verdict.get("checks") or [] if isinstance(c, dict) and not c.get("ok")]
-
-
-def check_reason(check: dict[str, Any]) -> str:
-    reason = check.get("reason")
-    if reason:
-        return str(reason)
-    name = check.get("name", "check")
-    return f"{name}: {fmt_value(check.get('value'))} (bound {fmt_value(check.get('bound'))})"
-
-
-def reasons(journal: dict[str, Any]) -> list[str]:
-    """Why the run is not a pass, one line each; empty for a pass. An expected failure says
-    so first (with its reason and issue), then the targets it missed."""
-    kind = outcome(journal)
-    if kind == "pass":
-        return []
-    if kind == "xpass":
-        return [f"unexpectedly met every target; expected to fail: {expectation_text(journal)}"]
-    if kind == "error":
-        status = journal.get("status") or "unknown"
-        message = journal.get("error")
-        if message:
-            return [str(message)]
-        return [f"run {status}: no verdict"]
-    found = [check_reason(c) for c in failed_checks(journal)]
-    found = found or ["verdict failed (no failing check recorded)"]
-    if kind == "xfail":
-        found.insert(0, f"expected failure: {expectation_text(journal)}")
-    return found
-
-
-def fault_metrics(journal: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-fault metrics keyed by fault_id."""
-    metrics = metrics_of(journal) or {}
-    return {
-        str(f.get("fault_id")): f for f in metrics.get("faults") or [] if isinstance(f, dict)
-    }
-
-
-def attribution_text(journal: dict[str, Any]) -> str:
+def attribution_text(record: RunRecord) -> str:
     """One fault: its attribution; several: ``f0: correct, f1: wrong``."""
-    per_fault = [f for f in (metrics_of(journal) or {}).get("faults") or [] if isinstance(f, dict)]
-    values = [(str(f.get("fault_id")), f.get("attribution")) for f in per_fault]
-    values = [(fid, a) for fid, a in values if a is not None]
+    per_fault = record.metrics.faults if record.metrics is not None else []
+    values = [(str(f.fault_id), f.attribution) for f in per_fault if f.attribution is not None]
     if not values:
         return DASH
     if len(values) == 1:
@@ -195,15 +66,13 @@ def target_text(target: Any) -> str:
     return " / ".join(parts) if parts else DASH
 
 
-def fidelity_of(fault: dict[str, Any]) -> str | None:
-    """A fault's fidelity statement: from its journal record, else from its fault type (a
-    journal written before records carried it); None when neither knows."""
-    text = fault.get("fidelity")
+def fidelity_of(fault: FaultOutcome | PlannedFaultInfo) -> str | None:
+    """A fault's fidelity statement: from its outcome's record, else from its fault type (a
+    plan entry, or a record that does not carry it); None when neither knows."""
+    text = fault.fidelity if isinstance(fault, FaultOutcome) else (fault.model_extra or {}).get("fidelity")
     if isinstance(text, str) and text.strip():
         return text.strip()
-    name = fault.get("type")
-    if not isinstance(name, str):
-        return None
+    name = fault.type
     try:
         from chaos.faults.base import lookup
 
@@ -212,49 +81,48 @@ def fidelity_of(fault: dict[str, Any]) -> str | None:
         return None
 
 
-def planned_target_text(planned: dict[str, Any]) -> str:
+def planned_target_text(planned: PlannedFaultInfo) -> str:
     """A plan entry's target: resolved from the topology when the plan has it, else as written."""
-    for key in ("planned_target", "target"):
-        text = target_text(planned.get(key))
+    for target in (planned.planned_target, planned.target):
+        text = target_text(target)
         if text != DASH:
             return text
     return DASH
 
 
-def blast_radius_text(fm: dict[str, Any]) -> str:
+def blast_radius_text(fm: FaultMetricsRecord) -> str:
     """A power fault's reach and the way back, in one line; empty for other faults."""
-    if fm.get("blast_nodes") is None:
+    if fm.blast_nodes is None:
         return ""
-    text = f"{fm['blast_nodes']} node(s) and {fm.get('blast_ranks') or 0} rank(s) lost"
-    spread = as_number(fm.get("kill_spread_ms"), finite=True)
+    text = f"{fm.blast_nodes} node(s) and {fm.blast_ranks or 0} rank(s) lost"
+    spread = as_number(fm.kill_spread_ms, finite=True)
     if spread is not None:
         text += f", all within {spread:.1f} ms"
-    if fm.get("resumed_from") is not None:
-        where = ", ".join(f"{k} {fm[k2]}" for k, k2 in (("tier", "resumed_tier"), ("copy", "resumed_copy"))
-                          if fm.get(k2))
-        text += (f"; resumed after {fmt_seconds(fm.get('recovery_s'))} from step {fm['resumed_from']}"
+    if fm.resumed_from is not None:
+        where = ", ".join(f"{k} {v}" for k, v in (("tier", fm.resumed_tier), ("copy", fm.resumed_copy)) if v)
+        text += (f"; resumed after {fmt_seconds(fm.recovery_s)} from step {fm.resumed_from}"
                  + (f" ({where})" if where else ""))
-    full = fm.get("full_size_s")
+    full = fm.full_size_s
     text += f"; full size again after {fmt_seconds(full)}" if full is not None else "; never back to full size"
     return text
 
 
-def final_state_text(journal: dict[str, Any]) -> str:
+def final_state_text(record: RunRecord) -> str:
     """Correctness in a few words: ``bitwise match``, ``differs (loss dev 0.3%)``,
     ``loss dev 0.12%`` (world size changed: no bitwise comparison), ``not finite``; a dash
     without a baseline."""
-    metrics = metrics_of(journal)
+    metrics = record.metrics
     if metrics is None:
         return DASH
-    if metrics.get("healthy") is False:
-        return "not finite" if metrics.get("first_nonfinite_step") is not None else "unhealthy"
-    match, dev = metrics.get("digest_match"), as_number(metrics.get("max_rel_loss_dev"))
+    if metrics.healthy is False:
+        return "not finite" if metrics.first_nonfinite_step is not None else "unhealthy"
+    match, dev = metrics.digest_match, as_number(metrics.max_rel_loss_dev)
     dev_text = None if dev is None else f"loss dev {dev * 100:.2g}%"
     if match is True:
         return "bitwise match"
     if match is False:
         return "differs" + (f" ({dev_text})" if dev_text else "")
-    if dev_text and metrics.get("has_baseline"):
+    if dev_text and metrics.has_baseline:
         return dev_text
     return DASH
 
@@ -304,28 +172,14 @@ def fmt_fraction(value: Any, missing: str = DASH) -> str:
     return missing if number is None else f"{number * 100:.1f}%"
 
 
-def fmt_value(value: Any) -> str:
-    if value is None:
-        return DASH
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={fmt_value(v)}" for k, v in value.items()) or DASH
-    if isinstance(value, (list, tuple)):
-        return ", ".join(fmt_value(v) for v in value) or DASH
-    return str(value)
-
-
-def fmt_metric(journal: dict[str, Any], key: str) -> str:
+def fmt_metric(record: RunRecord, key: str) -> str:
     """A run-level metric for tables, formatted as its kind in the metric catalogue says:
     ``undetected`` where None means that (a run with faults), else a dash."""
     if key == "wall_s":
-        return fmt_seconds(wall_s_of(journal))
-    if metrics_of(journal) is None:
+        return fmt_seconds(record.measured_wall_s)
+    if record.metrics is None:
         return DASH
-    return fmt_metric_value(key, metric(journal, key), missing_label(key, DASH) if had_faults(journal) else DASH)
+    return fmt_metric_value(key, record.metric(key), missing_label(key, DASH) if record.had_faults else DASH)
 
 
 def fmt_metric_value(key: str, value: Any, missing: str = DASH) -> str:

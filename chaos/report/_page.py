@@ -8,7 +8,8 @@ from html import escape
 from typing import Any
 
 from chaos import __version__
-from chaos.report._format import fmt_value, outcome, outcome_label
+from chaos.record import RunRecord
+from chaos.report._format import fmt_value
 from chaos.rundir import RUN_REPORT_HTML
 
 __all__ = ["RUN_HTML", "SUITE_HTML", "badge", "esc", "html_link", "html_page", "html_table"]
@@ -82,9 +83,9 @@ def html_table(headers: list[str], rows: list[list[str]], row_classes: list[str]
     return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def badge(journal: dict[str, Any]) -> str:
-    kind = outcome(journal)
-    return f'<span class="badge {kind}" data-outcome="{kind}">{escape(outcome_label(journal))}</span>'
+def badge(record: RunRecord) -> str:
+    kind = record.outcome
+    return f'<span class="badge {kind}" data-outcome="{kind}">{escape(record.outcome_label)}</span>'
 
 
 def html_link(href: str, text: str) -> str:

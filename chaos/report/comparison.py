@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from chaos.metrics.catalogue import spec
+from chaos.record import RunRecord
+from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -21,10 +22,6 @@ from chaos.report._format import (
     fmt_seconds,
     fmt_steps,
     md_table,
-    metrics_of,
-    outcome_label,
-    repeat_of,
-    scenario_name,
 )
 from chaos.variants import Variation
 
@@ -36,87 +33,89 @@ HEADERS = ["scenario", "value", "repeat", "status", "blast radius", "detection",
            "full size", "lost steps", "resumed from", "goodput", "verdict"]
 
 
-def _power_fault(journal: dict[str, Any]) -> dict[str, Any]:
-    """The first fault with a blast radius (a power fault), else the first fault."""
-    faults = (metrics_of(journal) or {}).get("faults") or []
-    return next((f for f in faults if f.get("blast_nodes") is not None), faults[0] if faults else {})
+def _power_fault(record: RunRecord) -> FaultMetricsRecord:
+    """The first fault with a blast radius (a power fault), else the first fault (else none:
+    every value unknown)."""
+    faults = record.metrics.faults if record.metrics is not None else []
+    found = next((f for f in faults if f.blast_nodes is not None), faults[0] if faults else None)
+    return found or FaultMetricsRecord()
 
 
-def _blast(fm: dict[str, Any]) -> str:
-    if fm.get("blast_nodes") is None:
+def _blast(fm: FaultMetricsRecord) -> str:
+    if fm.blast_nodes is None:
         return DASH
-    spread = fm.get("kill_spread_ms")
-    nodes, ranks = fm["blast_nodes"], fm.get("blast_ranks") or 0
+    spread = fm.kill_spread_ms
+    nodes, ranks = fm.blast_nodes, fm.blast_ranks or 0
     return (f"{nodes} node{'s' * (nodes != 1)}, {ranks} rank{'s' * (ranks != 1)}"
             + (f" in {spread:.1f} ms" if isinstance(spread, int | float) else ""))
 
 
-def _resumed(fm: dict[str, Any]) -> str:
-    step = fm.get("resumed_from")
+def _resumed(fm: FaultMetricsRecord) -> str:
+    step = fm.resumed_from
     if step is None:
         return DASH
-    where = "/".join(str(p) for p in (fm.get("resumed_tier"), fm.get("resumed_copy")) if p)
+    where = "/".join(str(p) for p in (fm.resumed_tier, fm.resumed_copy) if p)
     return f"step {step}" + (f" ({where})" if where else "")
 
 
 _SHOWN = frozenset({"detection_s", "recovery_s", "lost_steps", "goodput"})
 
 
-def targeted_keys(journals: Iterable[dict[str, Any]]) -> list[str]:
+def targeted_keys(records: Iterable[RunRecord]) -> list[str]:
     """Metrics the scenarios set a bound on that the fixed columns do not show (a
     neighbour's ``victim_slowdown``, ``false_detections``): what the comparison is about."""
     keys: list[str] = []
-    for journal in journals:
-        targets = (journal.get("scenario") or {}).get("targets") or {}
+    for record in records:
+        targets = record.scenario.targets
         keys += [k for k, v in targets.items() if isinstance(v, dict) and k not in _SHOWN
                  and k not in keys and spec(k) is not None]
     return keys
 
 
-def _targeted(journal: dict[str, Any], fm: dict[str, Any], key: str) -> str:
+def _targeted(record: RunRecord, fm: FaultMetricsRecord, key: str) -> str:
     found = spec(key)
-    value = fm.get(key) if found is not None and found.scope == "fault" else (metrics_of(journal) or {}).get(key)
+    value = fm.value(key) if found is not None and found.scope == "fault" else record.metric(key)
     return fmt_metric_value(key, value)
 
 
-def headers(journals: Iterable[dict[str, Any]]) -> list[str]:
-    extra = [spec(k).label for k in targeted_keys(journals)]  # type: ignore[union-attr]
+def headers(records: Iterable[RunRecord]) -> list[str]:
+    extra = [found.label for k in targeted_keys(records) if (found := spec(k)) is not None]
     return [*HEADERS[:-1], *extra, HEADERS[-1]]
 
 
-def comparison_rows(journals: Iterable[dict[str, Any]], variation: Variation) -> list[list[str]]:
+def comparison_rows(records: Iterable[RunRecord], variation: Variation) -> list[list[str]]:
     """Rows grouped by scenario, values in the order they ran; before the verdict, a column
     per metric a scenario targets beyond the fixed ones (``targeted_keys``)."""
-    journals = list(journals)
-    extra = targeted_keys(journals)
+    runs = list(records)
+    extra = targeted_keys(runs)
     rows = []
-    for journal in journals:
-        base, value = variation.split(scenario_name(journal))
-        fm = _power_fault(journal)
+    for record in runs:
+        base, value = variation.split(record.scenario.name)
+        fm = _power_fault(record)
         rows.append([
-            base, value, str(repeat_of(journal)), str(journal.get("status") or DASH), _blast(fm),
-            fmt_seconds(fm.get("detection_s")), fmt_seconds(fm.get("recovery_s")),
-            fmt_seconds(fm.get("full_size_s")), fmt_steps(fm.get("lost_steps")), _resumed(fm),
-            fmt_metric(journal, "goodput"), *(_targeted(journal, fm, k) for k in extra),
-            outcome_label(journal),
+            base, value, str(record.repeat_index), record.status, _blast(fm),
+            fmt_seconds(fm.detection_s), fmt_seconds(fm.recovery_s),
+            fmt_seconds(fm.full_size_s), fmt_steps(fm.lost_steps), _resumed(fm),
+            fmt_metric(record, "goodput"), *(_targeted(record, fm, k) for k in extra),
+            record.outcome_label,
         ])
-    order = {}
+    order: dict[str, int] = {}
     for row in rows:
         order.setdefault(row[0], len(order))
     return sorted(rows, key=lambda r: order[r[0]])
 
 
-def print_comparison(journals: list[dict[str, Any]], variation: Variation,
+def print_comparison(records: list[RunRecord], variation: Variation,
                      console: Console | None = None) -> None:
     if console is None:
         console = Console()
         if not console.is_terminal:
             console = Console(width=180)
     table = Table(title=f"trainchaos comparison: {variation.key}", title_justify="left")
-    for header in headers(journals):
+    for header in headers(records):
         table.add_column(header, justify="right" if header in ("repeat", "lost steps") else "left")
     previous = None
-    for row in comparison_rows(journals, variation):
+    for row in comparison_rows(records, variation):
         if previous is not None and row[0] != previous:
             table.add_section()
         previous = row[0]
@@ -124,9 +123,9 @@ def print_comparison(journals: list[dict[str, Any]], variation: Variation,
     console.print(table)
 
 
-def write_comparison(out_dir: str, journals: list[dict[str, Any]], variation: Variation) -> str:
+def write_comparison(out_dir: str, records: list[RunRecord], variation: Variation) -> str:
     lines = [f"# Comparison: {variation.key}", "",
              f"Each scenario ran once per value of `{variation.key}` "
              f"({', '.join(variation.label(v) for v in variation.values)}).", "",
-             *md_table(headers(journals), comparison_rows(journals, variation)), ""]
+             *md_table(headers(records), comparison_rows(records, variation)), ""]
     return atomic_write_text(os.path.join(out_dir, POLICIES_MD), "\n".join(lines))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -23,19 +22,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from chaos.report._format import (
-    attribution_text,
-    blocks,
-    final_state_text,
-    fmt_metric,
-    met_targets,
-    outcome,
-    outcome_counts,
-    outcome_label,
-    reasons,
-    repeat_of,
-    scenario_name,
-)
+from chaos.record import RunRecord, blocks
+from chaos.report._format import attribution_text, final_state_text, fmt_metric, outcome_counts
 
 __all__ = ["ProgressDisplay", "print_verdict_table", "verdict_table"]
 
@@ -44,7 +32,7 @@ _OUTCOME_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yello
                   "xpass": "bold magenta"}
 
 
-def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "trainchaos verdict") -> Table:
+def verdict_table(records: Iterable[RunRecord], title: str | None = "trainchaos verdict") -> Table:
     """One row per scenario × repeat: status, headline metrics, attribution, correctness
     (final state), false alarms, PASS/FAIL, reasons."""
     table = Table(title=title, title_justify="left", show_lines=False)
@@ -60,42 +48,42 @@ def verdict_table(journals: Iterable[dict[str, Any]], title: str | None = "train
     table.add_column("false alarms", justify="right")
     table.add_column("verdict", justify="center")
     table.add_column("reasons", overflow="fold")
-    for journal in journals:
-        kind = outcome(journal)
-        status = str(journal.get("status") or "unknown")
-        state = final_state_text(journal)
+    for record in records:
+        kind = record.outcome
+        status = record.status
+        state = final_state_text(record)
         table.add_row(
-            Text(scenario_name(journal)),
-            str(repeat_of(journal)),
+            Text(record.scenario.name),
+            str(record.repeat_index),
             Text(status, style="" if status == "completed" else "yellow"),
-            fmt_metric(journal, "detection_s"),
-            fmt_metric(journal, "recovery_s"),
-            fmt_metric(journal, "lost_steps"),
-            fmt_metric(journal, "goodput"),
-            Text(attribution_text(journal)),
+            fmt_metric(record, "detection_s"),
+            fmt_metric(record, "recovery_s"),
+            fmt_metric(record, "lost_steps"),
+            fmt_metric(record, "goodput"),
+            Text(attribution_text(record)),
             Text(state, style="red" if state.startswith(_WRONG_STATE) else ""),
-            fmt_metric(journal, "false_detections"),
-            Text(outcome_label(journal), style=_OUTCOME_STYLE[kind]),
-            Text("\n".join(reasons(journal))),
+            fmt_metric(record, "false_detections"),
+            Text(record.outcome_label, style=_OUTCOME_STYLE[kind]),
+            Text("\n".join(record.reasons())),
         )
     return table
 
 
-def print_verdict_table(journals: Iterable[dict[str, Any]], console: Console | None = None,
+def print_verdict_table(records: Iterable[RunRecord], console: Console | None = None,
                         strict: bool = False) -> None:
     """Print the verdict table and a one-line total (``2/3 runs passed``); ``strict``: an
     unexpected pass (XPASS) fails the suite too."""
-    journals = list(journals)
+    runs = list(records)
     if console is None:
         console = Console()
         if not console.is_terminal:
             # CI logs have no terminal width: rich's 80-column default would fold every cell.
             console = Console(width=160)
-    console.print(verdict_table(journals))
-    outcomes = [outcome(j) for j in journals]
-    passed = sum(met_targets(kind) for kind in outcomes)
-    green = bool(journals) and not any(blocks(kind, strict) for kind in outcomes)
-    line = Text(f"{passed}/{len(journals)} runs passed", style="bold green" if green else "bold red")
+    console.print(verdict_table(runs))
+    outcomes = [r.outcome for r in runs]
+    passed = sum(r.met_targets for r in runs)
+    green = bool(runs) and not any(blocks(kind, strict) for kind in outcomes)
+    line = Text(f"{passed}/{len(runs)} runs passed", style="bold green" if green else "bold red")
     line.append(outcome_counts(outcomes, sep=", "))
     console.print(line)
 

@@ -18,18 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos.metrics.catalogue import gated
-from chaos.report._format import (
-    atomic_write_text,
-    attribution_text,
-    expectation_text,
-    fmt_metric,
-    outcome,
-    outcome_label,
-    reasons,
-    repeat_of,
-    scenario_name,
-    wall_s_of,
-)
+from chaos.record import RunRecord
+from chaos.report._format import atomic_write_text, attribution_text, fmt_metric
 
 __all__ = ["render_junit", "write_junit"]
 
@@ -45,16 +35,16 @@ def _seconds(value: float | None) -> str:
     return f"{value or 0.0:.3f}"
 
 
-def write_junit(path: str, journals: list[dict[str, Any]], suite_name: str, strict: bool = False) -> str:
+def write_junit(path: str, records: list[RunRecord], suite_name: str, strict: bool = False) -> str:
     """Write the JUnit XML report to ``path``; returns the path."""
-    return atomic_write_text(path, render_junit(journals, suite_name, strict))
+    return atomic_write_text(path, render_junit(records, suite_name, strict))
 
 
-def render_junit(journals: list[dict[str, Any]], suite_name: str, strict: bool = False) -> str:
-    outcomes = [outcome(j) for j in journals]
-    total_time = sum(wall_s_of(j) or 0.0 for j in journals)
+def render_junit(records: list[RunRecord], suite_name: str, strict: bool = False) -> str:
+    outcomes = [r.outcome for r in records]
+    total_time = sum(r.measured_wall_s or 0.0 for r in records)
     counts = {
-        "tests": str(len(journals)),
+        "tests": str(len(records)),
         "failures": str(outcomes.count("fail") + (outcomes.count("xpass") if strict else 0)),
         "errors": str(outcomes.count("error")),
         "skipped": str(outcomes.count("xfail")),
@@ -64,27 +54,27 @@ def render_junit(journals: list[dict[str, Any]], suite_name: str, strict: bool =
     suite = ET.SubElement(root, "testsuite", {
         "name": _clean(suite_name),
         **counts,
-        "timestamp": _first_start(journals),
+        "timestamp": _first_start(records),
     })
-    for journal in journals:
-        _testcase(suite, journal, suite_name, strict)
+    for record in records:
+        _testcase(suite, record, suite_name, strict)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _first_start(journals: list[dict[str, Any]]) -> str:
-    starts = sorted(str(j["started_at"]) for j in journals if j.get("started_at"))
+def _first_start(records: list[RunRecord]) -> str:
+    starts = sorted(str(r.started_at) for r in records if r.started_at)
     return starts[0] if starts else datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _testcase(suite: ET.Element, journal: dict[str, Any], suite_name: str, strict: bool) -> None:
+def _testcase(suite: ET.Element, record: RunRecord, suite_name: str, strict: bool) -> None:
     case = ET.SubElement(suite, "testcase", {
         "classname": _clean(f"trainchaos.{suite_name}"),
-        "name": _clean(f"{scenario_name(journal)}[{repeat_of(journal)}]"),
-        "time": _seconds(wall_s_of(journal)),
+        "name": _clean(record.label),
+        "time": _seconds(record.measured_wall_s),
     })
-    kind = outcome(journal)
-    why = reasons(journal)
+    kind = record.outcome
+    why = record.reasons()
     if kind == "fail":
         failure = ET.SubElement(case, "failure", {"message": _clean(why[0]), "type": "TargetMissed"})
         failure.text = _clean("\n".join(why))
@@ -93,28 +83,28 @@ def _testcase(suite: ET.Element, journal: dict[str, Any], suite_name: str, stric
         skipped.text = _clean("\n".join(why))
     elif kind == "xpass" and strict:
         failure = ET.SubElement(case, "failure", {"message": _clean(why[0]), "type": "XPASS"})
-        failure.text = _clean(f"[XPASS(strict)] {expectation_text(journal)}")
+        failure.text = _clean(f"[XPASS(strict)] {record.expectation_text}")
     elif kind == "error":
-        status = str(journal.get("status") or "unknown")
+        status = record.status
         error = ET.SubElement(case, "error", {
             "message": _clean(why[0].splitlines()[0] if why[0] else status),
             "type": status,
         })
         error.text = _clean("\n".join(why))
     out = ET.SubElement(case, "system-out")
-    out.text = _clean("\n".join(_system_out(journal)))
+    out.text = _clean("\n".join(_system_out(record)))
 
 
-def _system_out(journal: dict[str, Any]) -> list[str]:
+def _system_out(record: RunRecord) -> list[str]:
     lines = [
-        f"run_dir: {journal.get('run_dir') or '-'}",
-        f"status: {journal.get('status') or 'unknown'}",
-        f"seed: {journal.get('seed', '-')}",
+        f"run_dir: {record.run_dir or '-'}",
+        f"status: {record.status}",
+        f"seed: {record.seed if 'seed' in record.model_fields_set else '-'}",
     ]
-    expected = expectation_text(journal)
+    expected = record.expectation_text
     if expected:
-        lines.append(f"{outcome_label(journal)}: expected to fail: {expected}")
+        lines.append(f"{record.outcome_label}: expected to fail: {expected}")
     # The gated metrics of the catalogue: what `trainchaos compare` follows.
-    lines += [f"{spec.label}: {fmt_metric(journal, spec.key)}" for spec in gated()]
-    lines.append(f"attribution: {attribution_text(journal)}")
+    lines += [f"{spec.label}: {fmt_metric(record, spec.key)}" for spec in gated()]
+    lines.append(f"attribution: {attribution_text(record)}")
     return lines

@@ -10,10 +10,11 @@ import os
 from typing import Any
 
 from chaos.contract import EVENTS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
-from chaos.record import RunRecordError, load_run_record
+from chaos.record import RunRecord, RunRecordError, load_run_record
 from chaos.report.html import SUITE_HTML, write_run_html
 from chaos.report.summary import write_summary
 from chaos.rundir import LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
+from chaos.suite_record import SUITE_JSON, SuiteRecordError, load_suite_record
 
 __all__ = ["find_run_dirs", "rebuild"]
 
@@ -31,10 +32,10 @@ def find_run_dirs(root: str) -> list[str]:
     return found
 
 
-def _rebuild_run(run_dir: str) -> tuple[dict[str, Any], list[str]]:
-    journal = load_run_record(run_dir).to_dict()
-    paths = [write_run_html(run_dir, journal), write_summary(run_dir, journal)]
-    return journal, paths
+def _rebuild_run(run_dir: str) -> tuple[RunRecord, list[str]]:
+    record = load_run_record(run_dir)
+    paths = [write_run_html(run_dir, record), write_summary(run_dir, record)]
+    return record, paths
 
 
 def rebuild(path: str) -> list[str]:
@@ -51,18 +52,20 @@ def rebuild(path: str) -> list[str]:
     run_dirs = find_run_dirs(path)
     if not run_dirs:
         raise RunRecordError(f"{path}: no {RUN_RECORD_FILE} under it (is this a run or a suite directory?)")
-    journals, dirs, written = [], [], []
+    records: list[RunRecord] = []
+    dirs: list[str] = []
+    written: list[str] = []
     for run_dir in run_dirs:
-        journal, paths = _rebuild_run(run_dir)
+        record, paths = _rebuild_run(run_dir)
         written += paths
         # The fault-free twin is a reference for its scenario, not one of the suite's runs.
         if os.path.basename(run_dir) != "baseline":
-            journals.append(journal)
+            records.append(record)
             dirs.append(run_dir)
-    if not journals:
+    if not records:
         return written
     suite = _suite_name(path)
-    suite_paths = write_suite_reports(path, journals, suite, run_dirs=dirs, comparison=_comparison(path))
+    suite_paths = write_suite_reports(path, records, suite, run_dirs=dirs, comparison=_comparison(path))
     index = [p for p in suite_paths if p.endswith(SUITE_HTML)]
     return index + [p for p in suite_paths if p not in index] + written
 
@@ -78,12 +81,14 @@ def _comparison(path: str) -> dict[str, Any] | None:
 
 
 def _suite_name(path: str) -> str:
-    try:
-        with open(os.path.join(path, "suite.json"), encoding="utf-8") as fh:
-            name = json.load(fh).get("suite")
-        if isinstance(name, str) and name:
-            return name
-    except (OSError, ValueError, AttributeError):
-        pass
+    """The name the suite's record gives, else the folder's (no suite.json yet, or one this
+    trainchaos cannot read: it is written again)."""
+    if os.path.exists(os.path.join(path, SUITE_JSON)):
+        try:
+            name = load_suite_record(path).suite
+            if name:
+                return name
+        except SuiteRecordError:
+            pass
     return os.path.basename(os.path.abspath(path)) or "suite"
 

@@ -9,25 +9,18 @@ from typing import Any
 
 from chaos.events import read_events
 from chaos.metrics.catalogue import spec
+from chaos.record import RunRecord
+from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
     blast_radius_text,
-    check_reason,
-    fault_metrics,
     fidelity_of,
     fmt_metric_value,
     fmt_seconds,
     fmt_steps,
     fmt_value,
-    metrics_of,
-    outcome,
-    outcome_label,
     planned_target_text,
-    reasons,
-    repeat_of,
-    scenario_name,
-    wall_s_of,
 )
 from chaos.report._page import RUN_HTML, badge, esc, html_link, html_page, html_table
 from chaos.report.runview import RunView, baseline_events, build_run_view
@@ -45,30 +38,30 @@ from chaos.rundir import (
 __all__ = ["render_run_html", "write_run_html"]
 
 
-def write_run_html(run_dir: str, journal: dict[str, Any], events: list[dict[str, Any]] | None = None) -> str:
+def write_run_html(run_dir: str, record: RunRecord, events: list[dict[str, Any]] | None = None) -> str:
     """Write ``<run_dir>/report.html``; events are read from ``<run_dir>/events`` when None."""
     rundir = RunDir(run_dir)
     if events is None:
         events = read_events(rundir.events)
-    html = render_run_html(journal, events, baseline_events(journal, run_dir), run_dir=run_dir)
+    html = render_run_html(record, events, baseline_events(record, run_dir), run_dir=run_dir)
     return atomic_write_text(rundir.report_html, html)
 
 
-def render_run_html(journal: dict[str, Any], events: list[dict[str, Any]],
+def render_run_html(record: RunRecord, events: list[dict[str, Any]],
                     base_events: list[dict[str, Any]] | None = None, run_dir: str | None = None) -> str:
     from chaos.report import figures
 
-    view = build_run_view(journal, events, base_events)
-    name = f"{scenario_name(journal)} — repeat {repeat_of(journal)}"
-    if not journal.get("faults") and not journal.get("plan") and journal.get("verdict") is None:
-        name = f"{scenario_name(journal)} — fault-free baseline"
-    body = [f"<h1>{escape(name)}{badge(journal)}</h1>"]
-    description = str((journal.get("scenario") or {}).get("description") or "").strip()
+    view = build_run_view(record, events, base_events)
+    name = f"{record.scenario.name} — repeat {record.repeat_index}"
+    if not record.faults and not record.plan and record.verdict is None:
+        name = f"{record.scenario.name} — fault-free baseline"
+    body = [f"<h1>{escape(name)}{badge(record)}</h1>"]
+    description = str(record.scenario.description or "").strip()
     if description:
         body.append(f"<blockquote>{escape(description)}</blockquote>")
-    body += _run_meta(journal)
-    body += _run_reasons(journal)
-    body += _run_targets(journal)
+    body += _run_meta(record)
+    body += _run_reasons(record)
+    body += _run_targets(record)
     body.append('<h2 id="timeline">Timeline</h2>')
     if view.lanes or view.marks:
         body.append(figures.timeline_svg(view))
@@ -76,54 +69,53 @@ def render_run_html(journal: dict[str, Any], events: list[dict[str, Any]],
     else:
         body.append('<p class="muted">No events were recorded: the run ended before any process started.</p>')
     body.append('<h2 id="loss">Loss against the baseline</h2>')
-    fault_steps = [(str(f.get("fault_id")), int(f["step_at_inject"])) for f in journal.get("faults") or []
-                   if isinstance(f, dict) and isinstance(f.get("step_at_inject"), int)]
+    fault_steps = [(f.fault_id, f.step_at_inject) for f in record.faults if f.step_at_inject is not None]
     loss = figures.loss_svg(view, fault_steps)
     body.append(loss or '<p class="muted">No loss was reported.</p>')
     if loss and not view.baseline_losses:
         body.append('<p class="muted">No fault-free baseline for this scenario (set <code>baseline: true</code>).</p>')
-    metrics = journal.get("metrics") if isinstance(journal.get("metrics"), dict) else {}
-    coverage = figures.coverage_svg(view, metrics.get("data_lost"))
+    coverage = figures.coverage_svg(view, record.metric("data_lost"))
     if coverage:
         body.append('<h2 id="samples">Sample coverage</h2>')
         body.append(coverage)
-    body += _run_metrics(journal)
-    body += _run_faults(journal)
-    body += _run_files(journal, run_dir)
-    body += _run_versions(journal)
-    return html_page(f"trainchaos: {name}: {outcome_label(journal)}", body)
+    body += _run_metrics(record)
+    body += _run_faults(record)
+    body += _run_files(record, run_dir)
+    body += _run_versions(record)
+    return html_page(f"trainchaos: {name}: {record.outcome_label}", body)
 
 
-def _run_meta(journal: dict[str, Any]) -> list[str]:
-    scenario = journal.get("scenario") or {}
-    topo = scenario.get("topology") or {}
+def _run_meta(record: RunRecord) -> list[str]:
+    scenario = record.scenario
+    topo = scenario.topology
     shape = f"{topo.get('nodes', '?')} node(s) × {topo.get('ranks_per_node', '?')} rank(s)"
     if topo.get("spares"):
         shape += f" + {topo['spares']} spare(s)"
     rows = [
-        ["Status", f"<strong>{esc(journal.get('status') or 'unknown')}</strong>"],
-        ["Scenario file", f"<code>{esc(scenario.get('path') or DASH)}</code>"],
-        ["Topology", escape(shape) + f", backend <code>{esc((journal.get('backend') or {}).get('name') or 'local')}</code>"],
-        ["Seed", esc(journal.get("seed", scenario.get("seed")))],
-        ["Started / ended", f"{esc(journal.get('started_at') or DASH)} / {esc(journal.get('ended_at') or DASH)}"],
-        ["Wall time", escape(fmt_seconds(wall_s_of(journal)))],
-        ["Run directory", f"<code>{esc(journal.get('run_dir') or DASH)}</code>"],
+        ["Status", f"<strong>{esc(record.status)}</strong>"],
+        ["Scenario file", f"<code>{esc(scenario.path or DASH)}</code>"],
+        ["Topology", escape(shape) + f", backend <code>{esc((record.backend.name if record.backend else None) or 'local')}</code>"],
+        ["Seed", esc(record.seed if "seed" in record.model_fields_set else scenario.seed)],
+        ["Started / ended", f"{esc(record.started_at or DASH)} / {esc(record.ended_at or DASH)}"],
+        ["Wall time", escape(fmt_seconds(record.measured_wall_s))],
+        ["Run directory", f"<code>{esc(record.run_dir or DASH)}</code>"],
     ]
     body = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
     return [f'<table class="meta"><tbody>{body}</tbody></table>']
 
 
-def _run_reasons(journal: dict[str, Any]) -> list[str]:
-    kind = outcome(journal)
+def _run_reasons(record: RunRecord) -> list[str]:
+    kind = record.outcome
     if kind == "pass":
         return []
-    items = "".join(f"<li>{escape(r)}</li>" for r in reasons(journal))
-    for err in journal.get("tool_errors") or []:
-        if str(err) not in reasons(journal):
+    reasons = record.reasons()
+    items = "".join(f"<li>{escape(r)}</li>" for r in reasons)
+    for err in record.tool_errors:
+        if str(err) not in reasons:
             items += f"<li>{escape(str(err))}</li>"
     head = {"fail": "Targets missed", "xfail": "Expected failure (XFAIL): targets missed as the scenario expects",
             "xpass": "Unexpected pass (XPASS): every target met, the scenario expects a failure"}.get(
-        kind, f"No verdict: the run ended {journal.get('status') or 'unknown'}")
+        kind, f"No verdict: the run ended {record.status}")
     return [f'<div class="reasons {kind}" id="reasons"><strong>{escape(head)}:</strong><ul>{items}</ul></div>']
 
 
@@ -167,24 +159,24 @@ def _bound_text(bound: Any) -> str:
     return fmt_value(bound)
 
 
-def _run_targets(journal: dict[str, Any]) -> list[str]:
-    verdict = journal.get("verdict")
-    checks = [c for c in (verdict or {}).get("checks") or [] if isinstance(c, dict)]
+def _run_targets(record: RunRecord) -> list[str]:
+    verdict = record.verdict
+    checks = verdict.checks if verdict is not None else []
     out = ['<h2 id="targets">Metrics against targets</h2>']
     if not checks:
-        why = ("a fault-free baseline is a reference, not an experiment" if not journal.get("plan")
-               and verdict is None and journal.get("status") == "completed" else
-               f"the run ended {journal.get('status') or 'unknown'} without a verdict")
+        why = ("a fault-free baseline is a reference, not an experiment" if not record.plan
+               and verdict is None and record.status == "completed" else
+               f"the run ended {record.status} without a verdict")
         return out + [f'<p class="muted">No checks: {escape(why)}.</p>']
     rows, classes = [], []
     for c in checks:
-        ok = bool(c.get("ok"))
+        ok = c.ok
         rows.append([
-            f"<code>{esc(c.get('name') or DASH)}</code>", esc(c.get("fault") or ""),
-            escape(_check_value(c.get("name"), c.get("value"))), escape(_bound_text(c.get("bound"))),
-            _bound_bar(c.get("value"), c.get("bound"), ok),
+            f"<code>{esc(c.name or DASH)}</code>", esc(c.fault or ""),
+            escape(_check_value(c.name, c.value)), escape(_bound_text(c.bound)),
+            _bound_bar(c.value, c.bound, ok),
             '<span class="ok">met</span>' if ok else '<span class="missed">missed</span>',
-            escape(check_reason(c)),
+            escape(c.text),
         ])
         classes.append("" if ok else "fail")
     out.append(html_table(["check", "fault", "measured", "target", "", "result", "why"], rows, classes,
@@ -218,20 +210,20 @@ def _marks_table(view: RunView) -> list[str]:
             "</details>"]
 
 
-def _run_metrics(journal: dict[str, Any]) -> list[str]:
+def _run_metrics(record: RunRecord) -> list[str]:
     from chaos.report.summary import metric_rows
 
     out = ['<h2 id="metrics">Metrics</h2>']
-    metrics = metrics_of(journal)
+    metrics = record.metrics
     if metrics is None:
-        return out + [f'<p class="muted">No metrics: the run ended {escape(str(journal.get("status")))} '
+        return out + [f'<p class="muted">No metrics: the run ended {escape(record.status)} '
                       "before they could be computed.</p>"]
     rows = [[escape(label), f'<span class="num">{escape(text)}</span>', escape(meaning.replace("`", ""))]
-            for label, text, meaning in metric_rows(journal)]
+            for label, text, meaning in metric_rows(record)]
     out.append(html_table(["metric", "value", "meaning"], rows))
-    if metrics.get("health_problem"):
-        out.append(f'<p class="missed">Training unhealthy: {escape(str(metrics["health_problem"]))}</p>')
-    false_events = [f for f in metrics.get("false_detection_events") or [] if isinstance(f, dict)]
+    if metrics.health_problem:
+        out.append(f'<p class="missed">Training unhealthy: {escape(str(metrics.health_problem))}</p>')
+    false_events = [f for f in metrics.false_detection_events or [] if isinstance(f, dict)]
     if false_events:
         out.append("<p><strong>False alarms</strong> (a healthy process was blamed):</p><ul>")
         out += [f"<li>{escape(str(f.get('by')))} blamed {escape(str(f.get('suspect')))} "
@@ -241,53 +233,57 @@ def _run_metrics(journal: dict[str, Any]) -> list[str]:
     return out
 
 
-def _run_faults(journal: dict[str, Any]) -> list[str]:
+def _run_faults(record: RunRecord) -> list[str]:
     out = ['<h2 id="faults">Faults</h2>']
-    records = {str(f.get("fault_id")): f for f in journal.get("faults") or [] if isinstance(f, dict)}
-    plan = {str(p.get("fault_id")): p for p in journal.get("plan") or [] if isinstance(p, dict)}
+    records = {f.fault_id: f for f in record.faults}
+    plan = {p.fault_id: p for p in record.plan}
     ids = list(plan) + [fid for fid in records if fid not in plan]
     if not ids:
         return out + ['<p class="muted">No faults: a fault-free run.</p>']
-    per_fault = fault_metrics(journal)
+    per_fault = record.metrics.by_fault() if record.metrics is not None else {}
     rows = []
     for fid in ids:
-        rec, planned, fm = records.get(fid), plan.get(fid, {}), per_fault.get(fid, {})
-        if rec is None:
-            reason = "skipped by its probability draw" if planned.get("fires") is False else "not injected"
-            rows.append([f"<code>{escape(fid)}</code>", esc(planned.get("type")), escape(planned_target_text(planned)),
-                         escape(reason)] + [DASH] * 6)
+        rec, planned = records.get(fid), plan.get(fid)
+        if rec is None:  # then planned, as every id is a planned or an injected fault's
+            if planned is not None:
+                reason = "skipped by its probability draw" if planned.fires is False else "not injected"
+                rows.append([f"<code>{escape(fid)}</code>", esc(planned.type), escape(planned_target_text(planned)),
+                             escape(reason)] + [DASH] * 6)
             continue
-        attribution = fm.get("attribution") or DASH
-        if fm.get("attribution_detail"):
-            attribution = f"{attribution} ({fm['attribution_detail']})"
+        measured = fid in per_fault
+        fm = per_fault.get(fid) or FaultMetricsRecord()
+        attribution = fm.attribution or DASH
+        if fm.attribution_detail:
+            attribution = f"{attribution} ({fm.attribution_detail})"
         rows.append([
-            f"<code>{escape(fid)}</code>", esc(rec.get("type")),
-            escape(planned_target_text(planned) if planned else ", ".join(rec.get("target_srcs") or [])),
-            escape(fmt_steps(rec.get("step_at_inject"))) + (f" ({esc(rec.get('precision'))})" if rec.get("precision") else ""),
-            escape(fmt_seconds(fm.get("detection_s"), "undetected")) if fm else DASH,
-            esc(fm.get("detected_by") or DASH), escape(str(attribution)),
-            escape(fmt_seconds(fm.get("recovery_s"), "not recovered")) if fm else DASH,
-            escape(fmt_seconds(fm.get("catchup_s"), "not caught up")) if fm else DASH,
-            escape(fmt_steps(fm.get("lost_steps"))),
+            f"<code>{escape(fid)}</code>", esc(rec.type),
+            escape(planned_target_text(planned) if planned is not None else ", ".join(rec.target_srcs)),
+            escape(fmt_steps(rec.step_at_inject)) + (f" ({esc(rec.precision)})" if rec.precision else ""),
+            escape(fmt_seconds(fm.detection_s, "undetected")) if measured else DASH,
+            esc(fm.detected_by or DASH), escape(str(attribution)),
+            escape(fmt_seconds(fm.recovery_s, "not recovered")) if measured else DASH,
+            escape(fmt_seconds(fm.catchup_s, "not caught up")) if measured else DASH,
+            escape(fmt_steps(fm.lost_steps)),
         ])
     out.append(html_table(["fault", "type", "target", "injected at step", "detection", "detected by",
                        "attribution", "recovery", "catch-up", "lost steps"], rows))
     for fid in ids:
-        line = blast_radius_text(per_fault.get(fid, {}))
+        fault_metrics = per_fault.get(fid)
+        line = blast_radius_text(fault_metrics) if fault_metrics is not None else ""
         if line:
             out.append(f'<p class="blast" data-fault="{escape(fid)}"><strong>Blast radius of '
                        f"<code>{escape(fid)}</code>:</strong> {escape(line)}</p>")
     for fid in ids:
-        entry = records.get(fid) or plan.get(fid) or {}
-        text = fidelity_of(entry)
-        if text:
+        entry = records.get(fid) or plan.get(fid)
+        text = fidelity_of(entry) if entry is not None else None
+        if entry is not None and text:
             out.append(f'<p class="fidelity" data-fault="{escape(fid)}"><strong>Fidelity of <code>{escape(fid)}</code> '
-                       f"({esc(entry.get('type'))}):</strong></p><blockquote>{escape(' '.join(text.split()))}</blockquote>")
+                       f"({esc(entry.type)}):</strong></p><blockquote>{escape(' '.join(text.split()))}</blockquote>")
     return out
 
 
-def _run_files(journal: dict[str, Any], run_dir: str | None) -> list[str]:
-    run_dir = run_dir or str(journal.get("run_dir") or "")
+def _run_files(record: RunRecord, run_dir: str | None) -> list[str]:
+    run_dir = run_dir or str(record.run_dir or "")
     links: list[str] = []
     for name in (RUN_RECORD_FILE, SUMMARY_FILE, TIMELINE_CSV, TIMELINE_PARQUET, FAULT_JOURNAL_FILE):
         if run_dir and os.path.exists(os.path.join(run_dir, name)):
@@ -297,11 +293,11 @@ def _run_files(journal: dict[str, Any], run_dir: str | None) -> list[str]:
         if path and os.path.isdir(path):
             links += [html_link(f"{folder}/{n}", f"{folder}/{n}") for n in sorted(os.listdir(path))
                       if n.endswith((".log", ".jsonl"))]
-    baseline = journal.get("baseline")
-    if isinstance(baseline, dict) and run_dir:
+    baseline = record.baseline
+    if baseline is not None and run_dir:
         # Next to this run (where a suite puts it, also after the folder moved), else where recorded.
         for folder in (os.path.join(os.path.dirname(os.path.abspath(run_dir)), "baseline"),
-                       str(baseline.get("run_dir") or "")):
+                       str(baseline.run_dir or "")):
             if folder and os.path.isdir(folder) and os.path.abspath(folder) != os.path.abspath(run_dir):
                 target = os.path.join(folder, RUN_HTML)
                 links.append(html_link(os.path.relpath(target, run_dir), "the fault-free baseline's report"))
@@ -312,9 +308,9 @@ def _run_files(journal: dict[str, Any], run_dir: str | None) -> list[str]:
             *[f"<li>{link}</li>" for link in links], "</ul>"]
 
 
-def _run_versions(journal: dict[str, Any]) -> list[str]:
-    versions = journal.get("versions")
-    if not isinstance(versions, dict) or not versions:
+def _run_versions(record: RunRecord) -> list[str]:
+    versions = record.versions.model_dump(exclude_unset=True) if record.versions is not None else {}
+    if not versions:
         return []
     rows = [[escape(str(k)), esc(v)] for k, v in versions.items()]
     return ['<h2 id="versions">Versions</h2>', html_table(["component", "version"], rows)]

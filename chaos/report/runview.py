@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from chaos.events import read_events
 from chaos.metrics.families.data import baseline_samples, step_coverage
 from chaos.metrics.families.freshness import stale_text
+from chaos.record import FaultOutcome, RunRecord
+from chaos.record_metrics import MetricsRecord
 from chaos.report._format import finite_number
 from chaos.rundir import RunDir
 
@@ -104,18 +107,18 @@ def _node_index(src: str) -> int | None:
     return int(rest) if prefix == "node" and rest.isdigit() else None
 
 
-def baseline_events(journal: dict[str, Any], run_dir: str | None = None) -> list[dict[str, Any]]:
+def baseline_events(record: RunRecord, run_dir: str | None = None) -> list[dict[str, Any]]:
     """The fault-free twin's events: from a ``baseline`` folder next to the run (where the run
-    is now, ``run_dir``, else where the journal says it was), else from the directory the
-    journal names for the baseline."""
-    baseline = journal.get("baseline")
-    if not isinstance(baseline, dict):
+    is now, ``run_dir``, else where the record says it was), else from the directory the
+    record names for the baseline."""
+    baseline = record.baseline
+    if baseline is None:
         return []
     candidates = []
-    for where in (run_dir, journal.get("run_dir")):
+    for where in (run_dir, record.run_dir):
         if where:
             candidates.append(os.path.join(os.path.dirname(os.path.abspath(str(where))), "baseline"))
-    candidates.append(str(baseline.get("run_dir") or ""))
+    candidates.append(str(baseline.run_dir or ""))
     for candidate in candidates:
         events_dir = RunDir(candidate).events
         if candidate and os.path.isdir(events_dir):
@@ -125,7 +128,7 @@ def baseline_events(journal: dict[str, Any], run_dir: str | None = None) -> list
 
 def _reference_rank(events: list[dict[str, Any]]) -> str | None:
     ranks = {str(e.get("src")) for e in events if e.get("kind") == "step_end"}
-    ranked = sorted((r for r in ranks if _rank_index(r) is not None), key=_rank_index)
+    ranked = sorted((r for r in ranks if _rank_index(r) is not None), key=lambda r: _rank_index(r) or 0)
     return ranked[0] if ranked else None
 
 
@@ -141,32 +144,31 @@ def _loss_curve(events: list[dict[str, Any]], src: str | None) -> dict[int, list
     return curves
 
 
-def build_run_view(journal: dict[str, Any], events: list[dict[str, Any]],
+def build_run_view(record: RunRecord, events: list[dict[str, Any]],
                    base_events: list[dict[str, Any]] | None = None) -> RunView:
     """Lanes, segments, marks and curves of one run (see the module docstring)."""
     events = sorted((e for e in events if isinstance(e, dict) and finite_number(e.get("t")) is not None),
                     key=lambda e: float(e["t"]))
-    metrics = journal.get("metrics") if isinstance(journal.get("metrics"), dict) else {}
-    t_start = finite_number(metrics.get("t_start"))
+    metrics = record.metrics or MetricsRecord()
+    t_start = finite_number(metrics.t_start)
     if t_start is None:
         t_start = float(events[0]["t"]) if events else 0.0
-    t_end = finite_number(metrics.get("t_end"))
+    t_end = finite_number(metrics.t_end)
     if t_end is None:
-        t_end = float(events[-1]["t"]) if events else t_start + (finite_number(journal.get("wall_s")) or 0.0)
+        t_end = float(events[-1]["t"]) if events else t_start + (finite_number(record.wall_s) or 0.0)
     view = RunView(t0=t_start, duration=max(0.0, t_end - t_start),
-                   steps_target=_int(metrics.get("steps_target")))
+                   steps_target=_int(metrics.steps_target))
 
     def rel(t: float) -> float:
         return float(t) - t_start
 
     stops = [e for e in events if e.get("kind") == "job_stop"]
-    status = journal.get("status")
-    if stops and status != "completed":
+    if stops and record.status != "completed":
         view.t_stop = rel(stops[0]["t"])
     t_stop_abs = float(stops[0]["t"]) if stops else math.inf
 
-    view.lanes = _lanes(journal, events)
-    faults = [f for f in journal.get("faults") or [] if isinstance(f, dict)]
+    view.lanes = _lanes(record, events)
+    faults = record.faults
     view.segments = _segments(view.lanes, events, faults, rel)
     _step_series(view, events, rel)
     ref = _reference_rank(events)
@@ -179,13 +181,13 @@ def build_run_view(journal: dict[str, Any], events: list[dict[str, Any]],
             merged.update(dict(curves[inc]))
         view.baseline_losses = sorted(merged.items())
 
-    view.marks = _marks(journal, events, faults, metrics, rel, t_stop_abs)
+    view.marks = _marks(record, events, faults, metrics, rel, t_stop_abs)
     view.coverage = step_coverage(events, baseline_samples(base_events) if base_events else None)
     return view
 
 
-def _lanes(journal: dict[str, Any], events: list[dict[str, Any]]) -> list[Lane]:
-    topology = (journal.get("scenario") or {}).get("topology") or {}
+def _lanes(record: RunRecord, events: list[dict[str, Any]]) -> list[Lane]:
+    topology = record.scenario.topology
     n_nodes = (_int(topology.get("nodes")) or 0) + (_int(topology.get("spares")) or 0)
     rank_node: dict[int, int | None] = {}
     nodes: set[int] = set(range(n_nodes))
@@ -198,8 +200,8 @@ def _lanes(journal: dict[str, Any], events: list[dict[str, Any]]) -> list[Lane]:
                 rank_node[rank] = node
             if node is not None:
                 nodes.add(node)
-        elif _node_index(src) is not None:
-            nodes.add(_node_index(src))  # type: ignore[arg-type]
+        elif (node_index := _node_index(src)) is not None:
+            nodes.add(node_index)
     lanes: list[Lane] = []
     for node in sorted(nodes):
         lanes.append(Lane(f"node-{node}", "node", node))
@@ -208,15 +210,15 @@ def _lanes(journal: dict[str, Any], events: list[dict[str, Any]]) -> list[Lane]:
     return lanes
 
 
-def _segments(lanes: list[Lane], events: list[dict[str, Any]], faults: list[dict[str, Any]],
-              rel) -> list[Segment]:
+def _segments(lanes: list[Lane], events: list[dict[str, Any]], faults: list[FaultOutcome],
+              rel: Callable[[float], float]) -> list[Segment]:
     by_proc: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for e in events:
         src = str(e.get("src") or "")
         if _rank_index(src) is not None:
             by_proc.setdefault((src, _int(e.get("incarnation")) or 0), []).append(e)
-    kills = [(float(f["t_inject"]), str(f.get("fault_id")), set(f.get("target_srcs") or []))
-             for f in faults if finite_number(f.get("t_inject")) is not None]
+    kills = [(float(f.t_inject), f.fault_id, set(f.target_srcs))
+             for f in faults if f.t_inject is not None and finite_number(f.t_inject) is not None]
     segments: list[Segment] = []
     for (src, inc), evs in sorted(by_proc.items(), key=lambda kv: (_rank_index(kv[0][0]), kv[0][1])):
         start = next((e for e in evs if e.get("kind") == "rank_start"), evs[0])
@@ -251,7 +253,7 @@ def _segments(lanes: list[Lane], events: list[dict[str, Any]], faults: list[dict
     return segments
 
 
-def _step_series(view: RunView, events: list[dict[str, Any]], rel) -> None:
+def _step_series(view: RunView, events: list[dict[str, Any]], rel: Callable[[float], float]) -> None:
     for e in events:
         if e.get("kind") != "step_end" or _rank_index(str(e.get("src") or "")) is None:
             continue
@@ -261,33 +263,33 @@ def _step_series(view: RunView, events: list[dict[str, Any]], rel) -> None:
             view.steps.setdefault(key, []).append((rel(e["t"]), step))
 
 
-def _false_keys(metrics: dict[str, Any]) -> set[tuple[float, str]]:
+def _false_keys(metrics: MetricsRecord) -> set[tuple[float, str]]:
     keys = set()
-    for fe in metrics.get("false_detection_events") or []:
+    for fe in metrics.false_detection_events or []:
         if isinstance(fe, dict) and finite_number(fe.get("t")) is not None:
             keys.add((round(float(fe["t"]), 6), str(fe.get("by") or fe.get("src") or "")))
     return keys
 
 
-def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[dict[str, Any]],
-           metrics: dict[str, Any], rel, t_stop_abs: float) -> list[Mark]:
+def _marks(record: RunRecord, events: list[dict[str, Any]], faults: list[FaultOutcome],
+           metrics: MetricsRecord, rel: Callable[[float], float], t_stop_abs: float) -> list[Mark]:
     marks: list[Mark] = []
     for f in faults:
-        t = finite_number(f.get("t_inject"))
+        t = finite_number(f.t_inject)
         if t is None:
             continue
-        fid = str(f.get("fault_id") or "fault")
-        targets = [s for s in f.get("target_srcs") or [] if isinstance(s, str)] or [None]
-        step = f.get("step_at_inject")
+        fid = f.fault_id or "fault"
+        targets: list[str | None] = [s for s in f.target_srcs if isinstance(s, str)] or [None]
+        step = f.step_at_inject
         where = f" at step {step}" if step is not None else ""
         for src in targets:
             marks.append(Mark(rel(t), "fault_injected", src,
-                              f"{fid} injected ({f.get('type')}){where}", fault_id=fid))
-        t_revert = finite_number(f.get("t_revert"))
+                              f"{fid} injected ({f.type}){where}", fault_id=fid))
+        t_revert = finite_number(f.t_revert)
         if t_revert is not None and t_revert < t_stop_abs:
             marks.append(Mark(rel(t_revert), "fault_reverted", targets[0], f"{fid} reverted", fault_id=fid))
     false_keys = _false_keys(metrics)
-    stale = {(str(i.get("path")), _int(i.get("step"))): i for i in metrics.get("stale_checkpoint_list") or []
+    stale = {(str(i.get("path")), _int(i.get("step"))): i for i in metrics.stale_checkpoint_list or []
              if isinstance(i, dict)}
     torn_seen: set[str] = set()
     for e in events:
@@ -331,23 +333,21 @@ def _marks(journal: dict[str, Any], events: list[dict[str, Any]], faults: list[d
         elif kind == "ckpt_image" and (item := stale.get((str(e.get("path")), _int(e.get("step"))))):
             marks.append(Mark(t, "stale_checkpoint", str(e.get("saved_by") or "") or None,
                               f"STALE checkpoint: {stale_text(item)} ({e.get('path')})"))
-        elif kind == "job_stop" and journal.get("status") != "completed":
-            marks.append(Mark(t, "job_stop", None, f"trainchaos stops the job ({e.get('status') or journal.get('status')})"))
-    for fm in metrics.get("faults") or []:
-        if not isinstance(fm, dict):
-            continue
-        t_inject = finite_number(fm.get("t_inject"))
+        elif kind == "job_stop" and record.status != "completed":
+            marks.append(Mark(t, "job_stop", None, f"trainchaos stops the job ({e.get('status') or record.status})"))
+    for fm in metrics.faults:
+        t_inject = finite_number(fm.t_inject)
         if t_inject is None:
             continue
-        fid = str(fm.get("fault_id") or "fault")
-        recovery, catchup = finite_number(fm.get("recovery_s")), finite_number(fm.get("catchup_s"))
+        fid = str(fm.fault_id or "fault")
+        recovery, catchup = finite_number(fm.recovery_s), finite_number(fm.catchup_s)
         if recovery is not None:
-            how = "restart" if fm.get("restarted") else "no restart"
+            how = "restart" if fm.restarted else "no restart"
             marks.append(Mark(rel(t_inject + recovery), "recovery", None,
                               f"{fid} recovered: first productive step +{recovery:.2f} s ({how})", fault_id=fid))
         if catchup is not None and (recovery is None or abs(catchup - recovery) > 1e-9):
             marks.append(Mark(rel(t_inject + catchup), "catchup", None,
-                              f"{fid} caught up: step {fm.get('last_step_before')} reached again +{catchup:.2f} s",
+                              f"{fid} caught up: step {fm.last_step_before} reached again +{catchup:.2f} s",
                               fault_id=fid))
     marks.sort(key=lambda m: m.t)
     return marks

@@ -21,21 +21,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from chaos.record import RunRecord
+from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     as_number,
     atomic_write_text,
-    expectation_text,
     final_state_text,
     fmt_fraction,
     fmt_seconds,
     fmt_steps,
     md_table,
-    metrics_of,
-    outcome,
-    outcome_label,
-    scenario_name,
-    wall_s_of,
 )
 from chaos.report._page import html_page, html_table
 from chaos.stacks import REFERENCE, StackMatrix
@@ -46,13 +42,14 @@ STACKS_MD = "stacks.md"
 STACKS_HTML = "stacks.html"
 NOT_APPLICABLE = "n/a"
 
-Row = tuple[str, Callable[[list[dict[str, Any]]], Any], Callable[[Any], str], bool]
+Row = tuple[str, Callable[[list[RunRecord]], Any], Callable[[Any], str], bool]
 """(label, value of one stack's runs, how it is shown, whether a ratio to the reference is shown)."""
 
 
-def _fired(journal: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in (metrics_of(journal) or {}).get("faults") or []
-            if isinstance(f, dict) and f.get("fired", True) and f.get("t_inject") is not None]
+def _fired(record: RunRecord) -> list[FaultMetricsRecord]:
+    faults = record.metrics.faults if record.metrics is not None else []
+    # A record that does not say whether a fault fired counts it by its injection time alone.
+    return [f for f in faults if (f.fired if "fired" in f.model_fields_set else True) and f.t_inject is not None]
 
 
 def _median(values: list[Any]) -> float | None:
@@ -60,41 +57,41 @@ def _median(values: list[Any]) -> float | None:
     return statistics.median(numbers) if numbers else None
 
 
-def _first_fault(key: str) -> Callable[[list[dict[str, Any]]], float | None]:
+def _first_fault(key: str) -> Callable[[list[RunRecord]], float | None]:
     """The median over repeats of ``key`` of each run's first fired fault."""
-    return lambda runs: _median([(_fired(j) or [{}])[0].get(key) for j in runs])
+    return lambda runs: _median([(_fired(r) or [FaultMetricsRecord()])[0].value(key) for r in runs])
 
 
-def _over_faults(key: str) -> Callable[[list[dict[str, Any]]], float | None]:
+def _over_faults(key: str) -> Callable[[list[RunRecord]], float | None]:
     """The median over every fired fault of every repeat (a sustained run)."""
-    return lambda runs: _median([f.get(key) for j in runs for f in _fired(j)])
+    return lambda runs: _median([f.value(key) for r in runs for f in _fired(r)])
 
 
-def _run_metric(key: str) -> Callable[[list[dict[str, Any]]], float | None]:
-    return lambda runs: _median([(metrics_of(j) or {}).get(key) for j in runs])
+def _run_metric(key: str) -> Callable[[list[RunRecord]], float | None]:
+    return lambda runs: _median([r.metric(key) for r in runs])
 
 
-def _lost_in_all(runs: list[dict[str, Any]]) -> float | None:
-    return _median([sum(int(f.get("lost_steps") or 0) for f in _fired(j)) for j in runs])
+def _lost_in_all(runs: list[RunRecord]) -> float | None:
+    return _median([sum(int(f.lost_steps or 0) for f in _fired(r)) for r in runs])
 
 
-def _injected(runs: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{len(_fired(j))}/{len(j.get('plan') or [])}" for j in runs)
+def _injected(runs: list[RunRecord]) -> str:
+    return ", ".join(f"{len(_fired(r))}/{len(r.plan)}" for r in runs)
 
 
-def _recovered(runs: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{sum(f.get('recovery_s') is not None for f in _fired(j))}/{len(_fired(j))}" for j in runs)
+def _recovered(runs: list[RunRecord]) -> str:
+    return ", ".join(f"{sum(f.recovery_s is not None for f in _fired(r))}/{len(_fired(r))}" for r in runs)
 
 
-def _final_state(runs: list[dict[str, Any]]) -> str:
-    return "; ".join(dict.fromkeys(final_state_text(j) for j in runs))
+def _final_state(runs: list[RunRecord]) -> str:
+    return "; ".join(dict.fromkeys(final_state_text(r) for r in runs))
 
 
-def _verdict(runs: list[dict[str, Any]]) -> str:
-    labels = [outcome_label(j) for j in runs]
+def _verdict(runs: list[RunRecord]) -> str:
+    labels = [r.outcome_label for r in runs]
     counts = {label: labels.count(label) for label in dict.fromkeys(labels)}
     text = labels[0] if len(counts) == 1 else "; ".join(f"{n}/{len(labels)} {label}" for label, n in counts.items())
-    expected = next((expectation_text(j) for j in runs if outcome(j) in ("xfail", "xpass")), "")
+    expected = next((r.expectation_text for r in runs if r.outcome in ("xfail", "xpass")), "")
     return f"{text} ({expected})" if expected else text
 
 
@@ -120,7 +117,7 @@ SUSTAINED_ROWS: list[Row] = [
     ("recovery (median)", _over_faults("recovery_s"), fmt_seconds, True),
     ("lost steps (all failures)", _lost_in_all, fmt_steps, False),
     ("restarts", _run_metric("restart_count"), fmt_steps, False),
-    ("wall time", lambda runs: _median([wall_s_of(j) for j in runs]), fmt_seconds, False),
+    ("wall time", lambda runs: _median([r.measured_wall_s for r in runs]), fmt_seconds, False),
     ("training efficiency (goodput)", _run_metric("goodput"), fmt_fraction, False),
     ("verdict", _verdict, _text, False),
 ]
@@ -132,13 +129,13 @@ def _ratio(value: Any, reference: Any) -> str:
     return f" ({value / reference:.2g}×)"
 
 
-def stack_tables(matrix: StackMatrix, journals: list[dict[str, Any]],
+def stack_tables(matrix: StackMatrix, records: list[RunRecord],
                  sustained: bool = False) -> list[tuple[str, list[str], list[list[str]]]]:
     """(fault, headers, rows) per fault: headers ``metric`` then the stacks; a stack without
     the fault's scenario reads n/a."""
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for journal in journals:
-        by_name.setdefault(scenario_name(journal), []).append(journal)
+    by_name: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_name.setdefault(record.scenario.name, []).append(record)
     rows_spec = SUSTAINED_ROWS if sustained else STANDARD_ROWS
     tables = []
     for fault in matrix.faults:
@@ -172,10 +169,10 @@ def _intro(matrix: StackMatrix, sustained: bool) -> str:
             "(docs/stacks.md says why).")
 
 
-def write_stacks(out_dir: str, matrix: StackMatrix, journals: list[dict[str, Any]],
+def write_stacks(out_dir: str, matrix: StackMatrix, records: list[RunRecord],
                  sustained: bool = False) -> list[str]:
     """``stacks.md`` and ``stacks.html`` in ``out_dir``; returns both paths."""
-    tables = stack_tables(matrix, journals, sustained)
+    tables = stack_tables(matrix, records, sustained)
     title = "Stacks side by side" + (": sustained failures" if sustained else "")
     lines = [f"# {title}", "", _intro(matrix, sustained), ""]
     for fault, headers, rows in tables:
@@ -190,13 +187,13 @@ def write_stacks(out_dir: str, matrix: StackMatrix, journals: list[dict[str, Any
     return [md, page]
 
 
-def print_stacks(matrix: StackMatrix, journals: list[dict[str, Any]], sustained: bool = False,
+def print_stacks(matrix: StackMatrix, records: list[RunRecord], sustained: bool = False,
                  console: Console | None = None) -> None:
     if console is None:
         console = Console()
         if not console.is_terminal:
             console = Console(width=180)
-    for fault, headers, rows in stack_tables(matrix, journals, sustained):
+    for fault, headers, rows in stack_tables(matrix, records, sustained):
         table = Table(title=f"{fault}: stacks side by side", title_justify="left")
         for header in headers:
             table.add_column(header, overflow="fold")

@@ -8,23 +8,16 @@ from html import escape
 from typing import Any
 
 from chaos.metrics.catalogue import fmt_compared
+from chaos.record import FaultOutcome, PlannedFaultInfo, RunRecord, blocks
 from chaos.report._format import (
     DASH,
     atomic_write_text,
     attribution_text,
-    blocks,
     fidelity_of,
     final_state_text,
     finite_number,
     fmt_metric,
-    met_targets,
-    metrics_of,
-    outcome,
     outcome_counts,
-    outcome_label,
-    reasons,
-    repeat_of,
-    scenario_name,
 )
 from chaos.report._page import RUN_HTML, SUITE_HTML, esc, html_link, html_page, html_table
 
@@ -52,26 +45,26 @@ def _comparison(comparison: dict[str, Any]) -> list[str]:
                    attrs=' id="comparison-table"')]
 
 
-def write_suite_html(out_dir: str, journals: list[dict[str, Any]], suite_name: str,
+def write_suite_html(out_dir: str, records: list[RunRecord], suite_name: str,
                      run_dirs: list[str] | None = None, comparison: dict[str, Any] | None = None) -> str:
-    """Write ``<out_dir>/index.html``; ``run_dirs`` (parallel to ``journals``) where each run's
-    files are now, when not where their journals say; ``comparison`` the regression gate's
+    """Write ``<out_dir>/index.html``; ``run_dirs`` (parallel to ``records``) where each run's
+    files are now, when not where their records say; ``comparison`` the regression gate's
     result (``Comparison.to_dict()``, as in ``compare.json``)."""
-    html = render_suite_html(journals, suite_name, out_dir, run_dirs, comparison)
+    html = render_suite_html(records, suite_name, out_dir, run_dirs, comparison)
     return atomic_write_text(os.path.join(out_dir, SUITE_HTML), html)
 
 
-def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: str | None = None,
+def render_suite_html(records: list[RunRecord], suite_name: str, out_dir: str | None = None,
                       run_dirs: list[str] | None = None, comparison: dict[str, Any] | None = None) -> str:
     from chaos.report import figures
     from chaos.report.aggregate import aggregate, aggregate_metrics, formatter
 
-    outcomes = [outcome(j) for j in journals]
-    passed = sum(met_targets(k) for k in outcomes)
-    green = bool(journals) and not any(blocks(k) for k in outcomes)
+    outcomes = [r.outcome for r in records]
+    passed = sum(r.met_targets for r in records)
+    green = bool(records) and not any(blocks(k) for k in outcomes)
     kind = "pass" if green else ("error" if "fail" not in outcomes else "fail")
     label = {"pass": "PASS", "fail": "FAIL", "error": "NO VERDICT"}[kind]
-    summary = f"{passed}/{len(journals)} runs met every target" + outcome_counts(outcomes)
+    summary = f"{passed}/{len(records)} runs met every target" + outcome_counts(outcomes)
     gate = ""
     if isinstance(comparison, dict) and comparison.get("passed") is False:
         gate = '<span class="badge fail" data-gate="regression">REGRESSION</span>'
@@ -80,42 +73,43 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
     if isinstance(comparison, dict):
         body += _comparison(comparison)
 
-    dirs = run_dirs or [str(j.get("run_dir") or "") for j in journals]
-    order = sorted(range(len(journals)), key=lambda i: (scenario_name(journals[i]), repeat_of(journals[i])))
-    rows, classes = [], []
+    dirs = run_dirs or [str(r.run_dir or "") for r in records]
+    order = sorted(range(len(records)), key=lambda i: (records[i].scenario.name, records[i].repeat_index))
+    rows: list[list[str]] = []
+    classes: list[str] = []
     for i in order:
-        j = journals[i]
+        run = records[i]
         page = os.path.join(dirs[i], RUN_HTML) if dirs[i] else ""
         href = os.path.relpath(page, out_dir) if page and out_dir else page
         exists = bool(page) and os.path.exists(page)
         rows.append([
-            escape(scenario_name(j)), str(repeat_of(j)), esc(j.get("status") or "unknown"),
-            escape(final_state_text(j)), escape(fmt_metric(j, "detection_s")),
-            escape(fmt_metric(j, "recovery_s")), escape(fmt_metric(j, "lost_steps")),
-            escape(fmt_metric(j, "goodput")), escape(attribution_text(j)),
-            escape(fmt_metric(j, "false_detections")),
-            f'<span class="badge {outcome(j)}">{escape(outcome_label(j))}</span>',
-            "<br>".join(escape(r) for r in reasons(j)),
+            escape(run.scenario.name), str(run.repeat_index), esc(run.status),
+            escape(final_state_text(run)), escape(fmt_metric(run, "detection_s")),
+            escape(fmt_metric(run, "recovery_s")), escape(fmt_metric(run, "lost_steps")),
+            escape(fmt_metric(run, "goodput")), escape(attribution_text(run)),
+            escape(fmt_metric(run, "false_detections")),
+            f'<span class="badge {run.outcome}">{escape(run.outcome_label)}</span>',
+            "<br>".join(escape(r) for r in run.reasons()),
             html_link(href, "report") if exists else DASH,
         ])
-        classes.append("" if outcome(j) in ("pass", "xpass") else outcome(j))
+        classes.append("" if run.met_targets else run.outcome)
     body += ['<h2 id="verdicts">Verdicts</h2>',
              html_table(["scenario", "repeat", "status", "final state", "detection", "recovery", "lost steps",
                      "goodput", "attribution", "false alarms", "verdict", "reasons", "run"], rows, classes,
                     attrs=' id="verdicts-table"')]
 
-    agg = aggregate(journals)
+    agg = aggregate(records)
     figure_rows = []
     for row in agg:
-        runs = [j for j in journals if scenario_name(j) == row["scenario"]]
+        runs = [r for r in records if r.scenario.name == row.scenario]
         values: dict[str, list[tuple[int, float, str]]] = {}
-        for j in runs:
+        for r in runs:
             for key, *_ in figures.suite_panels():
-                value = (metrics_of(j) or {}).get(key)
+                value = r.metric(key)
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
-                    values.setdefault(key, []).append((repeat_of(j), float(value), outcome(j)))
-        targets = ((runs[0].get("scenario") or {}).get("targets") or {}) if runs else {}
-        figure_rows.append({"scenario": row["scenario"], "values": values, "targets": targets})
+                    values.setdefault(key, []).append((r.repeat_index, float(value), r.outcome))
+        targets = runs[0].scenario.targets if runs else {}
+        figure_rows.append({"scenario": row.scenario, "values": values, "targets": targets})
     body.append('<h2 id="across-repeats">Metrics across repeats</h2>')
     svg = figures.suite_metrics_svg(figure_rows)
     if svg:
@@ -125,23 +119,24 @@ def render_suite_html(journals: list[dict[str, Any]], suite_name: str, out_dir: 
     for row in agg:
         first = True
         for key in aggregate_metrics():
-            stats = row["metrics"][key]
+            stats = row.stats(key)
             fmt = formatter(key)
             metric_rows.append([
-                escape(row["scenario"]) if first else "", f"{row['passed']}/{row['repeats']}" if first else "",
-                f"<code>{key}</code>", escape(fmt(stats["median"])), escape(fmt(stats["min"])),
-                escape(fmt(stats["max"])), escape(stats["note"] or ""),
+                escape(row.scenario) if first else "", f"{row.passed}/{row.repeats}" if first else "",
+                f"<code>{key}</code>", escape(fmt(stats.median)), escape(fmt(stats.min)),
+                escape(fmt(stats.max)), escape(stats.note or ""),
             ])
             first = False
     body.append(html_table(["scenario", "passed", "metric", "median", "min", "max", "missing"], metric_rows,
                        attrs=' id="aggregate-table"'))
     fidelity: dict[str, str] = {}
-    for j in journals:
-        for f in (j.get("faults") or []) + (j.get("plan") or []):
-            if isinstance(f, dict) and f.get("type") and f["type"] not in fidelity:
+    for r in records:
+        entries: list[FaultOutcome | PlannedFaultInfo] = [*r.faults, *r.plan]
+        for f in entries:
+            if f.type and f.type not in fidelity:
                 text = fidelity_of(f)
                 if text:
-                    fidelity[str(f["type"])] = text
+                    fidelity[f.type] = text
     if fidelity:
         body.append('<h2 id="fidelity">What the faults stand for</h2>')
         for name, text in sorted(fidelity.items()):

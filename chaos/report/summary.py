@@ -5,32 +5,21 @@ injected; which versions ran."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from chaos.metrics.catalogue import specs
+from chaos.record import FaultOutcome, PlannedFaultInfo, RunRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
-    check_reason,
-    expectation_text,
-    fault_metrics,
     fidelity_of,
     final_state_text,
     fmt_metric,
     fmt_seconds,
     fmt_steps,
     fmt_value,
-    had_faults,
     md_cell,
     md_table,
-    metrics_of,
-    outcome,
-    outcome_label,
     planned_target_text,
-    reasons,
-    repeat_of,
-    scenario_name,
-    wall_s_of,
 )
 from chaos.rundir import SUMMARY_FILE
 
@@ -54,33 +43,33 @@ def _row_specs() -> list[tuple[str, str, str]]:
     return rows
 
 
-def metric_rows(journal: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, value as text, meaning) of each run-level metric the journal has; the summary
+def metric_rows(record: RunRecord) -> list[tuple[str, str, str]]:
+    """(label, value as text, meaning) of each run-level metric the record has; the summary
     and the HTML page show the same rows."""
-    metrics = metrics_of(journal) or {}
+    metrics = record.metrics
     rows = []
     for key, label, meaning in _row_specs():
-        if key not in metrics and key not in ("wall_s", "final_state"):
+        if (metrics is None or not metrics.has(key)) and key not in ("wall_s", "final_state"):
             continue
-        text = final_state_text(journal) if key == "final_state" else fmt_metric(journal, key)
+        text = final_state_text(record) if key == "final_state" else fmt_metric(record, key)
         rows.append((label, text, meaning))
     return rows
 
 
-def write_summary(run_dir: str, journal: dict[str, Any]) -> str:
+def write_summary(run_dir: str, record: RunRecord) -> str:
     """Write ``<run_dir>/summary.md``; returns its path."""
-    return atomic_write_text(os.path.join(run_dir, SUMMARY_NAME), render_summary(journal))
+    return atomic_write_text(os.path.join(run_dir, SUMMARY_NAME), render_summary(record))
 
 
-def render_summary(journal: dict[str, Any]) -> str:
+def render_summary(record: RunRecord) -> str:
     lines: list[str] = []
-    lines += _header(journal)
-    lines += _verdict(journal)
-    lines += _metrics(journal)
-    lines += _faults(journal)
-    lines += _plan(journal)
-    lines += _baseline(journal)
-    lines += _versions(journal)
+    lines += _header(record)
+    lines += _verdict(record)
+    lines += _metrics(record)
+    lines += _faults(record)
+    lines += _plan(record)
+    lines += _baseline(record)
+    lines += _versions(record)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -92,59 +81,56 @@ _RANK_LAUNCH = {
 }
 
 
-def _header(journal: dict[str, Any]) -> list[str]:
-    scenario = journal.get("scenario") or {}
-    lines = [f"# {scenario_name(journal)} — repeat {repeat_of(journal)}: {outcome_label(journal)}", ""]
-    description = str(scenario.get("description") or "").strip()
+def _header(record: RunRecord) -> list[str]:
+    scenario = record.scenario
+    lines = [f"# {scenario.name} — repeat {record.repeat_index}: {record.outcome_label}", ""]
+    description = str(scenario.description or "").strip()
     if description:
         lines += ["> " + line if line else ">" for line in description.splitlines()]
         lines.append("")
     rows = [
-        ["Status", journal.get("status") or "unknown"],
-        ["Verdict", f"**{outcome_label(journal)}**"],
-        ["Scenario file", scenario.get("path") or DASH],
-        ["Seed", fmt_value(journal.get("seed", scenario.get("seed")))],
-        ["Started", journal.get("started_at") or DASH],
-        ["Ended", journal.get("ended_at") or DASH],
-        ["Wall time", fmt_seconds(wall_s_of(journal))],
-        ["Rank start", _RANK_LAUNCH.get(journal.get("rank_launch") or "cold", DASH)],
-        ["Run directory", journal.get("run_dir") or DASH],
+        ["Status", record.status],
+        ["Verdict", f"**{record.outcome_label}**"],
+        ["Scenario file", scenario.path or DASH],
+        ["Seed", fmt_value(record.seed if "seed" in record.model_fields_set else scenario.seed)],
+        ["Started", record.started_at or DASH],
+        ["Ended", record.ended_at or DASH],
+        ["Wall time", fmt_seconds(record.measured_wall_s)],
+        ["Rank start", _RANK_LAUNCH.get(record.rank_launch, DASH)],
+        ["Run directory", record.run_dir or DASH],
     ]
     lines += md_table(["", ""], rows)
     lines.append("")
-    if journal.get("error"):
-        lines += ["**Error:**", "", "```", str(journal["error"]).rstrip(), "```", ""]
+    if record.error:
+        lines += ["**Error:**", "", "```", record.error.rstrip(), "```", ""]
     return lines
 
 
-def _verdict(journal: dict[str, Any]) -> list[str]:
-    lines = [f"## Verdict: {outcome_label(journal)}", ""]
-    kind = outcome(journal)
+def _verdict(record: RunRecord) -> list[str]:
+    lines = [f"## Verdict: {record.outcome_label}", ""]
+    kind = record.outcome
     if kind == "pass":
         lines.append("Every target was met.")
     elif kind in ("fail", "xfail"):
         if kind == "xfail":
-            lines += [f"Expected failure (XFAIL): {expectation_text(journal)}. It does not fail the suite.", ""]
+            lines += [f"Expected failure (XFAIL): {record.expectation_text}. It does not fail the suite.", ""]
         lines.append("Targets missed:")
         lines.append("")
-        lines += [f"- {' '.join(reason.split())}" for reason in reasons(journal)
+        lines += [f"- {' '.join(reason.split())}" for reason in record.reasons()
                   if not reason.startswith("expected failure: ")]
     elif kind == "xpass":
         lines.append(f"Unexpected pass (XPASS): every target was met, but the scenario expects a failure: "
-                     f"{expectation_text(journal)}. If the finding is fixed, remove its `expect`; "
+                     f"{record.expectation_text}. If the finding is fixed, remove its `expect`; "
                      "`--strict` fails the suite on this.")
     else:
-        status = journal.get("status") or "unknown"
-        lines.append(f"No verdict: the run ended `{status}` before its targets could be judged"
-                     + (" (error above)." if journal.get("error") else "."))
+        lines.append(f"No verdict: the run ended `{record.status}` before its targets could be judged"
+                     + (" (error above)." if record.error else "."))
     lines.append("")
-    verdict = journal.get("verdict")
-    checks = [c for c in (verdict or {}).get("checks") or [] if isinstance(c, dict)]
+    checks = record.verdict.checks if record.verdict is not None else []
     if checks:
         rows = [
-            [c.get("name") or DASH, "ok" if c.get("ok") else "**missed**",
-             fmt_value(c.get("value")), fmt_value(c.get("bound")),
-             "" if c.get("ok") and not c.get("reason") else check_reason(c)]
+            [c.name or DASH, "ok" if c.ok else "**missed**", fmt_value(c.value), fmt_value(c.bound),
+             "" if c.ok and not c.reason else c.text]
             for c in checks
         ]
         lines += md_table(["check", "result", "value", "bound", "reason"], rows)
@@ -152,109 +138,109 @@ def _verdict(journal: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _metrics(journal: dict[str, Any]) -> list[str]:
+def _metrics(record: RunRecord) -> list[str]:
     lines = ["## Metrics", ""]
-    metrics = metrics_of(journal)
-    if metrics is None:
-        lines += [f"No metrics: the run ended `{journal.get('status') or 'unknown'}` "
+    if record.metrics is None:
+        lines += [f"No metrics: the run ended `{record.status}` "
                   "before they could be computed.", ""]
         return lines
-    lines += md_table(["metric", "value", "meaning"], [list(row) for row in metric_rows(journal)])
+    lines += md_table(["metric", "value", "meaning"], [list(row) for row in metric_rows(record)])
     lines.append("")
     return lines
 
 
-def _faults(journal: dict[str, Any]) -> list[str]:
+def _faults(run: RunRecord) -> list[str]:
     lines = ["## Faults", ""]
-    records = {str(f.get("fault_id")): f for f in journal.get("faults") or [] if isinstance(f, dict)}
-    plan = {str(p.get("fault_id")): p for p in journal.get("plan") or [] if isinstance(p, dict)}
-    per_fault = fault_metrics(journal)
+    records = {f.fault_id: f for f in run.faults}
+    plan = {p.fault_id: p for p in run.plan}
+    per_fault = run.metrics.by_fault() if run.metrics is not None else {}
     # Planned faults first (in plan order), then anything injected that the plan did not list.
     fault_ids = list(plan) + [fid for fid in records if fid not in plan]
     if not fault_ids:
         return lines + ["No faults (a fault-free run).", ""]
     rows = []
     for fid in fault_ids:
-        record, planned, fm = records.get(fid), plan.get(fid, {}), per_fault.get(fid, {})
-        ftype = (record or planned).get("type") or DASH
-        target = planned_target_text(planned) if planned else DASH
+        record, planned, fm = records.get(fid), plan.get(fid), per_fault.get(fid)
+        ftype = (record.type if record is not None else planned.type if planned is not None else None) or DASH
+        target = planned_target_text(planned) if planned is not None else DASH
         if target == DASH:
-            target = ", ".join((record or {}).get("target_srcs") or []) or DASH
+            target = ", ".join(record.target_srcs if record is not None else []) or DASH
         if record is None:
             rows.append([fid, ftype, target, "not injected", DASH, DASH, DASH, DASH, DASH, DASH])
             continue
-        step = fmt_steps(record.get("step_at_inject"))
-        planned_step = record.get("planned_step")
-        if planned_step is not None and planned_step != record.get("step_at_inject"):
+        step = fmt_steps(record.step_at_inject)
+        planned_step = record.planned_step
+        if planned_step is not None and planned_step != record.step_at_inject:
             step += f" (planned {fmt_steps(planned_step)})"
-        attribution = fm.get("attribution")
-        if attribution is not None and fm.get("attribution_detail"):
-            attribution = f"{attribution} ({fm['attribution_detail']})"
-        detection = fmt_seconds(fm.get("detection_s"), "undetected") if fm else DASH
-        recovery = fmt_seconds(fm.get("recovery_s"), "not recovered") if fm else DASH
+        if fm is None:
+            rows.append([fid, ftype, target, step, record.precision or DASH, DASH, DASH, DASH, DASH, DASH])
+            continue
+        attribution = fm.attribution
+        if attribution is not None and fm.attribution_detail:
+            attribution = f"{attribution} ({fm.attribution_detail})"
         rows.append([
-            fid, ftype, target, step, record.get("precision") or DASH, detection,
-            fm.get("detected_by") or DASH, attribution or DASH, recovery,
-            fmt_steps(fm.get("lost_steps")),
+            fid, ftype, target, step, record.precision or DASH, fmt_seconds(fm.detection_s, "undetected"),
+            fm.detected_by or DASH, attribution or DASH, fmt_seconds(fm.recovery_s, "not recovered"),
+            fmt_steps(fm.lost_steps),
         ])
     lines += md_table(
         ["fault", "type", "target", "injected at step", "precision", "detection", "detected by",
          "attribution", "recovery", "lost steps"], rows)
     lines.append("")
     reasons_rows = [
-        [fid, per_fault[fid].get("detection_reason")] for fid in fault_ids
-        if fid in per_fault and per_fault[fid].get("detection_reason")
+        [fid, per_fault[fid].detection_reason] for fid in fault_ids
+        if fid in per_fault and per_fault[fid].detection_reason
     ]
     if reasons_rows:
         lines += ["Detection reasons:", ""]
         lines += [f"- `{fid}`: {md_cell(reason)}" for fid, reason in reasons_rows]
         lines.append("")
-    if had_faults(journal):
-        mech = [[fid, records[fid].get("mechanism") or DASH, records[fid].get("failure_class") or DASH]
+    if run.had_faults:
+        mech = [[fid, records[fid].mechanism or DASH, records[fid].failure_class or DASH]
                 for fid in fault_ids if fid in records]
         lines += md_table(["fault", "mechanism", "failure class"], mech)
         lines.append("")
-    lines += _fidelity(journal, fault_ids, records, plan)
+    lines += _fidelity(fault_ids, records, plan)
     return lines
 
 
-def _fidelity(journal: dict[str, Any], fault_ids: list[str], records: dict[str, dict[str, Any]],
-              plan: dict[str, dict[str, Any]]) -> list[str]:
+def _fidelity(fault_ids: list[str], injected: dict[str, FaultOutcome],
+              plan: dict[str, PlannedFaultInfo]) -> list[str]:
     """What each fault stands for and what it does not prove (the fault type's statement)."""
     lines: list[str] = []
     for fid in fault_ids:
-        entry = records.get(fid) or plan.get(fid) or {}
-        text = fidelity_of(entry)
-        if text:
-            lines += [f"**Fidelity of `{fid}` ({entry.get('type') or DASH}):** {' '.join(text.split())}", ""]
+        entry = injected.get(fid) or plan.get(fid)
+        text = fidelity_of(entry) if entry is not None else None
+        if entry is not None and text:
+            lines += [f"**Fidelity of `{fid}` ({entry.type or DASH}):** {' '.join(text.split())}", ""]
     return lines
 
 
-def _plan(journal: dict[str, Any]) -> list[str]:
-    plan = [p for p in journal.get("plan") or [] if isinstance(p, dict)]
+def _plan(record: RunRecord) -> list[str]:
+    plan = record.plan
     if not plan:
         return []
-    rows = [[p.get("fault_id") or DASH, p.get("type") or DASH, planned_target_text(p),
-             fmt_value(p.get("trigger")), fmt_value(p.get("params"))] for p in plan]
+    rows = [[p.fault_id or DASH, p.type or DASH, planned_target_text(p),
+             fmt_value(p.trigger), fmt_value(p.params)] for p in plan]
     return ["## Plan", "", *md_table(["fault", "type", "target", "trigger", "params"], rows), ""]
 
 
-def _baseline(journal: dict[str, Any]) -> list[str]:
-    baseline = journal.get("baseline")
-    if not isinstance(baseline, dict):
+def _baseline(record: RunRecord) -> list[str]:
+    baseline = record.baseline
+    if baseline is None:
         return []
-    rows = [["Digest", baseline.get("digest") or DASH],
-            ["Wall time", fmt_seconds(baseline.get("wall_s"))],
-            ["Run directory", baseline.get("run_dir") or DASH]]
-    match = (metrics_of(journal) or {}).get("digest_match")
+    rows = [["Digest", baseline.digest or DASH],
+            ["Wall time", fmt_seconds(baseline.wall_s)],
+            ["Run directory", baseline.run_dir or DASH]]
+    match = record.metrics.digest_match if record.metrics is not None else None
     if match is not None:
         rows.append(["Final state matches", fmt_value(match)])
     return ["## Baseline", "", *md_table(["", ""], rows), ""]
 
 
-def _versions(journal: dict[str, Any]) -> list[str]:
-    versions = journal.get("versions")
-    if not isinstance(versions, dict) or not versions:
+def _versions(record: RunRecord) -> list[str]:
+    versions = record.versions.model_dump(exclude_unset=True) if record.versions is not None else {}
+    if not versions:
         return []
     rows = [[name, fmt_value(value)] for name, value in versions.items()]
     return ["## Versions", "", *md_table(["component", "version"], rows), ""]

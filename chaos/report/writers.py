@@ -5,7 +5,6 @@ then the derived reports (a failure is logged and skipped). Apart from the packa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from chaos.record import RunRecord, write_run_record
@@ -19,22 +18,18 @@ __all__ = ["write_run_reports", "write_suite_reports"]
 log = logging.getLogger(__name__)
 
 
-def write_run_reports(run_dir: str, record: RunRecord | Mapping[str, Any],
-                      events: list[dict[str, Any]]) -> list[str]:
+def write_run_reports(run_dir: str, record: RunRecord, events: list[dict[str, Any]]) -> list[str]:
     """Write one run's record (``journal.json``), summary, timeline and HTML page into
-    ``run_dir``; returns the paths. A mapping is validated as a run record first.
+    ``run_dir``; returns the paths.
 
     The record goes first and its failure propagates: it is the record of the run. A bug
     in a derived report (summary, timeline, HTML) is logged with its traceback and skipped,
     so that it costs a file, not the run's verdict and exit code; the record holds the same
     data.
     """
-    if not isinstance(record, RunRecord):
-        record = RunRecord.from_dict(record)
     paths = [write_run_record(run_dir, record)]
-    journal = record.to_dict()
     try:
-        paths.append(write_summary(run_dir, journal))
+        paths.append(write_summary(run_dir, record))
     except Exception:  # noqa: BLE001
         log.exception("summary.md not written for %s", run_dir)
     try:
@@ -42,20 +37,20 @@ def write_run_reports(run_dir: str, record: RunRecord | Mapping[str, Any],
     except Exception:  # noqa: BLE001
         log.exception("timeline not written for %s", run_dir)
     try:
-        paths.append(write_run_html(run_dir, journal, events))
+        paths.append(write_run_html(run_dir, record, events))
     except Exception:  # noqa: BLE001
         log.exception("%s not written for %s", RUN_HTML, run_dir)
     return paths
 
 
-def write_suite_reports(out_dir: str, journals: list[dict[str, Any]], suite_name: str | None = None,
+def write_suite_reports(out_dir: str, records: list[RunRecord], suite_name: str | None = None,
                         run_dirs: list[str] | None = None, comparison: dict[str, Any] | None = None) -> list[str]:
     """``suite.json`` and ``suite.md`` (failures propagate: they are the suite's record), then
     ``index.html`` (a failure is logged and skipped, as for a run's derived reports)."""
-    suite = suite_name or suite_name_of(journals)
-    paths = write_suite_report(out_dir, journals, suite)
+    suite = suite_name or suite_name_of(records)
+    paths = write_suite_report(out_dir, records, suite)
     try:
-        paths.append(write_suite_html(out_dir, journals, suite, run_dirs, comparison))
+        paths.append(write_suite_html(out_dir, records, suite, run_dirs, comparison))
     except Exception:  # noqa: BLE001
         log.exception("%s not written for %s", SUITE_HTML, out_dir)
     return paths

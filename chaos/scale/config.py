@@ -228,7 +228,7 @@ class Tier(_Model):
     blocking_s: NonNeg = Field(0.0, description="Training blocked per write to this tier.")
     persist_s: NonNeg = Field(0.0, description="After the blocking part, seconds until the "
                               "write is durable (async); a failure before that loses it.")
-    survives: list[Scope] = Field(list(SCOPES), min_length=1, description="Failure scopes "
+    survives: list[Scope] = Field(list(typing.get_args(Scope)), min_length=1, description="Failure scopes "
                                   "this tier's copies survive (memory: process; remote: all).")
 
 

@@ -12,6 +12,7 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -68,7 +69,7 @@ def issues_from(exc: ValidationError, file: str, root: type[BaseModel],
     return issues
 
 
-def _message(err: dict[str, Any], root: type[BaseModel], loc: tuple[Any, ...]) -> str:
+def _message(err: Mapping[str, Any], root: type[BaseModel], loc: tuple[Any, ...]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     bounds = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"),
               "less_than": ("<", "lt"), "less_than_equal": ("<=", "le")}
@@ -114,12 +115,12 @@ def _message(err: dict[str, Any], root: type[BaseModel], loc: tuple[Any, ...]) -
         hint = f"; did you mean {close[0]!r}?" if close else ";"
         return f"unknown key {name!r}{hint} allowed: {', '.join(allowed)}"
     if kind == "literal_error":
-        allowed = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-        close = (difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        close = (difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
                  if isinstance(value, str) else [])
         hint = f"; did you mean {close[0]!r}?" if close else ";"
         shown = repr(value) if isinstance(value, str) else describe_value(value)
-        return f"unknown value {shown}{hint} allowed: {', '.join(allowed)}"
+        return f"unknown value {shown}{hint} allowed: {', '.join(choices)}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
     return str(err["msg"])

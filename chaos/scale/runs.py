@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.errors import ValidationIssue
-from chaos.record import RunRecordError, load_run_record
+from chaos.record import RunRecord, RunRecordError, load_run_record
+from chaos.record_metrics import MetricsRecord
 from chaos.rundir import RUN_RECORD_FILE
 from chaos.scale.issues import ScaleInputError
 
@@ -104,12 +105,12 @@ def read_runs(root: str) -> RunSamples:
             continue
         path = os.path.join(dirpath, RUN_RECORD_FILE)
         try:
-            journal = load_run_record(path).to_dict()
+            record = load_run_record(path)
         except RunRecordError:
             found.unreadable.append(path)
             continue
         found.journals += 1
-        _collect(journal, path, found)
+        _collect(record, path, found)
     if not found.samples:
         seen = f"{found.journals} journal(s)" + (f", {len(found.unreadable)} unreadable"
                                                  if found.unreadable else "")
@@ -119,22 +120,22 @@ def read_runs(root: str) -> RunSamples:
     return found
 
 
-def _collect(journal: dict[str, Any], path: str, found: RunSamples) -> None:
-    metrics = journal.get("metrics")
-    if not isinstance(metrics, dict):
+def _collect(record: RunRecord, path: str, found: RunSamples) -> None:
+    metrics = record.metrics
+    if metrics is None:
         return
     step_s = _step_time(metrics)
-    for fault in metrics.get("faults") or ():
-        if not isinstance(fault, dict) or fault.get("fired") is False:
+    for fault in metrics.faults:
+        if fault.fired is False:
             continue
-        kind = fault.get("type")
-        detection, recovery = _number(fault.get("detection_s")), _number(fault.get("recovery_s"))
-        if not isinstance(kind, str):
+        kind = fault.type
+        detection, recovery = _number(fault.detection_s), _number(fault.recovery_s)
+        if kind is None:
             continue
         if detection is None or recovery is None:
             found.unusable[kind] = found.unusable.get(kind, 0) + 1
             continue
-        lost_steps = _number(fault.get("lost_steps"))
+        lost_steps = _number(fault.lost_steps)
         found.samples.append(Sample(
             fault_type=kind,
             detection_s=detection,
@@ -144,8 +145,8 @@ def _collect(journal: dict[str, Any], path: str, found: RunSamples) -> None:
         ))
 
 
-def _step_time(metrics: dict[str, Any]) -> float | None:
-    productive, steps = _number(metrics.get("productive_s")), _number(metrics.get("final_step"))
+def _step_time(metrics: MetricsRecord) -> float | None:
+    productive, steps = _number(metrics.productive_s), _number(metrics.final_step)
     if productive is None or not steps:
         return None
     return productive / steps

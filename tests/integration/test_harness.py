@@ -173,7 +173,7 @@ def nothing_outside_tmp_path(state_dir: Path):
 
 
 def _run_scenario(scenario, run_dir: Path, with_faults: bool = True) -> dict[str, Any]:
-    journal = run_scenario_once(scenario, str(run_dir), SEED, with_faults=with_faults)
+    journal = run_scenario_once(scenario, str(run_dir), SEED, with_faults=with_faults).to_dict()
     assert_run_left_nothing(journal["run_id"], run_dir)
     return journal
 

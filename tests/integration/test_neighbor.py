@@ -38,7 +38,7 @@ def test_neighbour_slows_and_leak_is_an_oom_of_the_right_rank(tmp_path, state_di
         ],
         "timeout_s": 200,
     }, str(tmp_path / "s.yaml"))
-    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=5)
+    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=5).to_dict()
     assert journal["status"] == "completed", journal["error"]
     metrics = {f["fault_id"]: f for f in journal["metrics"]["faults"]}
 

@@ -22,7 +22,7 @@ SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios
 
 def _run(name: str, tmp_path) -> tuple[dict, list[dict]]:
     scenario = load_warm(os.path.join(SMOKE, f"{name}.yaml"))
-    journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed)
+    journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed).to_dict()
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     return journal, read_events(os.path.join(journal["run_dir"], "events"))
 

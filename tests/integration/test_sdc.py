@@ -21,7 +21,7 @@ import pytest
 
 from chaos.events import read_events
 from chaos.procs import find_run_processes
-from chaos.report._format import outcome
+from chaos.record import RunRecord
 from chaos.run import run_baseline, run_scenario_once
 from tests.integration._support import load_warm, state_dir_env
 
@@ -46,13 +46,13 @@ def baseline(workdir):
     scenario = _scenario("exponent-flip-weight")
     info, run = run_baseline(scenario, str(workdir / "baseline"), scenario.seed)
     assert info.digest, "the fault-free baseline did not finish"
-    return info, run
+    return info, run.to_dict()
 
 
 def _run(name: str, workdir, baseline) -> tuple[dict, dict, list[dict]]:
     scenario = _scenario(name)
     info, run = baseline
-    journal = run_scenario_once(scenario, str(workdir / name), scenario.seed, info, baseline_run=run)
+    journal = run_scenario_once(scenario, str(workdir / name), scenario.seed, info, baseline_run=run).to_dict()
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     assert journal["status"] == "completed", journal["error"]
     sdc = next(f for f in journal["metrics"]["faults"] if f["failure_class"] == "corruption")
@@ -125,7 +125,7 @@ def test_without_replica_comparisons_the_same_flip_goes_unnoticed_into_every_che
     # whether the final model still differs from the baseline is the machine's rounding;
     # that the run fails, and says undetected, is not (shipped as an expected failure: XFAIL)
     _never_a_silent_pass(journal, sdc)
-    assert outcome(journal) == "xfail" and journal["scenario"]["expect"]["fail"]
+    assert RunRecord.from_dict(journal).outcome == "xfail" and journal["scenario"]["expect"]["fail"]
 
 
 def test_gradient_flip_before_the_allreduce_is_invisible_to_the_digest(workdir, baseline):

@@ -50,7 +50,7 @@ def test_a_killed_replica_group_is_dropped_the_other_trains_on_and_it_heals_from
         "timeout_s": 240,
     }, str(tmp_path / "scenario.yaml"))
     run_dir = tmp_path / "run"
-    journal = run_scenario_once(scenario, str(run_dir), seed=0)
+    journal = run_scenario_once(scenario, str(run_dir), seed=0).to_dict()
 
     assert journal["status"] == "completed", journal["error"]
     assert journal["verdict"]["passed"], journal["verdict"]

@@ -38,7 +38,7 @@ def test_a_throttled_rank_is_named_slow_and_a_stalled_one_stalled(tmp_path, stat
         },
         str(tmp_path / "throttle-then-stall.yaml"),
     )
-    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=6)
+    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=6).to_dict()
     assert journal["status"] == "completed", journal["error"]
     metrics = {m["fault_id"]: m for m in journal["metrics"]["faults"]}
     events = read_events(os.path.join(journal["run_dir"], "events"))

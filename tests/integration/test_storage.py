@@ -65,7 +65,7 @@ def _assert_nothing_left(run_id: str) -> None:
 
 def _run(name: str, workdir) -> tuple[dict, list[dict]]:
     scenario = load_warm(STORAGE / f"{name}.yaml")
-    journal = run_scenario_once(scenario, str(workdir / name), scenario.seed)
+    journal = run_scenario_once(scenario, str(workdir / name), scenario.seed).to_dict()
     _assert_nothing_left(journal["run_id"])
     assert journal["status"] == "completed", journal["error"]
     return journal, read_events(os.path.join(journal["run_dir"], "events"))

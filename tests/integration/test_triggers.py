@@ -37,7 +37,7 @@ def test_trigger_kinds_fire_once_each_and_are_reverted(tmp_path, state_dir):
         },
         str(tmp_path / "triggers.yaml"),
     )
-    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=4)
+    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=4).to_dict()
     assert journal["status"] == "completed", journal["error"]
     faults = {f["fault_id"]: f for f in journal["faults"]}
     assert set(faults) == {"slow", "pause", "late-kill"}

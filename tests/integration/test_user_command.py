@@ -71,7 +71,7 @@ def test_kill_rank_of_a_user_command_is_measured_from_its_logs(tmp_path, state_d
         },
         str(tmp_path / "scenario.yaml"),
     )
-    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=0)
+    journal = run_scenario_once(scenario, str(tmp_path / "run"), seed=0).to_dict()
 
     assert journal["status"] == "completed", journal["error"]
     assert journal["metrics"]["steps_target"] == 60 and journal["metrics"]["completed"]

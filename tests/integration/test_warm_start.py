@@ -39,12 +39,12 @@ def _digest(run_dir: str) -> str:
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_a_rank_killed_under_warm_start_is_the_trainer_and_the_model_ends_as_cold(tmp_path, state_dir):
-    cold = run_scenario_once(_scenario(False, []), str(tmp_path / "cold"), 11, with_faults=False)
+    cold = run_scenario_once(_scenario(False, []), str(tmp_path / "cold"), 11, with_faults=False).to_dict()
     assert cold["status"] == "completed", cold["error"]
     assert cold["rank_launch"] == "cold"
 
     kill = {"type": "kill_rank", "target": {"rank": 3}, "trigger": {"at_step": 25}}
-    warm = run_scenario_once(_scenario(True, [kill]), str(tmp_path / "warm"), 11)
+    warm = run_scenario_once(_scenario(True, [kill]), str(tmp_path / "warm"), 11).to_dict()
     run_dir = warm["run_dir"]
     assert warm["status"] == "completed", warm["error"]
     assert warm["rank_launch"] == "warm"

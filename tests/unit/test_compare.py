@@ -16,18 +16,19 @@ from chaos.gate import (
     BaselineGate,
     ComparisonInputError,
     compare_suites,
-    load_suite_summary,
+    load_suite_record,
     load_tolerances,
     render_markdown,
     update_baseline,
 )
+from chaos.record import RunRecord
 from chaos.report import write_suite_report
 
 
 def _journal(scenario: str, repeat: int, *, recovery: float | None = 6.0, detection: float | None = 0.05,
-             passed: bool = True, lost: int = 10, goodput: float = 0.5, false: int = 0) -> dict:
-    return {
-        "scenario": {"name": scenario, "targets": {}}, "repeat_index": repeat,
+             passed: bool = True, lost: int = 10, goodput: float = 0.5, false: int = 0) -> RunRecord:
+    return RunRecord.from_dict({
+        "schema_version": 2, "scenario": {"name": scenario, "targets": {}}, "repeat_index": repeat,
         "run_dir": f"/r/suite/{scenario}/{repeat}", "status": "completed", "wall_s": 40.0,
         "faults": [{"fault_id": "f0", "type": "kill_rank"}],
         "metrics": {"detection_s": detection, "recovery_s": recovery, "catchup_s": None if recovery is None
@@ -35,20 +36,20 @@ def _journal(scenario: str, repeat: int, *, recovery: float | None = 6.0, detect
                     "wall_s": 40.0},
         "verdict": {"passed": passed, "checks": [] if passed else [
             {"name": "recovery_s", "ok": False, "value": recovery, "bound": {"max": 20}, "reason": "too slow"}]},
-    }
+    })
 
 
-def _suite(path: Path, journals: list[dict]) -> Path:
+def _suite(path: Path, journals: list[RunRecord]) -> Path:
     write_suite_report(str(path), journals, "suite")
     return path
 
 
-def _three(scenario: str = "kill-rank", **kwargs) -> list[dict]:
+def _three(scenario: str = "kill-rank", **kwargs) -> list[RunRecord]:
     return [_journal(scenario, i, **kwargs) for i in range(3)]
 
 
 def _compare(base: Path, cur: Path, tolerances: str | None = None):
-    return compare_suites(load_suite_summary(str(base)), load_suite_summary(str(cur)),
+    return compare_suites(load_suite_record(str(base)), load_suite_record(str(cur)),
                           load_tolerances(tolerances), str(base), str(cur))
 
 
@@ -221,7 +222,7 @@ def test_run_gates_and_updates_in_one_step(tmp_path, monkeypatch, capsys):
         journals = [_journal(sc.name, 0, recovery=speed["recovery"]) for sc in scenarios]
         write_suite_report(out_dir, journals, suite_name)
         (Path(out_dir) / "index.html").write_text("<html></html>")
-        return chaos.suite.SuiteOutcome(journals=journals, out_dir=out_dir)
+        return chaos.suite.SuiteOutcome(records=journals, out_dir=out_dir)
 
     monkeypatch.setattr(chaos.suite, "run_suite", fake_run_suite)
     scenario = str(Path(__file__).resolve().parents[1] / "scenarios" / "report" / "tiny-kill.yaml")

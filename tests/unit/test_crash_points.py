@@ -13,6 +13,7 @@ import pytest
 from chaos.crashsweep import classify
 from chaos.errors import ScenarioError
 from chaos.model import Workload as WorkloadSpec
+from chaos.record import RunRecord
 from chaos.storage.crashpoints import CrashPoint
 from chaos.storage.faultfs import FaultFS
 from chaos.storage.rules import Caller
@@ -130,8 +131,9 @@ _RUN = [_ev(1, "ckpt_save_end", step=10), *(_ev(1 + s / 100, "step_end", step=s)
         _ev(2, "crash_point", after=3)]
 
 
-def _journal(**metrics) -> dict:
-    return {"status": "completed", "metrics": {"final_digest": "d", "stale_checkpoints": 0, **metrics}}
+def _journal(**metrics) -> RunRecord:
+    return RunRecord.from_dict({"schema_version": 2, "scenario": {"name": "crash"}, "status": "completed",
+                                "metrics": {"final_digest": "d", "stale_checkpoints": 0, **metrics}})
 
 
 def test_classify_a_clean_fall_back_is_ok_and_a_dangling_pointer_is_not():

@@ -236,6 +236,7 @@ def test_track_refuses_what_is_not_a_map_style_dataset() -> None:
 
 
 def test_the_run_report_draws_the_samples_lane() -> None:
+    from chaos.record import RunRecord
     from chaos.report.run_page import render_run_html
     from chaos.report.runview import build_run_view
 
@@ -243,7 +244,8 @@ def test_the_run_report_draws_the_samples_lane() -> None:
     job.steps(0, range(1, 8))
     job.load(1, 5)
     job.steps(1, range(6, 11), cursor_of=lambda s: s - 6)
-    journal = {"scenario": {"name": "x"}, "metrics": {"t_start": 0.0, "t_end": 100.0, "data_lost": 20}}
+    journal = RunRecord.from_dict({"schema_version": 2, "scenario": {"name": "x"}, "status": "completed",
+                                   "metrics": {"t_start": 0.0, "t_end": 100.0, "data_lost": 20}})
     view = build_run_view(journal, job.events)
     assert [c for c in view.coverage if c[1] == 0] == [
         (1, 0, "duplicate"), (2, 0, "duplicate"), (3, 0, "duplicate"), (4, 0, "duplicate"), (5, 0, "duplicate"),
@@ -256,20 +258,21 @@ def test_the_run_report_draws_the_samples_lane() -> None:
 
 def test_compare_gates_the_checkers(tmp_path: Path) -> None:
     """`trainchaos compare`: samples lost where the baseline suite lost none is a regression."""
-    from chaos.gate import compare_suites, load_suite_summary, load_tolerances, render_markdown
+    from chaos.gate import compare_suites, load_suite_record, load_tolerances, render_markdown
+    from chaos.record import RunRecord
     from chaos.report import write_suite_report
 
     def suite(path: Path, lost: int, rollback: int) -> str:
-        journals = [{"scenario": {"name": "kill-rank", "targets": {}}, "repeat_index": i, "status": "completed",
+        journals = [{"schema_version": 2, "scenario": {"name": "kill-rank", "targets": {}}, "repeat_index": i, "status": "completed",
                      "run_dir": f"/r/suite/kill-rank/{i}", "wall_s": 40.0, "faults": [],
                      "metrics": {"data_lost": lost, "data_duplicated": 0, "reload_nonfinite": 0,
                                  "silent_rollback_steps": rollback, "wall_s": 40.0},
                      "verdict": {"passed": True, "checks": []}} for i in range(3)]
-        write_suite_report(str(path), journals, "suite")
+        write_suite_report(str(path), [RunRecord.from_dict(j) for j in journals], "suite")
         return str(path)
 
     base, cur = suite(tmp_path / "a", 0, 0), suite(tmp_path / "b", 80, 10)
-    comparison = compare_suites(load_suite_summary(base), load_suite_summary(cur), load_tolerances(None), base, cur)
+    comparison = compare_suites(load_suite_record(base), load_suite_record(cur), load_tolerances(None), base, cur)
     assert [r.metric for r in comparison.regressions] == ["data_lost", "silent_rollback_steps"]
     assert "| kill-rank | `data_lost` | 0 | 80 |" in render_markdown(comparison)
 

@@ -16,9 +16,9 @@ from rich.console import Console
 
 from chaos import suite as suite_module
 from chaos.cli import main
-from chaos.gate import compare_suites
+from chaos.gate import SuiteRecord, compare_suites, load_suite_record
+from chaos.record import RunRecord
 from chaos.report import print_verdict_table, render_junit, write_suite_report
-from chaos.report._format import outcome, outcome_label, reasons
 from chaos.report.suite_page import render_suite_html
 from chaos.scenario import parse_scenario
 from chaos.suite import SuiteOutcome
@@ -26,6 +26,10 @@ from tests.unit.test_report import DETECTION_REASON, _journal
 
 ISSUE = "https://github.com/pytorch/pytorch/issues/123"
 EXPECT = {"fail": "the store is a single point of failure", "issue": ISSUE}
+
+
+def R(journal: dict) -> RunRecord:  # noqa: N802 - short, as the tests read the records
+    return RunRecord.from_dict(journal)
 
 
 def _expected(journal: dict) -> dict:
@@ -62,33 +66,33 @@ def test_the_scenario_key_is_validated_and_built() -> None:
 
 
 def test_outcomes_and_reasons(xfail, xpass, tool_error) -> None:
-    assert [outcome(j) for j in (xfail, xpass, tool_error)] == ["xfail", "xpass", "error"]
-    assert [outcome_label(j) for j in (xfail, xpass, tool_error)] == ["XFAIL", "XPASS", "TOOL ERROR"]
+    assert [R(j).outcome for j in (xfail, xpass, tool_error)] == ["xfail", "xpass", "error"]
+    assert [R(j).outcome_label for j in (xfail, xpass, tool_error)] == ["XFAIL", "XPASS", "TOOL ERROR"]
     # The expectation first, with its issue, then what was really missed.
-    assert reasons(xfail) == [f"expected failure: {EXPECT['fail']} ({ISSUE})", DETECTION_REASON]
-    assert reasons(xpass) == [f"unexpectedly met every target; expected to fail: {EXPECT['fail']} ({ISSUE})"]
+    assert R(xfail).reasons() == [f"expected failure: {EXPECT['fail']} ({ISSUE})", DETECTION_REASON]
+    assert R(xpass).reasons() == [f"unexpectedly met every target; expected to fail: {EXPECT['fail']} ({ISSUE})"]
     # trainchaos failing is never the expected failure.
-    assert reasons(tool_error) == ["f0-kill_rank: inject failed: boom"]
+    assert R(tool_error).reasons() == ["f0-kill_rank: inject failed: boom"]
 
 
 def test_the_suite_passes_on_xfail_and_on_xpass_unless_strict(xfail, xpass, tool_error) -> None:
-    assert SuiteOutcome(journals=[xfail]).passed
-    assert SuiteOutcome(journals=[xfail, xpass]).passed
-    assert not SuiteOutcome(journals=[xfail, xpass], strict=True).passed
-    assert SuiteOutcome(journals=[xfail], strict=True).passed
-    assert not SuiteOutcome(journals=[xfail, tool_error]).passed
+    assert SuiteOutcome(records=[R(xfail)]).passed
+    assert SuiteOutcome(records=[R(xfail), R(xpass)]).passed
+    assert not SuiteOutcome(records=[R(xfail), R(xpass)], strict=True).passed
+    assert SuiteOutcome(records=[R(xfail)], strict=True).passed
+    assert not SuiteOutcome(records=[R(xfail), R(tool_error)]).passed
 
 
 def test_console_table_and_totals(xfail, xpass) -> None:
     buffer = io.StringIO()
-    print_verdict_table([xfail, xpass], Console(file=buffer, width=250, color_system=None))
+    print_verdict_table([R(xfail), R(xpass)], Console(file=buffer, width=250, color_system=None))
     text = buffer.getvalue()
     assert "XFAIL" in text and "XPASS" in text and f"expected failure: {EXPECT['fail']}" in text
     assert "1/2 runs passed, 1 expected failure (XFAIL), 1 unexpectedly passed (XPASS)" in text
 
 
 def test_suite_json_and_md(tmp_path: Path, xfail, xpass, passed_journal) -> None:
-    write_suite_report(str(tmp_path), [passed_journal, xfail, xpass], "findings")
+    write_suite_report(str(tmp_path), [R(passed_journal), R(xfail), R(xpass)], "findings")
     suite = json.loads((tmp_path / "suite.json").read_text())
     assert suite["passed"] is True
     assert suite["counts"] == {"runs": 3, "passed": 1, "failed": 0, "errors": 0, "xfailed": 1, "xpassed": 1}
@@ -107,20 +111,20 @@ def passed_journal() -> dict:
 
 
 def test_junit_skips_an_xfail_and_fails_an_xpass_only_when_strict(xfail, xpass) -> None:
-    root = ET.fromstring(render_junit([xfail, xpass], "findings"))
+    root = ET.fromstring(render_junit([R(xfail), R(xpass)], "findings"))
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("2", "0", "1")
     cases = list(root.iter("testcase"))
     skipped = cases[0].find("skipped")
     assert skipped is not None and skipped.get("type") == "xfail"
     assert skipped.get("message") == f"expected failure: {EXPECT['fail']} ({ISSUE})"
     assert cases[1].find("failure") is None and "XPASS: expected to fail" in cases[1].find("system-out").text
-    strict = ET.fromstring(render_junit([xfail, xpass], "findings", strict=True))
+    strict = ET.fromstring(render_junit([R(xfail), R(xpass)], "findings", strict=True))
     assert (strict.get("failures"), strict.get("skipped")) == ("1", "1")
     assert list(strict.iter("testcase"))[1].find("failure").get("type") == "XPASS"
 
 
 def test_suite_page_badges(xfail, xpass) -> None:
-    html = render_suite_html([xfail, xpass], "findings")
+    html = render_suite_html([R(xfail), R(xpass)], "findings")
     assert 'data-outcome="pass">PASS' in html
     assert '<span class="badge xfail">XFAIL</span>' in html and '<span class="badge xpass">XPASS</span>' in html
     assert "1 expected failure (XFAIL)" in html
@@ -128,9 +132,9 @@ def test_suite_page_badges(xfail, xpass) -> None:
 
 def test_the_gate_takes_a_kept_finding_as_no_regression_and_a_new_one_as_one(tmp_path: Path, xfail,
                                                                                passed_journal) -> None:
-    def suite(journal: dict, name: str) -> dict:
-        write_suite_report(str(tmp_path / name), [journal], "s")
-        return json.loads((tmp_path / name / "suite.json").read_text())
+    def suite(journal: dict, name: str) -> SuiteRecord:
+        write_suite_report(str(tmp_path / name), [R(journal)], "s")
+        return load_suite_record(str(tmp_path / name / "suite.json"))
 
     finding = suite(xfail, "finding")
     assert compare_suites(finding, finding).passed
@@ -149,7 +153,7 @@ def test_run_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     failed = copy.deepcopy(xfail)
     del failed["scenario"]["expect"]
     by_kind = {"xfail": xfail, "xpass": xpass, "fail": failed, "error": tool_error}
-    journals = iter([by_kind[k] for k in kinds])
+    journals = iter([R(by_kind[k]) for k in kinds])
     monkeypatch.setattr(suite_module, "run_scenario_once", lambda *a, **k: next(journals))
     monkeypatch.setattr(suite_module, "preflight", lambda scenarios: None)
     for i in range(len(kinds)):
@@ -168,6 +172,7 @@ from pathlib import Path
 
 import chaos.pytest_plugin as plugin
 from chaos.pytest_plugin import RunResult, ScenarioResult
+from chaos.record import RunRecord
 
 OUTCOMES = {"finding": "xfail", "fixed": "xpass", "broken": "error"}
 
@@ -175,9 +180,13 @@ OUTCOMES = {"finding": "xfail", "fixed": "xpass", "broken": "error"}
 def fake_run_scenarios(scenarios, out, **kwargs):
     (scenario,) = scenarios
     kind = OUTCOMES[scenario.name]
-    run = RunResult(scenario=scenario.name, repeat=0, status="tool_error" if kind == "error" else "completed",
-                    outcome=kind, reasons=["why"], metrics=None, verdict=None, journal_path=Path("journal.json"),
-                    report_path=None, journal={})
+    verdict = {"passed": kind == "xpass", "checks": [] if kind == "xpass" else [
+        {"name": "recovery_s", "ok": False, "reason": "why"}]}
+    record = RunRecord.from_dict({
+        "schema_version": 2, "scenario": {"name": scenario.name, "expect": {"fail": "known finding"}},
+        "run_dir": out, "status": "tool_error" if kind == "error" else "completed",
+        "error": "why" if kind == "error" else None, "verdict": None if kind == "error" else verdict})
+    run = RunResult(record=record, journal_path=Path("journal.json"), report_path=None)
     return [ScenarioResult(scenario.name, [run])]
 
 

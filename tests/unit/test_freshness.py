@@ -110,6 +110,7 @@ def test_the_reader_reads_each_saved_checkpoint_once_off_the_loop():
 
 
 def test_the_run_report_marks_stale_and_torn_checkpoints():
+    from chaos.record import RunRecord
     from chaos.report.runview import build_run_view
 
     path = "/r/checkpoints/step-00000020"
@@ -118,8 +119,8 @@ def test_the_run_report_marks_stale_and_torn_checkpoints():
               {**_image(101.0, 20, "b"), "path": path, "saved_by": "rank-0"},
               {"t": 102.0, "src": "rank-0", "incarnation": 1, "kind": "ckpt_load", "step": 10, "verified": True,
                "skipped": [[path, "MANIFEST.json: unreadable"]]}]
-    journal = {"status": "completed", "metrics": {
-        "t_start": 99.0, "stale_checkpoint_list": [{"step": 20, "holds_step": 21, "path": path}]}}
+    journal = RunRecord.from_dict({"schema_version": 2, "scenario": {"name": "s"}, "status": "completed", "metrics": {
+        "t_start": 99.0, "stale_checkpoint_list": [{"step": 20, "holds_step": 21, "path": path}]}})
     marks = {m.kind: m for m in build_run_view(journal, events).marks}
     assert marks["stale_checkpoint"].label == f"STALE checkpoint: step 20 holds step 21's state ({path})"
     assert marks["stale_checkpoint"].lane == "rank-0"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.gate import compare_suites, load_suite_summary, load_tolerances, render_markdown
+from chaos.gate import compare_suites, load_suite_record, load_tolerances, render_markdown
 from chaos.metrics import (
     FaultMetrics,
     FaultRecord,
@@ -28,7 +28,7 @@ from chaos.metrics.catalogue import CORE, gated, spec, specs, target_specs
 from chaos.metrics.family import FaultContext, RunContext
 from chaos.metrics.registry import families, unregister_family
 from chaos.model import Bound, Targets
-from chaos.pytest_plugin import _metrics as plugin_metrics
+from chaos.record import FaultOutcome, MetricsRecord, RunRecord, ScenarioInfo
 from chaos.report import render_junit, write_suite_report
 from chaos.report.summary import metric_rows
 from chaos.schema.targets_model import TargetsDoc
@@ -131,11 +131,11 @@ def _toy_run_metrics(alarms: int, heal_at: float | None = 3.0) -> RunMetrics:
     return compute_metrics(events, [record], RunInfo("completed", 0.0, 5.5, 5, 1))
 
 
-def _journal(m: RunMetrics, scenario: str = "toy-scenario", repeat: int = 0) -> dict:
+def _journal(m: RunMetrics, scenario: str = "toy-scenario", repeat: int = 0) -> RunRecord:
     verdict = judge(Targets.with_bounds({"toy_alarms": Bound(max=0), "toy_heal_s": Bound(max=0.5)}), m)
-    return {"scenario": {"name": scenario, "targets": {}}, "repeat_index": repeat, "status": "completed",
-            "run_dir": f"/r/suite/{scenario}/{repeat}", "faults": [{"fault_id": "f0-toy", "type": "toy"}],
-            "metrics": m.to_dict(), "verdict": verdict.to_dict(), "wall_s": 5.5}
+    return RunRecord(scenario=ScenarioInfo(name=scenario), repeat_index=repeat, status="completed",
+                     run_dir=f"/r/suite/{scenario}/{repeat}", faults=[FaultOutcome(fault_id="f0-toy", type="toy")],
+                     metrics=MetricsRecord.of(m), verdict=verdict, wall_s=5.5)
 
 
 def test_a_registered_family_is_measured_and_judged(toy) -> None:
@@ -152,8 +152,8 @@ def test_a_registered_family_is_measured_and_judged(toy) -> None:
     never = judge(Targets.with_bounds({"toy_heal_s": Bound(max=5)}), _toy_run_metrics(0, heal_at=None))
     assert never.reasons() == ["fault f0-toy never healed (target toy_heal_s <= 5 s)"]
 
-    # The pytest plugin reads it back from the journal, as an attribute.
-    back = plugin_metrics(data)
+    # The record (what the pytest plugin's results hold) reads it back, as an attribute.
+    back = MetricsRecord.model_validate(data)
     assert back.toy_alarms == 2 and back.faults[0].toy_heal_s == pytest.approx(1.0)
 
 
@@ -168,7 +168,7 @@ def test_a_registered_family_shows_in_the_reports_and_the_gate(toy, tmp_path: Pa
     cur = tmp_path / "cur"
     write_suite_report(str(cur), [_journal(_toy_run_metrics(3), repeat=i) for i in range(2)], "suite")
     assert "toy_alarms" in (cur / "suite.md").read_text()
-    comparison = compare_suites(load_suite_summary(str(base)), load_suite_summary(str(cur)), load_tolerances(None))
+    comparison = compare_suites(load_suite_record(str(base)), load_suite_record(str(cur)), load_tolerances(None))
     [row] = [r for r in comparison.rows if r.metric == "toy_alarms"]
     assert row.result == "regression" and row.baseline == 0 and row.current == 3
     assert "toy-scenario toy_alarms" in render_markdown(comparison)

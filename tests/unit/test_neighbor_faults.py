@@ -15,6 +15,7 @@ from chaos.cluster.cgroups import CgroupDir, cgroup_path, cgroup_procs, own_cgro
 from chaos.cluster.resources import RunResources, pending_resources
 from chaos.metrics import FaultRecord, RunInfo, compute_metrics
 from chaos.procs import process_state
+from chaos.record import RunRecord
 from chaos.report.comparison import comparison_rows, headers
 from chaos.scenario import ScenarioError, load_suite
 from chaos.variants import parse_variation
@@ -114,12 +115,12 @@ def test_compare_takes_a_backend_with_its_options(tmp_path: Path) -> None:
 def test_comparison_shows_the_targeted_metrics() -> None:
     v = parse_variation("faults.0.params.placement=same,sibling")
 
-    def journal(name: str, slowdown: float) -> dict:
-        return {"scenario": {"name": name, "targets": {"victim_slowdown": {"max": 1.5, "min": None},
+    def journal(name: str, slowdown: float) -> RunRecord:
+        return RunRecord.from_dict({"schema_version": 2, "scenario": {"name": name, "targets": {"victim_slowdown": {"max": 1.5, "min": None},
                                                        "restart_count": {"max": 0, "min": None},
                                                        "recovery_s": None}},
-                "status": "completed", "verdict": {"passed": True}, "faults": [{}],
-                "metrics": {"goodput": 0.9, "restart_count": 0, "faults": [{"victim_slowdown": slowdown}]}}
+                "status": "completed", "verdict": {"passed": True}, "faults": [{"fault_id": "f0", "type": "t"}],
+                "metrics": {"goodput": 0.9, "restart_count": 0, "faults": [{"victim_slowdown": slowdown}]}})
 
     journals = [journal("nb--same", 2.6), journal("nb--sibling", 1.1)]
     assert headers(journals)[-3:] == ["victim slowdown", "restarts", "verdict"]

@@ -14,6 +14,7 @@ from chaos.cli import cli
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.faults.power.metrics import power_metrics
 from chaos.metrics import FaultMetrics
+from chaos.record import RunRecord
 from chaos.report.comparison import comparison_rows, write_comparison
 from chaos.scenario import load_scenario, load_suite
 from chaos.variants import VariationError, parse_variation
@@ -184,12 +185,13 @@ def test_compare_bad_argument_exit_2(tmp_path: Path) -> None:
 def test_comparison_rows_side_by_side() -> None:
     v = parse_variation("checkpoint.placement=local,replicated")
 
-    def journal(name: str, lost: int, tier: str) -> dict:
-        return {"scenario": {"name": name}, "status": "completed", "verdict": {"passed": True},
-                "faults": [{}], "metrics": {"goodput": 0.5, "faults": [{
+    def journal(name: str, lost: int, tier: str) -> RunRecord:
+        return RunRecord.from_dict({"schema_version": 2, "scenario": {"name": name}, "status": "completed",
+                "verdict": {"passed": True}, "faults": [{"fault_id": "f0", "type": "power_loss"}],
+                "metrics": {"goodput": 0.5, "faults": [{
                     "blast_nodes": 2, "blast_ranks": 2, "kill_spread_ms": 4.0, "recovery_s": 3.0,
                     "full_size_s": 9.0, "lost_steps": lost, "resumed_from": 40 - lost,
-                    "resumed_tier": tier, "detection_s": 0.1}]}}
+                    "resumed_tier": tier, "detection_s": 0.1}]}})
 
     rows = comparison_rows([journal("pd--local", 20, "shared"),
                             journal("pd--replicated", 5, "local")], v)
@@ -203,7 +205,8 @@ def test_policy_table_does_not_overwrite_the_regression_gates_table(tmp_path: Pa
     # `run --compare` and `run --baseline-from` write into the same suite folder.
     gate = tmp_path / "compare.md"
     gate.write_text("the gate's table")
-    journal = {"scenario": {"name": "pd--local"}, "status": "completed", "metrics": None}
+    journal = RunRecord.from_dict({"schema_version": 2, "scenario": {"name": "pd--local"}, "status": "completed",
+                                   "metrics": None})
     path = write_comparison(str(tmp_path), [journal], parse_variation("checkpoint.placement=local,replicated"))
     assert Path(path) == tmp_path / "policies.md"
     assert "# Comparison: checkpoint.placement" in Path(path).read_text()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.metrics import FaultMetrics, RunMetrics
 from chaos.pytest_plugin import RunResult, ScenarioResult
+from chaos.record import FaultMetricsRecord, MetricsRecord, RunRecord
 from chaos.verdict import Check, Verdict
 
 pytest_plugins = ["pytester"]
@@ -51,7 +51,7 @@ def test_plugin_is_inert_without_the_option(pytester: pytest.Pytester) -> None:
 
 def _journal(tmp_path: Path) -> dict:
     return {
-        "scenario": {"name": "kill-rank"}, "repeat_index": 0, "run_dir": str(tmp_path), "status": "completed",
+        "schema_version": 2, "scenario": {"name": "kill-rank"}, "repeat_index": 0, "run_dir": str(tmp_path), "status": "completed",
         "metrics": {"status": "completed", "t_start": 0.0, "t_end": 10.0, "wall_s": 10.0, "steps_target": 40,
                     "world_size": 2, "final_world_size": 2, "recovery_s": 4.5, "digest_match": True,
                     "a_field_from_a_newer_version": 1,
@@ -64,9 +64,9 @@ def _journal(tmp_path: Path) -> dict:
 
 
 def test_typed_result_from_a_journal(tmp_path: Path) -> None:
-    run = RunResult.from_journal(_journal(tmp_path))
-    assert isinstance(run.metrics, RunMetrics) and run.metrics.recovery_s == 4.5
-    assert isinstance(run.metrics.faults[0], FaultMetrics) and run.metrics.faults[0].fault_id == "f0"
+    run = RunResult.of(RunRecord.from_dict(_journal(tmp_path)))
+    assert isinstance(run.metrics, MetricsRecord) and run.metrics.recovery_s == 4.5
+    assert isinstance(run.metrics.faults[0], FaultMetricsRecord) and run.metrics.faults[0].fault_id == "f0"
     assert isinstance(run.verdict, Verdict) and isinstance(run.verdict.checks[0], Check)
     assert run.verdict.reasons() == ["too slow"] and run.reasons == ["too slow"]
     assert run.outcome == "fail" and not run.passed

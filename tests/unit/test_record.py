@@ -15,9 +15,11 @@ from chaos.cli import cli
 from chaos.metrics import FaultRecord
 from chaos.record import (
     SCHEMA_VERSION,
+    MetricsRecord,
     RunRecord,
     RunRecordError,
     RunStart,
+    Verdict,
     build_run_record,
     fault_outcome,
     load_run_record,
@@ -29,8 +31,9 @@ from chaos.record import (
 from chaos.rundir import RunDir
 
 V1_RUN = Path(__file__).parent / "data" / "run_v1"
-"""A run directory's ``journal.json`` and ``run.json`` as trainchaos wrote them before
-``schema_version`` (a docker game-day job, no faults planned by the run itself)."""
+"""A run directory's ``journal.json`` and ``run.json`` as trainchaos 0.1.0 wrote them, before
+``schema_version`` (a docker game-day job, no faults planned by the run itself): the journal
+is refused, the start record still read."""
 
 
 def _start(tmp_path: Path, **over) -> RunStart:
@@ -64,9 +67,10 @@ def _finished(tmp_path: Path, status: str = "completed", **over) -> RunRecord:
         _start(tmp_path), run_dir=str(tmp_path), status=status, t_end=1030.25,
         faults=[fault_outcome(_fault(), step_at_inject=21, precision="next_step", mechanism="injector",
                               details={"pid": 4242})],
-        metrics={"detection_s": 0.3, "wall_s": 30.25, "faults": [{"fault_id": "f0-kill_rank", "detection_s": 0.3}]},
-        verdict={"passed": True, "checks": [{"name": "detection_s", "ok": True, "value": 0.3,
-                                             "bound": {"max": 2}, "reason": "detection_s 0.3 s <= 2 s"}]},
+        metrics=MetricsRecord.model_validate(
+            {"detection_s": 0.3, "wall_s": 30.25, "faults": [{"fault_id": "f0-kill_rank", "detection_s": 0.3}]}),
+        verdict=Verdict.model_validate({"passed": True, "checks": [{"name": "detection_s", "ok": True, "value": 0.3,
+                                        "bound": {"max": 2}, "reason": "detection_s 0.3 s <= 2 s"}]}),
         versions={"trainchaos": "0.1.0", "torch": "2.13.0", "python": "3.11.7", "platform": "Linux"},
         ended_at="2026-12-01T10:00:30+00:00", **over)
 
@@ -94,29 +98,27 @@ def test_round_trip_keeps_every_key_and_value(tmp_path):
     assert loaded.to_dict() == on_disk
 
 
-def test_journal_of_the_previous_version_loads_upgraded_and_unpadded(tmp_path):
+def test_a_journal_of_the_pre_release_is_refused_with_its_location(tmp_path):
     v1 = json.loads((V1_RUN / "journal.json").read_text())
     assert "schema_version" not in v1
-    record = load_run_record(str(V1_RUN / "journal.json"))
-    assert record.schema_version == SCHEMA_VERSION
-    assert record.status == v1["status"] and record.run_id == v1["run_id"]
-    assert record.interrupted_after is False and record.journal_written_by is None  # v1: absent
-    # The dict view is the file, plus the version: no key invented, none lost.
-    assert record.to_dict() == {**v1, "schema_version": SCHEMA_VERSION}
-    # Written again, it is a current record.
-    write_run_record(str(tmp_path), record)
-    assert load_run_record(str(tmp_path)).to_dict()["schema_version"] == SCHEMA_VERSION
+    # 0.1.0 had no users to keep: its journal is not upgraded but refused, naming the file and
+    # the key, as bad input (exit 2).
+    with pytest.raises(RunRecordError, match=r"run_v1/journal.json: schema_version: missing") as err:
+        load_run_record(str(V1_RUN / "journal.json"))
+    assert err.value.exit_code == 2 and "0.1.0" in str(err.value)
 
 
 @pytest.mark.parametrize(("journal", "match"), [
     ({"schema_version": SCHEMA_VERSION + 1, "status": "completed", "scenario": {"name": "x"}},
      rf"journal.json: schema_version: {SCHEMA_VERSION + 1} is newer than this trainchaos reads "
-     rf"\(1 to {SCHEMA_VERSION}\); upgrade trainchaos"),
+     rf"\({SCHEMA_VERSION}\); upgrade trainchaos"),
     ({"schema_version": "two", "status": "completed", "scenario": {"name": "x"}},
      r"journal.json: schema_version: 'two' is not a run record version"),
     ({"format": 2, "status": "completed", "scenario": {"name": "x"}},
-     r"journal.json: format: journal format 2 is newer"),
-    ({"status": "exploded", "scenario": {"name": "x"}, "faults": [{"fault_id": "f0", "type": "t", "t_inject": "soon"}]},
+     r"journal.json: schema_version: missing"),
+    ({"schema_version": SCHEMA_VERSION - 1, "status": "completed", "scenario": {"name": "x"}},
+     r"journal.json: schema_version: 1 is not a run record version this trainchaos reads"),
+    ({"schema_version": SCHEMA_VERSION, "status": "exploded", "scenario": {"name": "x"}, "faults": [{"fault_id": "f0", "type": "t", "t_inject": "soon"}]},
      r"journal.json: status: Input should be 'completed'.*; faults\[0\]\.t_inject: Input should be a valid number"),
     ([1, 2], r"journal.json: not a run record"),
 ])
@@ -207,3 +209,45 @@ def test_schema_command_prints_the_record_schema(tmp_path):
     assert list(validator.iter_errors({**_finished(tmp_path).to_dict(), "status": "exploded"}))
     both = CliRunner().invoke(cli, ["schema", "--journal", "--markdown"])
     assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_the_metrics_section_is_typed_with_the_engines_fields_in_their_order():
+    from dataclasses import fields
+
+    from chaos.metrics import FaultMetrics, RunMetrics
+    from chaos.record import FaultMetricsRecord
+
+    # The journal's keys are the engine's dataclass fields in order (family values after):
+    # the record's models must declare the same, or a rewritten journal reorders its keys.
+    for model, engine in ((MetricsRecord, RunMetrics), (FaultMetricsRecord, FaultMetrics)):
+        assert list(model.model_fields) == [f.name for f in fields(engine) if f.name != "family_values"]
+
+
+def test_metrics_read_as_attributes_keep_their_json_and_a_familys_own_keys(tmp_path):
+    # In the engine's order, as a run writes them.
+    data = {"goodput": 0.5, "faults": [{"fault_id": "f0", "detection_s": 0.25, "lost_steps": 4, "toy_heal_s": 1.5}],
+            "recovery_s": 3, "healthy": True, "toy_alarms": 2}
+    metrics = MetricsRecord.model_validate(data)
+    assert metrics.recovery_s == 3 and metrics.faults[0].detection_s == 0.25 and metrics.digest_match is None
+    assert metrics.toy_alarms == 2 and metrics.faults[0].toy_heal_s == 1.5  # a family's, as attributes
+    assert metrics.by_fault()["f0"].lost_steps == 4 and metrics.has("goodput") and not metrics.has("catchup_s")
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, "scenario": {"name": "s"}, "status": "completed",
+                                  "metrics": data})
+    written = json.loads(Path(write_run_record(str(tmp_path), record)).read_text())["metrics"]
+    # Keys as loaded (none padded), an int still an int, the family's keys after the fields.
+    assert json.dumps(written) == json.dumps(data)
+    assert load_run_record(str(tmp_path)).metrics == metrics
+
+
+def test_judge_returns_the_records_own_verdict():
+    import chaos.verdict
+    from chaos.metrics import RunInfo, compute_metrics
+    from chaos.model import Bound, Targets
+
+    assert chaos.verdict.Verdict is Verdict  # one verdict type, not three
+    metrics = compute_metrics([], [], RunInfo("completed", 0.0, 10.0, 5, 1))
+    verdict = chaos.verdict.judge(Targets(recovery_s=Bound(max=1)), metrics)
+    assert isinstance(verdict, Verdict) and verdict.passed is False
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, "scenario": {"name": "s"}, "status": "completed",
+                                  "verdict": verdict.model_dump()})
+    assert record.verdict == verdict and record.outcome == "fail" and record.reasons() == verdict.reasons()

@@ -28,6 +28,11 @@ from chaos.report import (
     write_timeline,
 )
 
+
+def _records(journals: list[dict]) -> list[RunRecord]:
+    return [RunRecord.from_dict(j) for j in journals]
+
+
 DETECTION_REASON = "detection_s 2.41 s > max 2 s"
 LOST_REASON = "lost_steps 40 > max 20"
 
@@ -135,7 +140,7 @@ def _events() -> list[dict]:
 
 def test_run_reports_written_for_a_passed_run(tmp_path, passed):
     run_dir = str(tmp_path / "run")
-    paths = write_run_reports(run_dir, passed, _events())
+    paths = write_run_reports(run_dir, RunRecord.from_dict(passed), _events())
     names = sorted(os.path.basename(p) for p in paths)
     assert names == ["journal.json", "report.html", "summary.md", "timeline.csv", "timeline.parquet"]
     assert all(os.path.isfile(p) for p in paths)
@@ -156,7 +161,7 @@ def test_run_reports_written_for_a_passed_run(tmp_path, passed):
 
 
 def test_summary_of_failed_run_names_every_missed_target(tmp_path, failed):
-    write_run_reports(str(tmp_path), failed, _events())
+    write_run_reports(str(tmp_path), RunRecord.from_dict(failed), _events())
     summary = (tmp_path / "summary.md").read_text()
     assert "# rank-kill-mid-step — repeat 1: FAIL" in summary
     assert f"- {DETECTION_REASON}" in summary
@@ -165,7 +170,7 @@ def test_summary_of_failed_run_names_every_missed_target(tmp_path, failed):
 
 
 def test_interrupted_run_still_gets_journal_and_summary(tmp_path, interrupted):
-    paths = write_run_reports(str(tmp_path), interrupted, [])
+    paths = write_run_reports(str(tmp_path), RunRecord.from_dict(interrupted), [])
     assert {os.path.basename(p) for p in paths} >= {"journal.json", "summary.md", "timeline.csv"}
     summary = (tmp_path / "summary.md").read_text()
     assert "ERROR" in summary and "interrupted" in summary
@@ -176,7 +181,7 @@ def test_interrupted_run_still_gets_journal_and_summary(tmp_path, interrupted):
 
 def test_undetected_fault_reads_as_undetected(tmp_path):
     journal = _journal(0, detection_s=None)
-    write_run_reports(str(tmp_path), journal, [])
+    write_run_reports(str(tmp_path), RunRecord.from_dict(journal), [])
     summary = (tmp_path / "summary.md").read_text()
     assert "| Detection time | undetected |" in summary
 
@@ -199,7 +204,7 @@ def test_read_journal_errors_name_the_file(tmp_path):
     with pytest.raises(RunRecordError, match="unreadable journal"):
         load_run_record(str(tmp_path))
     (tmp_path / "journal.json").write_text(json.dumps({"format": 99}))
-    with pytest.raises(RunRecordError, match="newer"):
+    with pytest.raises(RunRecordError, match="journal.json: schema_version: missing"):
         load_run_record(str(tmp_path / "journal.json"))
 
 
@@ -253,7 +258,7 @@ def test_aggregate_over_repeats_ignores_but_counts_missing_values():
     journals[1]["verdict"] = {"passed": False, "checks": [
         {"name": "detection_s", "ok": False, "value": None, "bound": {"max": 2},
          "reason": "undetected"}]}
-    (row,) = aggregate(journals)
+    (row,) = [r.model_dump() for r in aggregate(_records(journals))]
     assert row["scenario"] == "rank-kill-mid-step"
     assert (row["repeats"], row["passed"], row["failed"], row["errors"]) == (3, 2, 1, 0)
     detection = row["metrics"]["detection_s"]
@@ -267,14 +272,14 @@ def test_aggregate_over_repeats_ignores_but_counts_missing_values():
 
 
 def test_aggregate_counts_runs_without_metrics(passed, interrupted):
-    (row,) = aggregate([passed, interrupted])
+    (row,) = [r.model_dump() for r in aggregate(_records([passed, interrupted]))]
     assert row["metrics"]["recovery_s"]["note"] == "no metrics in 1/2"
     assert row["metrics"]["wall_s"]["n"] == 2  # wall time is known even for an interrupt
     assert row["errors"] == 1
 
 
 def test_suite_report(tmp_path, passed, failed, interrupted):
-    paths = write_suite_report(str(tmp_path), [passed, failed, interrupted])
+    paths = write_suite_report(str(tmp_path), _records([passed, failed, interrupted]))
     assert [os.path.basename(p) for p in paths] == ["suite.json", "suite.md"]
     suite = json.loads((tmp_path / "suite.json").read_text())
     assert suite["suite"] == "smoke"
@@ -292,8 +297,8 @@ def test_suite_report(tmp_path, passed, failed, interrupted):
 
 def test_junit_counts_and_reasons(tmp_path, passed, failed, interrupted):
     errored = copy.deepcopy(interrupted)
-    errored.update(status="error", error="harness crashed: ImportError\x1b[0m", repeat_index=3)
-    path = write_junit(str(tmp_path / "junit.xml"), [passed, failed, interrupted, errored], "smoke")
+    errored.update(status="tool_error", error="harness crashed: ImportError\x1b[0m", repeat_index=3)
+    path = write_junit(str(tmp_path / "junit.xml"), _records([passed, failed, interrupted, errored]), "smoke")
     root = ET.parse(path).getroot()
     suite = root.find("testsuite")
     assert suite.get("tests") == "4"
@@ -324,7 +329,7 @@ def _console() -> tuple[Console, io.StringIO]:
 
 def test_verdict_table_renders_pass_and_fail(passed, failed, interrupted):
     console, buffer = _console()
-    console.print(verdict_table([passed, failed, interrupted]))
+    console.print(verdict_table(_records([passed, failed, interrupted])))
     text = buffer.getvalue()
     assert "PASS" in text and "FAIL" in text and "ERROR" in text
     assert DETECTION_REASON in text
@@ -333,7 +338,7 @@ def test_verdict_table_renders_pass_and_fail(passed, failed, interrupted):
 
 def test_print_verdict_table_totals(passed, failed):
     console, buffer = _console()
-    print_verdict_table([passed, failed], console=console)
+    print_verdict_table(_records([passed, failed]), console=console)
     assert "1/2 runs passed, 1 missed a target" in buffer.getvalue()
 
 

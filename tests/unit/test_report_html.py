@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from chaos.cli import cli
-from chaos.record import RunRecordError, load_run_record
+from chaos.record import RunRecord, RunRecordError, load_run_record
 from chaos.report import (
     rebuild_reports,
     render_suite_md,
@@ -78,6 +78,10 @@ def _events(false_alarm: bool = False) -> list[dict]:
     return ev
 
 
+def _rec(journal: dict) -> RunRecord:
+    return RunRecord.from_dict(journal)
+
+
 def _journal(run_dir: str, *, passed: bool = True, false_alarm: bool = False) -> dict:
     recovery = 4.5
     catchup = 4.5 + 4 * 0.25
@@ -89,6 +93,7 @@ def _journal(run_dir: str, *, passed: bool = True, false_alarm: bool = False) ->
          "reason": "final digest dddd matches baseline", "fault": None},
     ]
     return {
+        "schema_version": 2,
         "format": 1,
         "scenario": {"name": "tiny-kill", "path": "tests/scenarios/report/tiny-kill.yaml",
                      "description": "rank 1 dies at step 25", "seed": 3,
@@ -133,7 +138,7 @@ def _write_run(root: Path, name: str = "0", **kwargs) -> tuple[Path, dict]:
             fh.write(json.dumps(e) + "\n")
     (run_dir / "logs").mkdir()
     (run_dir / "logs" / "node-0.log").write_text("agent log\n")
-    write_run_reports(str(run_dir), journal, events)
+    write_run_reports(str(run_dir), _rec(journal), events)
     return run_dir, journal
 
 
@@ -154,7 +159,7 @@ def _ids(html: str, prefix: str) -> set[str]:
 
 
 def test_run_view_has_a_lane_per_node_and_rank_and_every_mark():
-    view = build_run_view(_journal("/x/tiny-kill/0"), _events())
+    view = build_run_view(_rec(_journal("/x/tiny-kill/0")), _events())
     assert view.lane_names() == ["node-0", "rank-0", "node-1", "rank-1"]
     kinds = {m.kind for m in view.marks}
     assert kinds >= {"fault_injected", "detected", "rank_exit", "restart", "ckpt_save", "ckpt_load",
@@ -179,7 +184,7 @@ def test_false_alarm_and_teardown_detections_are_told_apart():
                    "suspect": "rank-1", "failure_class": "crash", "reason": "late"})
     journal = _journal("/x/tiny-kill/0", false_alarm=True)
     journal["status"] = "hung"
-    view = build_run_view(journal, events)
+    view = build_run_view(_rec(journal), events)
     false = [m for m in view.marks if m.kind == "false_detection"]
     assert len(false) == 1 and false[0].label.startswith("FALSE ALARM: rank-1 blamed rank-0")
     assert [m.kind for m in view.marks if "late" in m.label] == ["teardown_detection"]
@@ -189,7 +194,7 @@ def test_false_alarm_and_teardown_detections_are_told_apart():
 def test_run_view_of_a_run_that_never_started():
     journal = _journal("/x/tiny-kill/0")
     journal.update(metrics=None, faults=[], status="tool_error", verdict=None)
-    view = build_run_view(journal, [])
+    view = build_run_view(_rec(journal), [])
     assert [lane.name for lane in view.lanes] == ["node-0", "node-1"]
     assert view.marks == [] and view.segments == []
 
@@ -242,7 +247,7 @@ def test_tool_error_run_page_renders_without_metrics(tmp_path):
     journal = _journal(str(tmp_path))
     journal.update(status="tool_error", verdict=None, metrics=None, error="inject failed: boom",
                    tool_errors=["inject failed: boom"])
-    html = render_run_html(journal, [], run_dir=str(tmp_path))
+    html = render_run_html(_rec(journal), [], run_dir=str(tmp_path))
     assert "TOOL ERROR" in html and "inject failed: boom" in html
     assert "No metrics" in html and "No checks" in html
 
@@ -255,14 +260,14 @@ def test_a_broken_figure_costs_the_page_not_the_run(tmp_path, monkeypatch, caplo
 
     monkeypatch.setattr(figures, "timeline_svg", broken)
     run_dir = tmp_path / "run"
-    paths = write_run_reports(str(run_dir), _journal(str(run_dir)), _events())
+    paths = write_run_reports(str(run_dir), _rec(_journal(str(run_dir))), _events())
     assert {os.path.basename(p) for p in paths} == {"journal.json", "summary.md", "timeline.csv",
                                                      "timeline.parquet"}
     assert "report.html not written" in caplog.text
 
 
 def test_summary_carries_the_fidelity_statement_and_final_state(tmp_path):
-    text = render_summary(_journal(str(tmp_path)))
+    text = render_summary(_rec(_journal(str(tmp_path))))
     assert "**Fidelity of `f0-kill_rank` (kill_rank):** Stands for a rank dying abruptly." in text
     assert "| Final state | bitwise match |" in text
     assert "| f0-kill_rank | kill_rank | rank 1 |" in text  # the planned target, resolved
@@ -271,7 +276,7 @@ def test_summary_carries_the_fidelity_statement_and_final_state(tmp_path):
 def test_fidelity_falls_back_to_the_fault_type_for_older_journals(tmp_path):
     journal = _journal(str(tmp_path))
     del journal["faults"][0]["fidelity"]
-    assert "Stands for a rank dying abruptly (Xid 79" in render_summary(journal)
+    assert "Stands for a rank dying abruptly (Xid 79" in render_summary(_rec(journal))
 
 
 # ---------------------------------------------------------------------- correctness column
@@ -285,17 +290,18 @@ def test_fidelity_falls_back_to_the_fault_type_for_older_journals(tmp_path):
     ({"healthy": False, "first_nonfinite_step": 12}, "not finite"),
 ])
 def test_final_state_text(metrics, expected):
-    assert final_state_text({"metrics": metrics}) == expected
+    record = _rec({"schema_version": 2, "scenario": {"name": "s"}, "status": "completed", "metrics": metrics})
+    assert final_state_text(record) == expected
 
 
 def test_verdict_tables_show_final_state_false_alarms_and_status(tmp_path):
     journal = _journal(str(tmp_path), false_alarm=True)
     console = Console(file=io.StringIO(), width=220)
-    console.print(verdict_table([journal]))
+    console.print(verdict_table([_rec(journal)]))
     out = console.file.getvalue()
     for text in ("final state", "bitwise match", "false alarms", "status", "completed"):
         assert text in out
-    md = render_suite_md([journal], "s")
+    md = render_suite_md([_rec(journal)], "s")
     assert "| final state | false alarms |" in md and "| bitwise match | 1 |" in md
 
 
@@ -306,7 +312,7 @@ def test_suite_page_lists_every_run_with_links_and_metrics_across_repeats(tmp_pa
     run_a, ja = _write_run(tmp_path, "0")
     run_b, jb = _write_run(tmp_path, "1", passed=False)
     jb["repeat_index"] = 1
-    paths = write_suite_reports(str(tmp_path), [ja, jb], "tiny")
+    paths = write_suite_reports(str(tmp_path), [_rec(ja), _rec(jb)], "tiny")
     assert [os.path.basename(p) for p in paths] == ["suite.json", "suite.md", "index.html"]
     html = (tmp_path / "index.html").read_text()
     assert 'data-outcome="fail"' in html and "1/2 runs met every target" in html
@@ -322,7 +328,7 @@ def test_suite_page_with_the_gate_result():
                             "result": "ok", "note": "+0.00 s"},
                            {"scenario": "tiny-kill", "metric": "recovery_s", "baseline": 3.0, "current": 9.0,
                             "result": "regression", "note": "+6.00 s, +200%", "allowance": 3.0}]}
-    html = render_suite_html([_journal("/x/tiny-kill/0")], "tiny", comparison=comparison)
+    html = render_suite_html([_rec(_journal("/x/tiny-kill/0"))], "tiny", comparison=comparison)
     assert 'data-gate="regression"' in html and "Against the stored baseline" in html
     table = html[html.index('id="comparison-table"'):]
     assert table.index("recovery_s") < table.index("detection_s"), "regressions first"

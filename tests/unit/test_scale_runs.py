@@ -26,7 +26,7 @@ def write_journal(run_dir: Path, faults: list[dict[str, Any]], productive_s: flo
         "lost_steps": f.get("lost_steps"), "restarted": True,
     } for i, f in enumerate(faults)]
     journal = {
-        "format": 1, "scenario": {"name": run_dir.parent.name}, "run_dir": str(run_dir),
+        "schema_version": 2, "format": 1, "scenario": {"name": run_dir.parent.name}, "run_dir": str(run_dir),
         "status": "completed", "faults": [],
         "metrics": {"productive_s": productive_s, "final_step": final_step, "faults": metric_faults},
     }

@@ -12,6 +12,7 @@ import pytest
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.metrics.families.survivors import survivor_stall
+from chaos.record import RunRecord
 from chaos.report.stacks import stack_tables, write_stacks
 from chaos.stacks import load_stacks
 
@@ -91,17 +92,17 @@ def test_survivor_stall_of_a_restart_and_of_a_stack_that_drops_the_failed_group(
     assert survivor_stall(_steps("rank-0", every), {"rank-1"}, 3.5, None)[0] is None  # never trained again
 
 
-def _journal(name: str, *, recovery: float | None, stall: float, outcome: str = "pass", faults: int = 1) -> dict:
+def _journal(name: str, *, recovery: float | None, stall: float, outcome: str = "pass", faults: int = 1) -> RunRecord:
     fired = [{"fault_id": f"f0#{i}", "fired": True, "t_inject": 10.0 * i, "detection_s": 0.5,
               "recovery_s": recovery, "survivor_stall_s": stall, "lost_steps": 3} for i in range(faults)]
-    journal = {"scenario": {"name": name}, "status": "completed", "repeat_index": 0, "wall_s": 60.0,
-               "plan": [{} for _ in range(faults)],
+    journal = {"schema_version": 2, "scenario": {"name": name}, "status": "completed", "repeat_index": 0,
+               "wall_s": 60.0, "plan": [{"fault_id": f"f0#{i}", "type": "kill_rank"} for i in range(faults)],
                "metrics": {"goodput": 0.5, "restart_count": faults, "wall_s": 60.0, "faults": fired},
                "verdict": {"passed": outcome != "xfail", "checks": [
                    {"name": "recovery_s", "ok": outcome != "xfail", "reason": "f0: recovery 20 s > target 1 s"}]}}
     if outcome == "xfail":
         journal["scenario"]["expect"] = {"fail": "a known finding", "issue": "https://example.org/1"}
-    return journal
+    return RunRecord.from_dict(journal)
 
 
 def test_one_table_per_fault_with_the_reference_first_and_ratios(tmp_path: Path) -> None:

@@ -403,8 +403,8 @@ def test_the_record_and_summary_say_how_the_ranks_were_started() -> None:
     from chaos.record import RunRecord
     from chaos.report.summary import render_summary
 
-    old = {"scenario": {"name": "s"}, "status": "completed"}  # a journal from before the field
+    old = {"schema_version": 2, "scenario": {"name": "s"}, "status": "completed"}  # without the field
     assert RunRecord.model_validate(old).rank_launch == "cold"
-    assert "| Rank start | cold: each rank a new interpreter" in render_summary(old)
-    warm = render_summary({**old, "rank_launch": "warm"})
+    assert "| Rank start | cold: each rank a new interpreter" in render_summary(RunRecord.from_dict(old))
+    warm = render_summary(RunRecord.from_dict({**old, "rank_launch": "warm"}))
     assert "| Rank start | warm: forked by a per-node zygote" in warm and "leave out the imports" in warm
