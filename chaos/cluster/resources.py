@@ -216,7 +216,7 @@ class HelperProcess(ResourceKind):
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=spec.get("cwd"))
         finally:
-            if log_path:
+            if not isinstance(log, int):  # a file of ours, not subprocess.DEVNULL
                 log.close()
         return {"pid": proc.pid, "pid_start": process_start_time(proc.pid), "run_id": run_id}
 
@@ -259,7 +259,7 @@ class RunResources:
         cls = RESOURCE_KINDS.items.get(kind) or RESOURCE_KINDS.known().get(kind)
         if cls is None:
             raise ToolError(f"unknown resource kind {kind!r}; known: {', '.join(sorted(RESOURCE_KINDS.items))}")
-        entry = {"id": len(self._held), "kind": kind, "spec": spec, "details": {}}
+        entry: dict[str, Any] = {"id": len(self._held), "kind": kind, "spec": spec, "details": {}}
         append_record(self.path, {"op": "create", "run_id": self.run_id, **entry})
         self._held.append(entry)
         try:
@@ -281,6 +281,8 @@ def pending_resources(path: str) -> list[dict[str, Any]]:
     entries: dict[int, dict[str, Any]] = {}
     for rec in read_records(path):
         op, rid = rec.get("op"), rec.get("id")
+        if not isinstance(rid, int):  # a record this journal never writes: no id to pair
+            continue
         if op == "create":
             entries[rid] = {"id": rid, "kind": rec.get("kind"), "spec": rec.get("spec") or {},
                             "details": {}}

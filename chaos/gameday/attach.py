@@ -179,6 +179,7 @@ class AttachedRun:
         try:
             nodes = form.nodes(self.topology)
         except KeyError as exc:
+            # Only a group form (rack, power domain) raises KeyError here, and each names its groups.
             known = sorted(getattr(self.topology, form.groups))  # type: ignore[attr-defined]
             raise TargetRefused(f"{form.key} {exc.args[0]!r} is not one of the run's (known: "
                                 f"{', '.join(known) or 'none'})") from None

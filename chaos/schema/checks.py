@@ -53,8 +53,8 @@ __all__ = ["cross_check"]
 @functools.cache
 def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     info = model.model_fields[name]
-    return TypeAdapter(Annotated[info.annotation, *info.metadata] if info.metadata
-                       else info.annotation)
+    annotation: Any = info.annotation  # a declared field always has one; pydantic types it Optional
+    return TypeAdapter(Annotated[annotation, *info.metadata] if info.metadata else annotation)
 
 
 def clean_fields(model: type[BaseModel], data: Any, error_locs: Sequence[tuple[Any, ...]]
@@ -325,10 +325,11 @@ class _Checker(TargetChecks):
         from chaos.metrics.catalogue import spec
         from chaos.metrics.registry import families
 
-        types = [self.fault_type(f["type"]) if "type" in f else None for _, f in faults]
-        if None in types:
+        found = [self.fault_type(f["type"]) if "type" in f else None for _, f in faults]
+        types = [t for t in found if t is not None]
+        if len(types) != len(found):
             return  # an unknown or missing type is told already; what it produces is unknown
-        written = [t.type_name for t in types]  # type: ignore[union-attr]
+        written = [t.type_name for t in types]
         for key, value in targets.items():
             metric = spec(key) if value is not None else None
             if metric is None or metric.scope != "fault":
@@ -342,12 +343,12 @@ class _Checker(TargetChecks):
                 def measured(t: type[FaultType], family: Any = family) -> bool:
                     return family.measures(SimpleNamespace(failure_class=t.failure_class,
                                                            family=t.family))
-                if not any(measured(t) for t in types):  # type: ignore[arg-type]
+                if not any(measured(t) for t in types):
                     fits = [n for n, t in known_types().items() if measured(t)]
                     self.add(("targets", key), f"{key} is measured on {', '.join(fits)} faults; "
                              f"this scenario has none (its faults: {', '.join(sorted(set(written)))})")
             elif key == "detection_s" and all(
-                    t.failure_class == "slow" and t.in_process for t in types):  # type: ignore[union-attr]
+                    t.failure_class == "slow" and t.in_process for t in types):
                 self.add(("targets", key), f"nothing in this scenario can be detected: "
                          f"{', '.join(sorted(set(written)))} only stretches steps (no error is "
                          "raised, so no detector fires); drop detection_s, or add a fault that "

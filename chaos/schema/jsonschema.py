@@ -62,7 +62,8 @@ def _model_schema(model: type[BaseModel], defs: dict[str, Any]) -> dict[str, Any
 
 def scenario_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a scenario file."""
-    body = _model_schema(ScenarioDoc, defs := {})
+    defs: dict[str, Any] = {}
+    body = _model_schema(ScenarioDoc, defs)
     workload = workload_doc_model()
     defs[workload.__name__] = _model_schema(workload, defs)
     body["properties"]["workload"] = {"$ref": _REF.format(model=workload.__name__),

@@ -113,7 +113,7 @@ def meant_types(word: str, known: Iterable[str]) -> list[tuple[str, str]]:
     """(fault type, why) for what ``word`` means, best phrases only, known types only."""
     tokens = _tokens(word)
     known = set(known)
-    best, out = 0, []
+    best, out = 0, list[tuple[str, str]]()
     for phrases, types in meanings():
         score = max((len(p) for p in phrases if set(p) <= tokens), default=0)
         if score == 0 or score < best:

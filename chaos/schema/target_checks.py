@@ -56,7 +56,7 @@ class TargetChecks:
             return
         form = value if key == "random" else key
         only = fault_type.target_keys if fault_type is not None else None
-        if only and form not in only:
+        if only and fault_type is not None and form not in only:
             self.add((*loc, key), f"{fault_type.type_name} targets a "
                      f"{' or '.join(_WORD[k] for k in only)}, not a {_WORD.get(form, form)}; use "
                      + " or ".join(f"{{{k}: NAME}} or {{random: {k}}}" for k in only))

@@ -59,6 +59,7 @@ class FractionBoundDoc(StrictModel):
 
     @model_validator(mode="after")
     def _some_bound(self) -> Self:
+        # ignore: a fraction bound has the same min/max shape _check_bound reads of a BoundDoc.
         _check_bound(self)  # type: ignore[arg-type]
         return self
 
@@ -99,7 +100,7 @@ def _metric_targets() -> type[StrictModel]:
     return create_model("MetricTargetsDoc", __base__=StrictModel, **keys)
 
 
-class TargetsDoc(_metric_targets()):  # type: ignore[misc]
+class TargetsDoc(_metric_targets()):  # type: ignore[misc]  # a base made at import from the metric catalogue: a value to mypy
     """What a run must achieve; every key is optional."""
 
     key_noun = "target"

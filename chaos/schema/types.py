@@ -259,7 +259,8 @@ def _close_match(word: str, candidates: tuple[str, ...]) -> str:
 
 def limits_text(metadata: list[Any]) -> str:
     """``between 1 and 100``, ``> 0 and <= 1``, ``>= 0``: the bounds in ``metadata``."""
-    lo = hi = None
+    lo: Any = None  # each bound is any comparable number pydantic kept
+    hi: Any = None
     exclusive = False
     for m in metadata:
         if isinstance(m, annotated_types.Ge):

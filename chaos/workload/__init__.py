@@ -90,8 +90,9 @@ def kind_of(spec: records.Workload | WorkloadSection | None) -> str:
     if spec is None:
         return DEFAULT_KIND
     given = getattr(spec, "model_fields_set", None)  # a document: the keys written
-    if given is None and getattr(spec, "kind", None):  # a record of a kind with an options key
-        return spec.kind  # type: ignore[return-value]
+    kind = getattr(spec, "kind", None)
+    if given is None and isinstance(kind, str) and kind:  # a record of a kind with an options key
+        return kind
     for name in known_workloads():
         if (name in given) if given is not None else getattr(spec, name, None) is not None:
             return name

@@ -217,6 +217,7 @@ def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: 
     from harness.data import CharVocab, load_text
     from harness.model import build_model, build_optimizer
 
+    # ignore: name is a validated HarnessConfig model name (one of the Literal's values), a str here.
     cfg = ModelConfig(name=name, d_model=d_model, n_layers=n_layers, n_heads=n_heads,  # type: ignore[arg-type]
                       seq_len=seq_len)
     model = build_model(cfg, CharVocab(load_text(data)).size, seed=0)
