@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "AGENT_ZYGOTE_KEEPER_ENV",
     "CHECKPOINT_FORMAT_ENV",
+    "CKPT_DIR_ENV",
     "CONTROLLER_ENV",
     "ENV_PREFIX",
     "EVENTS_DIR_ENV",
@@ -64,6 +65,10 @@ FAILURE_DOMAIN_ENV = "TRAINCHAOS_FAILURE_DOMAIN"
 """The node's failure domain (power domain or rack; empty: the node alone)."""
 EVENTS_DIR_ENV = "TRAINCHAOS_EVENTS_DIR"
 """Where the probe writes events; unset, the probe is detached (every call a no-op)."""
+CKPT_DIR_ENV = "TRAINCHAOS_CKPT_DIR"
+"""The run's checkpoint directory (absolute) as the workload declares it (``checkpoint_dir``;
+default ``<run_dir>/checkpoints``), for a user's own script: where storage faults and the
+crash-point sweep act, so where its saves must go (also ``{ckpt_dir}`` in its command line)."""
 PROBE_FAULTS_ENV = "TRAINCHAOS_PROBE_FAULTS"
 """The JSON file of in-process faults the probe of each rank must fire."""
 RANK_OFFSET_ENV = "TRAINCHAOS_RANK_OFFSET"

@@ -103,12 +103,32 @@ class SweepResult:
 
 
 def default_save_step(scenario: Scenario) -> int | None:
-    """The harness's second save (so that an older checkpoint exists to fall back to)."""
+    """The workload's second save (so that an older checkpoint exists to fall back to), by
+    the checkpoint cadence it declares (``StorageLayout.every_steps``); None: no cadence
+    declared, or no second save before its last step."""
     workload = workload_for(scenario.workload)
-    every = getattr(getattr(getattr(workload, "config", None), "checkpoint", None), "every_steps", 0)
+    layout = workload.storage()
+    every = layout.every_steps if layout is not None else None
     if not every or not workload.steps or 2 * every >= workload.steps:
         return None
     return 2 * every
+
+
+def _no_default_save(scenario: Scenario) -> tuple[str, str]:
+    """(location, message) of a scenario whose save to sweep must be given."""
+    workload = workload_for(scenario.workload)
+    layout = workload.storage()
+    if layout is None:
+        return "workload", workload.storage_refusal("shared") + ": the crash-point sweep needs one"
+    give = "give --crash-save-step N, a step the job checkpoints"
+    if not layout.every_steps_key:
+        return "workload", f"no save to sweep by default (the workload declares no checkpoint cadence): {give}"
+    if not layout.every_steps:
+        return layout.every_steps_key, (f"no save to sweep by default: declare how often the job "
+                                        f"saves ({layout.every_steps_key}), or {give}")
+    return layout.every_steps_key, (f"no save to sweep by default (the second save, 2 x {layout.every_steps}, "
+                                    f"must come before the last step{'' if workload.steps else ', which is not declared'}): "
+                                    f"{give}")
 
 
 def _variant(scenario: Scenario, name: str, faults: list[dict[str, Any]]) -> Scenario:
@@ -275,11 +295,8 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
     steps: dict[str, int] = {}
     for sc in scenarios:
         step = save_step or default_save_step(sc)
-        if step is None:
-            raise ScenarioError([ValidationIssue(
-                sc.path, "workload.harness.checkpoint.every_steps",
-                "no save to sweep by default (the harness's second save, 2 x every_steps, must come "
-                "before the last step): give --crash-save-step N, a step the job checkpoints")])
+        if step is None or workload_for(sc.workload).storage() is None:
+            raise ScenarioError([ValidationIssue(sc.path, *_no_default_save(sc))])
         steps[sc.name] = step
     if dry_run:
         where = ("per durability boundary of it" if points is None else

@@ -70,6 +70,11 @@ class Workload:
     """For ``command``: regex with named groups ``step`` (and optionally ``loss``) on log lines."""
     steps: int | None = None
     """For ``command``: the step it trains to (``workload.steps``); None when not stated."""
+    checkpoint_dir: str | None = None
+    """For ``command``: where it saves checkpoints, relative to the run directory
+    (``workload.checkpoint_dir``); None: the run's ``checkpoints``."""
+    checkpoint_every_steps: int | None = None
+    """For ``command``: how often it saves (``workload.checkpoint_every_steps``); None: not stated."""
     kind: str | None = None
     """A kind whose options are a mapping under its own key (``lightning``, ``accelerate``:
     ``chaos.workload.script``): its name; None for ``harness`` and ``command``."""

@@ -4,8 +4,10 @@ loss at exactly one of them (``trainchaos run --crash-points``; docs/checkers.md
 A *boundary* is an operation after which more of the save may be durable: every ``fsync``
 (of a file or a directory) and every ``rename`` (a checkpoint directory moved into place, a
 "latest" pointer replaced). The save's window opens at the first operation on a path that
-matches ``save`` (the harness's ``*step-00000020*``) and closes at the ``mkdir`` that starts
-the next save (``stop``, a path not matching ``save``); its boundaries are numbered from 1.
+matches ``save`` (a glob or a list of them: the harness's ``*step-00000020*``, a plain
+``torch.save`` script's ``step-20.pt``) and closes at the ``mkdir`` or ``create`` that starts
+the next save (``stop``, a path not matching ``save``: the harness's next folder, a script's
+next file); its boundaries are numbered from 1.
 
 Armed with ``after: -1`` the layer only reports each boundary (a ``storage_boundary`` event):
 the trace a sweep enumerates. Armed with ``after: k`` it *freezes* right after boundary k
@@ -43,8 +45,9 @@ class CrashPoint:
 
     def __init__(self, spec: dict[str, Any], emit: Emit) -> None:
         self.spec = dict(spec)
-        self.save = str(spec["save"])
-        self.stop = str(spec.get("stop") or ".tmp-step-*")
+        save = spec["save"]
+        self.save: tuple[str, ...] = (str(save),) if isinstance(save, str) else tuple(map(str, save))
+        self.stop = str(spec.get("stop") or "*step-*")
         self.after = int(spec.get("after", -1))
         self.image_dir = spec.get("image_dir")
         self.emit = emit
@@ -57,10 +60,10 @@ class CrashPoint:
     def before(self, op: str, relpath: str) -> bool:
         """Whether the layer must freeze before executing this operation."""
         with self._lock:
-            if self.state == "waiting" and fnmatch.fnmatchcase(relpath, self.save):
+            if self.state == "waiting" and self._in_save(relpath):
                 self.state = "open"
-            elif (self.state == "open" and op == "mkdir" and fnmatch.fnmatchcase(relpath, self.stop)
-                  and not fnmatch.fnmatchcase(relpath, self.save)):
+            elif (self.state == "open" and op in ("mkdir", "create") and fnmatch.fnmatchcase(relpath, self.stop)
+                  and not self._in_save(relpath)):
                 self.state = "done"  # the next save began: this one's window is closed
             if self.state != "open" or op not in BOUNDARY_OPS:
                 return False
@@ -68,6 +71,9 @@ class CrashPoint:
                 self._freeze(op, relpath, 0)
                 return True
             return False
+
+    def _in_save(self, relpath: str) -> bool:
+        return any(fnmatch.fnmatchcase(relpath, pattern) for pattern in self.save)
 
     def after_op(self, op: str, relpath: str) -> bool:
         """Record a boundary that just completed; whether the layer must freeze now."""

@@ -87,6 +87,15 @@ class StorageLayout:
     own copy is what a fault layer may sit over); None: no data tier."""
     data_source: str | None = None
     """The file the run's copy of ``data_file`` starts from when the run has none yet."""
+    padded_step_dirs: bool = False
+    """Whether its checkpoint folders are named ``step-NNNNNNNN`` (8 digits, the harness's):
+    a storage fault's path filter naming a step of another width then never matches."""
+    every_steps: int | None = None
+    """How often it saves to the shared tier, in steps; None: not declared (the crash-point
+    sweep then needs ``--crash-save-step``)."""
+    every_steps_key: str = ""
+    """The scenario key that declares ``every_steps``, for messages
+    (``workload.checkpoint_every_steps``)."""
 
     def shared_checkpoint_dir(self, run_dir: str) -> str:
         return (self.shared_checkpoints if os.path.isabs(self.shared_checkpoints)
@@ -195,9 +204,23 @@ class Workload(ABC):
         return None
 
     def storage(self) -> StorageLayout | None:
-        """Where it keeps checkpoints and data; None: not known to trainchaos (storage
-        faults cannot be aimed at it)."""
+        """Where it keeps checkpoints and data; None: it keeps none that trainchaos can aim
+        storage faults at (``storage_refusal`` says why). ``command`` and the stack kinds
+        declare their checkpoint directory (``checkpoint_dir``, default the run's
+        ``checkpoints``), which the job learns through ``{ckpt_dir}`` and
+        ``TRAINCHAOS_CKPT_DIR``."""
         return None
+
+    def storage_refusal(self, tier: str) -> str:
+        """Why a storage fault on ``tier`` cannot be aimed at it (``storage`` is None, or
+        has no such tier), and what would make it work."""
+        if self.storage() is None:
+            return (f"the {self.kind} workload keeps no checkpoint directory that trainchaos "
+                    "knows, so no storage fault can be aimed at it")
+        what = ("node-local tier" if tier == "local" else
+                "data tier (a data file of the run's own)" if tier == "data" else f"tier {tier!r}")
+        return (f"a {self.kind} workload has no {what} that trainchaos knows (only "
+                "workload.harness keeps one): aim the fault at tier: shared, its checkpoint_dir")
 
     def read_checkpoint(self, path: str) -> CheckpointImage | None:
         """What the checkpoint at ``path`` (the ``path`` of a ``ckpt_save_end`` event) holds;

@@ -1,9 +1,12 @@
 """``workload: {command: ...}``: a user's own training script, run per rank by torchrun.
 
 What trainchaos knows of it is what the scenario says: the command line, the step it trains
-to (``steps``) and how its log lines show progress (``progress_regex``). Its tensors and
-checkpoints stay inside it; it reports through ``chaos.probe`` where it calls it, and its
-end is told by its exit code.
+to (``steps``), how its log lines show progress (``progress_regex``), and where and how often
+it checkpoints (``checkpoint_dir``, default the run's ``checkpoints``; ``checkpoint_every_steps``).
+The job learns that directory through ``{ckpt_dir}`` in its command line and
+``TRAINCHAOS_CKPT_DIR``; storage faults and the crash-point sweep act on it. Its tensors stay
+inside it; it reports through ``chaos.probe`` where it calls it, and its end is told by its
+exit code.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
+from chaos import contract
 from chaos.logprogress import LogProgress
 from chaos.workload import register_workload
-from chaos.workload.base import Launch, Location, Workload, WorkloadSection
+from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.torchrun import TorchrunPerNode
 
-__all__ = ["MAX_COMMAND_STEPS", "CommandWorkload", "check_progress_regex"]
+__all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "CommandWorkload", "check_checkpoint_dir",
+           "check_progress_regex", "fill_placeholders"]
 
 MAX_COMMAND_STEPS = 10_000_000
 """More steps than any run of this tool could train in its timeout; a bound keeps a typo
@@ -37,6 +42,32 @@ def check_progress_regex(value: str) -> str:
         raise ValueError("needs a named group 'step', e.g. 'step (?P<step>\\d+)' "
                          "(optionally also 'loss': '(?P<loss>[\\d.]+)')")
     return value
+
+
+PLACEHOLDERS = ("{run_dir}", "{seed}", "{steps}", "{ckpt_dir}")
+"""What a command line (or a stack script's ``args``) may name; each is replaced by the run's
+value at launch."""
+
+
+def check_checkpoint_dir(value: str) -> str:
+    """``value`` if it is a directory inside the run directory (relative to it); ValueError
+    saying why else."""
+    parts = value.replace("\\", "/").split("/")
+    if not value.strip() or os.path.isabs(value) or ".." in parts:
+        raise ValueError(
+            f"{value!r} is not inside the run directory: give a path relative to it (e.g. "
+            "checkpoints or ckpt/shared) and let the job write there through {ckpt_dir} or "
+            f"${contract.CKPT_DIR_ENV}. Each run (the twin, each repeat, each power loss of a "
+            "crash-point sweep) then has its own, which the storage fault layer mounts over and "
+            "a restart resumes from")
+    return value
+
+
+def fill_placeholders(arg: str, values: dict[str, str]) -> str:
+    """``arg`` with each of ``PLACEHOLDERS`` in ``values`` replaced."""
+    for name, value in values.items():
+        arg = arg.replace(name, value)
+    return arg
 
 
 @register_workload
@@ -60,6 +91,15 @@ class CommandWorkload(Workload):
             "steps": (int, Field(None, ge=1, le=MAX_COMMAND_STEPS, description=(
                 "Only with command: the step the command trains to. The run is complete when it "
                 "is reached; progress shows it, and at_step triggers are checked against it."))),
+            "checkpoint_dir": (Annotated[str, AfterValidator(check_checkpoint_dir)], Field(None, description=(
+                "Only with command: where it saves checkpoints, relative to the run directory "
+                "(null: `checkpoints`). The command learns it as {ckpt_dir} in its command line "
+                "and in $" + contract.CKPT_DIR_ENV + "; storage faults (tier: shared) and "
+                "`trainchaos run --crash-points` act on it. {run_dir}, {seed} and {steps} are "
+                "filled in too."))),
+            "checkpoint_every_steps": (int, Field(None, ge=1, le=MAX_COMMAND_STEPS, description=(
+                "Only with command: how often it saves, in steps; `run --crash-points` then "
+                "sweeps its second save by default (else give --crash-save-step)."))),
         }
 
     @classmethod
@@ -79,7 +119,8 @@ class CommandWorkload(Workload):
                 problems.append((("workload", "command"), "holds no program to run"))
         # Kept with its problems: the steps it states still bound the scenario's triggers.
         return cls(records.Workload(command=doc.command, progress_regex=doc.progress_regex,
-                                    steps=doc.steps)), problems
+                                    steps=doc.steps, checkpoint_dir=doc.checkpoint_dir,
+                                    checkpoint_every_steps=doc.checkpoint_every_steps)), problems
 
     @property
     def steps(self) -> int | None:
@@ -88,12 +129,31 @@ class CommandWorkload(Workload):
     def steps_text(self) -> str:
         return f"the command trains {self.spec.steps} steps (workload.steps)"
 
+    def storage(self) -> StorageLayout | None:
+        """The declared checkpoint directory (the run's ``checkpoints`` by default); no
+        node-local tier and no data tier: a command declares neither."""
+        return StorageLayout(shared_checkpoints=self.spec.checkpoint_dir or contract.SHARED_CHECKPOINTS_SUBDIR,
+                             every_steps=self.spec.checkpoint_every_steps,
+                             every_steps_key="workload.checkpoint_every_steps")
+
+    def run_values(self, run_dir: str, seed: int) -> dict[str, str]:
+        """What each of ``PLACEHOLDERS`` stands for in a run."""
+        layout = self.storage()
+        return {"{run_dir}": run_dir, "{seed}": str(seed), "{steps}": str(self.steps or ""),
+                "{ckpt_dir}": layout.shared_checkpoint_dir(run_dir) if layout is not None else ""}
+
+    def ckpt_env(self, run_dir: str) -> dict[str, str]:
+        """``TRAINCHAOS_CKPT_DIR`` for the job, where it has a checkpoint directory."""
+        layout = self.storage()
+        return {contract.CKPT_DIR_ENV: layout.shared_checkpoint_dir(run_dir)} if layout is not None else {}
+
     def launch(self, run_dir: str, seed: int) -> Launch:
-        argv = shlex.split(self.spec.command or "")
+        values = self.run_values(run_dir, seed)
+        argv = [fill_placeholders(arg, values) for arg in shlex.split(self.spec.command or "")]
         if argv and os.path.basename(argv[0]).startswith("python"):
             argv = argv[1:]  # torchrun runs the script with its own interpreter
         return Launch(TorchrunPerNode(tuple(argv), tee_output=self.spec.progress_regex is not None),
-                      steps_target=self.spec.steps or 0)
+                      steps_target=self.spec.steps or 0, env=self.ckpt_env(run_dir))
 
     def progress(self, events_dir: str) -> LogProgress:
         """Step lines by ``progress_regex`` (when given), and every worker exit the agents

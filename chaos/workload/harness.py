@@ -132,9 +132,20 @@ class HarnessWorkload(Workload):
         return StorageLayout(
             shared_checkpoints=cfg.checkpoint.dir or contract.SHARED_CHECKPOINTS_SUBDIR,
             node_local_checkpoints=cfg.checkpoint.fast_tier,
+            padded_step_dirs=True,
+            every_steps=cfg.checkpoint.every_steps or None,
+            every_steps_key="workload.harness.checkpoint.every_steps",
             data_file=data if streamed else None,
             data_source=str(resources.files("harness") / "data" / "corpus.txt"),
         )
+
+    def storage_refusal(self, tier: str) -> str:
+        if tier == "local":
+            return ("the workload does not use the local tier (set workload.harness.checkpoint."
+                    "local_every_steps > 0, or a checkpoint.placement with local or replicated)")
+        return ("the workload does not use a data tier: set workload.harness.data_stream: true "
+                "and data to a path relative to the run (e.g. data/corpus.txt: the run's own copy "
+                "is mounted, never the original)")
 
     def read_checkpoint(self, path: str) -> CheckpointImage:
         """A harness checkpoint directory, verified as the job's own load verifies it."""

@@ -7,7 +7,10 @@ of the stack filled in: the script defaults to the stack's bundled example
 from the run and reports through the stack's adapter (``chaos/adapters/<stack>.py``); a
 user's own script gets its ``args`` with ``{run_dir}``, ``{seed}``, ``{steps}`` and
 ``{ckpt_dir}`` filled in, and, where it has no adapter line, a ``progress_regex`` for its
-log lines. The launch, the log reader and the end by exit code are ``command``'s.
+log lines. Where it checkpoints is ``checkpoint_dir`` (the run's ``checkpoints`` by default,
+also in ``TRAINCHAOS_CKPT_DIR``), and how often ``checkpoint_every_steps``: storage faults
+and the crash-point sweep act there. The launch, the log reader and the end by exit code are
+``command``'s.
 
 A new kind of this shape is a subclass naming its ``kind``, its ``stack`` (the module that
 must be importable) and its options dataclass (a subclass of ``ScriptOptions``: the schema's
@@ -29,7 +32,14 @@ from chaos import contract
 from chaos.logprogress import LogProgress
 from chaos.schema.types import close_match, describe_value
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
-from chaos.workload.command import MAX_COMMAND_STEPS, CommandWorkload, check_progress_regex
+from chaos.workload.command import (
+    MAX_COMMAND_STEPS,
+    PLACEHOLDERS,
+    CommandWorkload,
+    check_checkpoint_dir,
+    check_progress_regex,
+    fill_placeholders,
+)
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
@@ -40,10 +50,6 @@ __all__ = ["EXAMPLES_DIR", "PLACEHOLDERS", "ScriptOptions", "ScriptWorkload"]
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 """The bundled examples (``examples/<stack>/train.py``), beside the ``chaos`` package."""
 
-PLACEHOLDERS = ("{run_dir}", "{seed}", "{steps}", "{ckpt_dir}")
-"""What ``args`` may name; each is replaced by the run's value at launch."""
-
-
 @dataclass(frozen=True)
 class ScriptOptions:
     """The options of a stack's script (``workload.<kind>``); each kind subclasses it."""
@@ -52,6 +58,8 @@ class ScriptOptions:
     steps: int | None = None
     args: list[str] | None = None
     progress_regex: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every_steps: int | None = None
 
 
 _OPTION_DOCS = {
@@ -68,6 +76,13 @@ _OPTION_DOCS = {
     "progress_regex": "For a script without the adapter line (chaos/adapters/{stack}.py): a "
                       "regular expression applied to its log lines, with a named group `step` "
                       "(required) and `loss` (optional).",
+    "checkpoint_dir": "Where the script saves checkpoints, relative to the run directory (null: "
+                      "`checkpoints`): given to it as {{ckpt_dir}} in args, as --ckpt-dir to the "
+                      "bundled example, and in $" + contract.CKPT_DIR_ENV + "; storage faults (tier: "
+                      "shared) and `trainchaos run --crash-points` act on it.",
+    "checkpoint_every_steps": "How often the script saves, in steps (null: not declared); "
+                              "`run --crash-points` then sweeps its second save by default (else "
+                              "give --crash-save-step).",
 }
 
 
@@ -145,13 +160,24 @@ class ScriptWorkload(CommandWorkload):
             if key not in known:
                 problems.append(((key,), f"unknown {cls.kind} option {key!r}"
                                  f"{close_match(key, known)} allowed: {', '.join(known)}"))
-        script, steps, args, regex = (raw.get(k) for k in ("script", "steps", "args", "progress_regex"))
+        script, steps, args, regex, ckpt, every = (raw.get(k) for k in (
+            "script", "steps", "args", "progress_regex", "checkpoint_dir", "checkpoint_every_steps"))
         if script is not None and not (isinstance(script, str) and script):
             problems.append((("script",), f"expected a path, got {describe_value(script)}"))
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                                  or not 1 <= steps <= MAX_COMMAND_STEPS):
-            problems.append((("steps",), f"expected an int between 1 and {MAX_COMMAND_STEPS}, "
-                             f"got {describe_value(steps)}"))
+        for key, value in (("steps", steps), ("checkpoint_every_steps", every)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= MAX_COMMAND_STEPS):
+                problems.append(((key,), f"expected an int between 1 and {MAX_COMMAND_STEPS}, "
+                                 f"got {describe_value(value)}"))
+        if ckpt is not None:
+            if not isinstance(ckpt, str):
+                problems.append((("checkpoint_dir",), "expected a path relative to the run directory, "
+                                 f"got {describe_value(ckpt)}"))
+            else:
+                try:
+                    check_checkpoint_dir(ckpt)
+                except ValueError as exc:
+                    problems.append((("checkpoint_dir",), str(exc)))
         if args is not None:
             if not isinstance(args, list):
                 problems.append((("args",), "expected a list of arguments, e.g. [--lr, '0.1'], "
@@ -171,7 +197,8 @@ class ScriptWorkload(CommandWorkload):
         if problems:
             return None, problems
         return cls.options_class(script=script, steps=steps, progress_regex=regex,
-                                 args=[str(a) for a in args] if args is not None else None), []
+                                 args=[str(a) for a in args] if args is not None else None,
+                                 checkpoint_dir=ckpt, checkpoint_every_steps=every), []
 
     @classmethod
     def example(cls) -> Path:
@@ -205,23 +232,25 @@ class ScriptWorkload(CommandWorkload):
         return f"the bundled {self.kind} example trains {self.example_steps} steps by default"
 
     def storage(self) -> StorageLayout | None:
-        """The bundled example checkpoints under the run's ``checkpoints``; where a user's
-        script keeps them trainchaos does not know."""
-        return StorageLayout(shared_checkpoints=contract.SHARED_CHECKPOINTS_SUBDIR) if self.bundled else None
+        """The declared ``checkpoint_dir`` (the run's ``checkpoints`` by default: the
+        bundled example is given it as --ckpt-dir, a user's script as {ckpt_dir} and
+        ``TRAINCHAOS_CKPT_DIR``)."""
+        return StorageLayout(shared_checkpoints=self.options.checkpoint_dir or contract.SHARED_CHECKPOINTS_SUBDIR,
+                             every_steps=self.options.checkpoint_every_steps,
+                             every_steps_key=f"workload.{self.kind}.checkpoint_every_steps")
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:
-        ckpt_dir = os.path.join(run_dir, contract.SHARED_CHECKPOINTS_SUBDIR)
+        values = self.run_values(run_dir, seed)
+        ckpt_dir = values["{ckpt_dir}"]
         steps = self.steps
-        values = {"{run_dir}": run_dir, "{seed}": str(seed), "{steps}": str(steps or ""),
-                  "{ckpt_dir}": ckpt_dir}
-        args = [_fill(arg, values) for arg in self.options.args or ()]
+        args = [fill_placeholders(arg, values) for arg in self.options.args or ()]
         given = (["--steps", str(steps), "--seed", str(seed), "--ckpt-dir", ckpt_dir]
                  if self.bundled else [])
         script = os.path.abspath(self.options.script or self.example())
         return Launch(TorchrunPerNode((script, *given, *args),
                                       tee_output=self.options.progress_regex is not None),
-                      steps_target=steps or 0, env=dict(self.env))
+                      steps_target=steps or 0, env={**self.env, **self.ckpt_env(run_dir)})
 
     def progress(self, events_dir: str) -> LogProgress:
         return LogProgress(self.options.progress_regex, events_dir, report_exit_codes=True)
@@ -231,9 +260,3 @@ def _fields(options_class: type[ScriptOptions] = ScriptOptions) -> list[str]:
     """The options a kind takes: the shared ones, and those its own class adds (a subclass
     validates its own in its ``_options``)."""
     return [f.name for f in dataclasses.fields(options_class)]
-
-
-def _fill(arg: str, values: dict[str, str]) -> str:
-    for name, value in values.items():
-        arg = arg.replace(name, value)
-    return arg

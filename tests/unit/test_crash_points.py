@@ -59,6 +59,27 @@ def test_the_trace_counts_the_boundaries_of_one_save_only(fs):
     ]
 
 
+def _file_save(fs: FaultFS, step: int) -> None:
+    """A plain script's torch.save: a tmp file, written, renamed into place (no fsync)."""
+    tmp, final = f"/step-{step}.pt.tmp", f"/step-{step}.pt"
+    fh = fs.create(tmp, 0o644, os.O_WRONLY)
+    fs.write(tmp, b"S" * 64, 0, fh)
+    fs.release(tmp, fh)
+    fs.rename(tmp, final)
+
+
+def test_the_trace_of_a_scripts_file_save_ends_where_its_next_save_begins(fs):
+    from chaos.faults.storage.crash import save_globs
+
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": save_globs(20), "after": -1}, lambda kind, **f: events.append((kind, f)))
+    for step in (10, 20, 30, 200):
+        _file_save(fs, step)
+    # Only the save of step 20: not step-200's, not the next save's rename.
+    assert [(f["seq"], f["op"], f["path"]) for _, f in events] == [
+        (1, "rename", "step-20.pt.tmp -> step-20.pt")]
+
+
 def test_a_frozen_layer_keeps_the_state_after_boundary_k_and_thaws_on_the_power_loss(fs, tmp_path):
     events: list[tuple[str, dict]] = []
     fs.arm_crash_point({"save": "*step-00000020*", "after": 1, "image_dir": str(tmp_path / "image")},
@@ -169,6 +190,44 @@ def test_the_sweep_refuses_what_it_cannot_sweep_before_starting_anything(tmp_pat
     assert not (tmp_path / "o").exists()
     result = CliRunner().invoke(cli, ["run", "--crash-save-step", "20", str(scenario)])
     assert result.exit_code == 2 and "needs --crash-points" in result.output
+
+
+@pytest.mark.parametrize(("workload", "where", "fragment"), [
+    ("{command: python t.py, steps: 30}", "s.yaml: workload.checkpoint_every_steps",
+     "declare how often the job saves (workload.checkpoint_every_steps), or give --crash-save-step N"),
+    ("{command: python t.py, steps: 30, checkpoint_every_steps: 20}", "s.yaml: workload.checkpoint_every_steps",
+     "2 x 20, must come before the last step"),
+    ("{command: python t.py, checkpoint_every_steps: 10}", "s.yaml: workload.checkpoint_every_steps",
+     "which is not declared"),
+])
+def test_a_commands_sweep_needs_a_declared_cadence_or_a_save_step_in_dry_run_and_run_alike(
+        tmp_path, workload, where, fragment):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: s\nworkload: {workload}\ntopology: {{nodes: 1, ranks_per_node: 2}}\n")
+    for dry in (["--dry-run"], []):
+        result = CliRunner().invoke(cli, ["run", "--crash-points", *dry, str(scenario), "--out", str(tmp_path / "o")])
+        assert isinstance(result.exception, ScenarioError) and result.exception.exit_code == 2, result.output
+        assert where in str(result.exception) and fragment in str(result.exception), str(result.exception)
+        assert not (tmp_path / "o").exists()
+
+
+def test_a_commands_declared_cadence_chooses_its_second_save(tmp_path):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {command: python t.py, steps: 30, checkpoint_every_steps: 10}\n"
+                        "topology: {nodes: 1, ranks_per_node: 2}\n")
+    result = CliRunner().invoke(cli, ["run", "--crash-points", "--dry-run", str(scenario)])
+    assert result.exit_code == 0, result.output
+    assert "s: the twin, a trace of the save of step 20" in result.output
+    result = CliRunner().invoke(cli, ["run", "--crash-points", "--crash-save-step", "10", "--dry-run", str(scenario)])
+    assert "a trace of the save of step 10" in result.output
 
 
 def test_a_narrowed_sweep_says_how_many_of_the_power_losses_it_ran():

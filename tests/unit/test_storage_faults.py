@@ -65,9 +65,37 @@ def test_bad_input_is_located(fault, where, fragment):
     assert info.value.exit_code == EXIT_BAD_INPUT
 
 
-def test_a_command_workload_has_no_tiers():
-    with pytest.raises(ScenarioError, match=r"faults\[0\].params.tier: storage faults need workload.harness"):
-        _scenario(_fault(), command="python train.py")
+def test_a_command_workloads_checkpoint_directory_is_its_shared_tier():
+    scenario = _scenario(_fault(), _fault("lose_unfsynced", target={"node": 0}, tier="shared"),
+                         command="python train.py --ckpt {ckpt_dir}")
+    assert storage_plan(_plain(scenario), None) == {"shared": True}
+
+
+def test_a_commands_path_filter_may_name_its_own_step_files():
+    # Only the harness names its folders step-NNNNNNNN; a script's step-20 is its own.
+    (fault,) = _scenario(_fault(path="step-20/model.pt"), command="python train.py").faults
+    assert fault.params["path"] == "step-20/model.pt"
+
+
+@pytest.mark.parametrize("tier", ["local", "data"])
+def test_a_command_workload_has_no_local_or_data_tier(tier):
+    with pytest.raises(ScenarioError) as info:
+        _scenario(_fault(tier=tier), command="python train.py")
+    text = str(info.value)
+    assert "faults[0].params.tier" in text and "a command workload has no" in text, text
+    assert "tier: shared, its checkpoint_dir" in text and info.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_the_bundled_torchft_example_keeps_no_checkpoint_to_fault():
+    pytest.importorskip("torchft")
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario({"name": "st", "workload": {"torchft": {}}, "topology": {"nodes": 2, "ranks_per_node": 1},
+                        "faults": [_fault()]}, "st.yaml")
+    assert "faults[0].params.tier" in str(info.value) and "checkpoint_dir" in str(info.value), str(info.value)
+
+
+def _plain(scenario) -> dict:
+    return {"faults": [{"type": f.type, "params": dict(f.params)} for f in scenario.faults]}
 
 
 def test_validate_exits_2_and_names_the_file(tmp_path, monkeypatch, capsys):

@@ -135,7 +135,7 @@ def test_command_launch_is_the_script_under_torchrun_with_tee_for_a_progress_reg
                          topology={"nodes": 3, "ranks_per_node": 2, "min_nodes": 2, "max_restarts": 4})
     launch = workload_for(scenario.workload).launch("/tmp/run", seed=7)
     assert launch.worker_argv == ["-u", "train.py", "--lr", "0.1", "a b"]
-    assert launch.steps_target == 30 and launch.env == {}
+    assert launch.steps_target == 30 and launch.env == {contract.CKPT_DIR_ENV: "/tmp/run/checkpoints"}
     assert _agent(launch, scenario.topology, node=1) == [
         sys.executable, "-c", AGENT_MAIN, "--nnodes", "2:3", "--nproc-per-node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", RDZV, "--rdzv-id", "trainchaos-abc",
@@ -257,10 +257,38 @@ def test_harness_storage_layout_follows_its_checkpoint_and_data_options(tmp_path
                         .workload).storage().data_file is None
 
 
-def test_a_command_keeps_its_tensors_and_storage_to_itself() -> None:
-    workload = workload_for(_scenario({"command": "python t.py", "steps": 9}).workload)
-    assert workload.tensor_catalog() is None and workload.storage() is None
+def test_a_command_keeps_its_tensors_to_itself_and_checkpoints_in_the_runs_directory() -> None:
+    workload = workload_for(_scenario({"command": "python t.py --out {ckpt_dir}", "steps": 9}).workload)
+    assert workload.tensor_catalog() is None
     assert workload.steps == 9 and workload.steps_text() == "the command trains 9 steps (workload.steps)"
+    layout = workload.storage()
+    assert layout is not None and layout.shared_checkpoint_dir("/run") == "/run/checkpoints"
+    assert not layout.node_local_checkpoints and layout.data_file is None and layout.every_steps is None
+    launch = workload.launch("/run", seed=1)
+    assert launch.worker_argv == ["t.py", "--out", "/run/checkpoints"]
+    assert launch.env == {contract.CKPT_DIR_ENV: "/run/checkpoints"}
+
+
+def test_a_command_declares_where_and_how_often_it_checkpoints() -> None:
+    workload = workload_for(_scenario({
+        "command": "python t.py --ckpt {ckpt_dir} --seed {seed} --steps {steps} --log {run_dir}/x",
+        "steps": 30, "checkpoint_dir": "ckpt/shared", "checkpoint_every_steps": 10}).workload)
+    layout = workload.storage()
+    assert layout.shared_checkpoint_dir("/run") == "/run/ckpt/shared"
+    assert layout.every_steps == 10 and layout.every_steps_key == "workload.checkpoint_every_steps"
+    launch = workload.launch("/run", seed=4)
+    assert launch.worker_argv == ["t.py", "--ckpt", "/run/ckpt/shared", "--seed", "4", "--steps", "30",
+                                  "--log", "/run/x"]
+    assert launch.env == {contract.CKPT_DIR_ENV: "/run/ckpt/shared"}
+
+
+@pytest.mark.parametrize("value", ["/abs/ckpt", "../elsewhere", "ckpt/../../x", " "])
+def test_a_checkpoint_dir_outside_the_run_is_refused_located(value: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        _scenario({"command": "python t.py", "checkpoint_dir": value})
+    text = str(info.value)
+    assert "workload.checkpoint_dir" in text and "relative to it" in text and "{ckpt_dir}" in text, text
+    assert info.value.exit_code == EXIT_BAD_INPUT
 
 
 def test_harness_tensor_catalog_names_the_model_and_optimizer_state() -> None:

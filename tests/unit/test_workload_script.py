@@ -60,10 +60,13 @@ def test_a_users_script_gets_its_args_with_the_runs_values_filled_in(kind: type[
     launch = workload.launch("/tmp/run", seed=7)
     assert launch.worker_argv == [str(script), "--out", f"/tmp/run/{contract.SHARED_CHECKPOINTS_SUBDIR}",
                                   "--lr", "0.5", "7-30"]
-    assert launch.steps_target == 30 and launch.env == {"PYTHONUNBUFFERED": "1", **kind.env}
+    assert launch.steps_target == 30 and launch.env == {
+        "PYTHONUNBUFFERED": "1", **kind.env, contract.CKPT_DIR_ENV: f"/tmp/run/{contract.SHARED_CHECKPOINTS_SUBDIR}"}
     # no regex: the script reports through its adapter, its lines are not read
     assert not launch.launcher.tee_output and workload.progress("/tmp/ev").regex is None
-    assert workload.storage() is None  # where a user's script checkpoints is its own business
+    # Undeclared, a user's script checkpoints where {ckpt_dir} says: the run's own directory.
+    layout = workload.storage()
+    assert layout is not None and layout.shared_checkpoint_dir("/tmp/run") == "/tmp/run/checkpoints"
     assert workload.steps_text() == f"the {kind.kind} script trains 30 steps (workload.{kind.kind}.steps)"
 
 
@@ -172,3 +175,34 @@ def test_lightning_kind_reads_a_ckpt_as_the_twin_hashes_the_module_and_refuses_a
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(ValueError, match="not a complete Lightning checkpoint"):
         kind.read_checkpoint(str(path))
+
+
+@pytest.mark.parametrize("kind", STACK_KINDS, ids=lambda k: k.kind)
+def test_a_script_declares_where_and_how_often_it_checkpoints(kind: type[ScriptWorkload], script: Path) -> None:
+    workload = workload_for(_scenario({kind.kind: {"script": str(script), "steps": 30, "args": ["--out", "{ckpt_dir}"],
+                                                   "checkpoint_dir": "ck", "checkpoint_every_steps": 10}}).workload)
+    layout = workload.storage()
+    assert layout is not None and layout.shared_checkpoint_dir("/r") == "/r/ck"
+    assert layout.every_steps == 10 and layout.every_steps_key == f"workload.{kind.kind}.checkpoint_every_steps"
+    launch = workload.launch("/r", seed=0)
+    assert launch.worker_argv == [str(script), "--out", "/r/ck"] and launch.env[contract.CKPT_DIR_ENV] == "/r/ck"
+    # the bundled example is given the declared directory
+    bundled = workload_for(_scenario({kind.kind: {"checkpoint_dir": "ck"}}).workload).launch("/r", seed=0)
+    assert bundled.worker_argv[bundled.worker_argv.index("--ckpt-dir") + 1] == "/r/ck"
+
+
+@pytest.mark.parametrize(("options", "where", "fragment"), [
+    ({"checkpoint_dir": "/abs"}, "checkpoint_dir", "not inside the run directory"),
+    ({"checkpoint_dir": "a/../../b"}, "checkpoint_dir", "relative to it"),
+    ({"checkpoint_dir": 3}, "checkpoint_dir", "expected a path relative to the run directory"),
+    ({"checkpoint_every_steps": 0}, "checkpoint_every_steps", "expected an int between 1"),
+    ({"checkpoint_every_steps": True}, "checkpoint_every_steps", "expected an int between 1"),
+])
+def test_a_bad_checkpoint_declaration_is_located(options: dict[str, Any], where: str, fragment: str) -> None:
+    text = _problems({"lightning": options})
+    assert f"workload.lightning.{where}" in text and fragment in text, text
+
+
+def test_a_command_key_beside_a_stack_kind_says_where_the_kind_takes_it() -> None:
+    text = _problems({"lightning": {}, "checkpoint_dir": "ck"})
+    assert "workload.checkpoint_dir" in text and "lightning's is workload.lightning.checkpoint_dir" in text, text

@@ -26,7 +26,7 @@ from chaos.schema.types import MAX_STEPS
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["CrashPoint", "LoseUnfsynced", "TornWrite"]
+__all__ = ["CrashPoint", "LoseUnfsynced", "TornWrite", "save_globs"]
 
 
 class LoseUnfsyncedParams(FaultParams):
@@ -102,9 +102,15 @@ class CrashPointParams(FaultParams):
     tier: Tier = "shared"
     """The tier whose save is watched (the durable one, normally)."""
     save_step: int = Field(ge=1, le=MAX_STEPS)
-    """The step of the save whose durability boundaries are counted (the harness names its folder step-NNNNNNNN)."""
+    """The step of the save whose durability boundaries are counted: the paths that carry it as step-NNNNNNNN (the harness's folders) or step-N (a script's step-20.pt)."""
     after: int = Field(-1, ge=-1, le=10_000)
     """Freeze the layer after this many boundaries of that save completed (0: before the first); -1: only report each boundary (storage_boundary events), the trace a sweep enumerates."""
+
+
+def save_globs(step: int) -> list[str]:
+    """The paths of the save of ``step``: the harness's ``step-00000020`` folder (and its
+    ``.tmp-step-00000020-*``), a script's ``step-20.pt`` or ``step-20/`` (not ``step-200``)."""
+    return [f"*step-{step:08d}*", f"*step-{step}", f"*step-{step}[!0-9]*"]
 
 
 @register
@@ -135,7 +141,8 @@ class CrashPoint(FaultType):
         from chaos.rundir import RunDir
 
         rundir = RunDir.of(ctx.run_dir)
-        spec = {"save": f"*step-{int(self.params['save_step']):08d}*", "after": int(self.params.get("after", -1)),
+        step = int(self.params["save_step"])
+        spec = {"save": save_globs(step), "after": int(self.params.get("after", -1)),
                 "events_dir": rundir.events, "image_dir": rundir.crash_image}
         controls = mount_controls(ctx, self)
         for control in controls:

@@ -33,8 +33,8 @@ def plan_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir:
     if not plan:
         return ()
     if layout is None:
-        raise ToolError("storage faults need a workload whose checkpoint and data paths are known "
-                        "(workload.harness); validation should have refused this scenario")
+        raise ToolError("storage faults need a workload whose checkpoint directory is known "
+                        "(its checkpoint_dir); validation should have refused this scenario")
     return tuple(StorageMount(tier=tier, track_unfsynced=track,
                               path=(layout.shared_checkpoint_dir(run_dir) if tier == "shared"
                                     else _data_copy(run_dir, layout) if tier == "data"

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["Location", "Op", "Tier", "TierParams", "check_storage", "listing", "mount_controls"]
 
 Tier = Literal["shared", "local", "data"]
-"""``shared``: the durable checkpoint tier every node sees (the harness's checkpoint.dir);
-``local``: each node's fast tier on its node-local disk (checkpoint.local_every_steps);
-``data``: the directory of the harness's data file, a copy made for the run."""
+"""``shared``: the durable checkpoint tier every node sees (the workload's checkpoint
+directory: ``checkpoint_dir`` of a command or a stack's script, the harness's checkpoint.dir);
+``local``: each node's fast tier on its node-local disk (the harness's
+checkpoint.local_every_steps); ``data``: the directory of the harness's data file, a copy
+made for the run."""
 Op = Literal["open", "create", "read", "write", "fsync", "flush", "rename", "unlink", "mkdir",
              "rmdir", "readdir", "getattr", "truncate", "statfs"]
 Location = tuple[str | int, ...]
@@ -53,7 +55,9 @@ def check_storage(params: TierParams, context: ParamsContext) -> list[tuple[Loca
     if path is not None and (path.startswith("/") or ".." in path.split("/")):
         errors.append((("path",), f"{path!r} leaves the mounted tree: a path filter is a glob "
                                   f"relative to the mount of tier {params.tier!r} (e.g. step-*/state.pt)"))
-    if path is not None:
+    workload = context.workload
+    layout = workload.storage() if workload is not None else None
+    if path is not None and layout is not None and layout.padded_step_dirs:
         for digits in _STEP_DIR.findall(path):
             if len(digits) != 8:
                 errors.append((("path",), f"{path!r} never matches: checkpoint folders are named "
@@ -61,19 +65,11 @@ def check_storage(params: TierParams, context: ParamsContext) -> list[tuple[Loca
                                f"holding state.pt; e.g. step-{int(digits):08d}/state.pt or "
                                "step-*/state.pt"))
                 break
-    layout = context.workload.storage() if context.workload is not None else None
-    if layout is None:
-        errors.append((("tier",), "storage faults need workload.harness: the tiers are the "
-                                  "harness's checkpoint directories"))
-    elif params.tier == "local" and not layout.node_local_checkpoints:
-        errors.append((("tier",), "the workload does not use the local tier (set "
-                                  "workload.harness.checkpoint.local_every_steps > 0, or a "
-                                  "checkpoint.placement with local or replicated)"))
-    elif params.tier == "data" and layout.data_file is None:
-        errors.append((("tier",), "the workload does not use a data tier: set workload.harness."
-                                  "data_stream: true and data to a path relative to the run "
-                                  "(e.g. data/corpus.txt: the run's own copy is mounted, never the "
-                                  "original)"))
+    if workload is None:
+        return errors  # the workload's own problems are reported where it is written
+    if (layout is None or (params.tier == "local" and not layout.node_local_checkpoints)
+            or (params.tier == "data" and layout.data_file is None)):
+        errors.append((("tier",), workload.storage_refusal(params.tier)))
     return errors
 
 

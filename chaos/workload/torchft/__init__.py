@@ -27,12 +27,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from chaos import contract
 from chaos.logprogress import LogProgress
 from chaos.rundir import RunDir
 from chaos.schema.types import describe_value
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
-from chaos.workload.script import ScriptOptions, ScriptWorkload, _fill
+from chaos.workload.command import fill_placeholders
+from chaos.workload.script import ScriptOptions, ScriptWorkload
 from chaos.workload.torchft.launcher import TorchrunPerGroup
 from chaos.workload.torchft.lighthouse import free_port, lighthouse_resource
 
@@ -68,7 +70,12 @@ _DOCS: dict[type, dict[str, str]] = {
                   "--steps, --seed, --pg-timeout, --timeout, --step-sleep and --chaos. A relative "
                   "path is taken from the directory trainchaos runs in.",
         "args": "Arguments after the script (after the bundled example's own); {run_dir}, {seed}, "
-                "{steps}, {pg_timeout_s} and {timeout_s} are replaced by the run's values.",
+                "{steps}, {ckpt_dir}, {pg_timeout_s} and {timeout_s} are replaced by the run's values.",
+        "checkpoint_dir": "Where your script saves checkpoints, relative to the run directory (null: "
+                          "`checkpoints`; the bundled example keeps none, so storage faults need "
+                          "a script that does): given to it as {ckpt_dir} in args and in "
+                          "$" + contract.CKPT_DIR_ENV + "; storage faults (tier: shared) and "
+                          "`trainchaos run --crash-points` act on it.",
         "pg_timeout_s": "The bundled example's ProcessGroupGloo timeout: how long a collective "
                         "waits for a dead group before the step is abandoned (the survivors' "
                         "stall is bounded below by it).",
@@ -182,15 +189,25 @@ class TorchftWorkload(ScriptWorkload):
         return {**shared, **_DOCS.get(section, {})}
 
     def storage(self) -> StorageLayout | None:
-        """None: the bundled example keeps no checkpoint (a group heals from a live peer)."""
-        return None
+        """None for the bundled example, which keeps no checkpoint (a group heals from a live
+        peer); a user's script, or one given ``checkpoint_dir``, keeps them where declared."""
+        if self.bundled and self.options.checkpoint_dir is None:
+            return None
+        return super().storage()
+
+    def storage_refusal(self, tier: str) -> str:
+        if self.storage() is not None:
+            return super().storage_refusal(tier)
+        return ("the bundled torchft example keeps no checkpoint (a group heals from a live peer): "
+                "give workload.torchft.script, a script that checkpoints, and its "
+                "workload.torchft.checkpoint_dir")
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, run_dir: str, seed: int) -> Launch:
         opts = self.options
-        values = {"{run_dir}": run_dir, "{seed}": str(seed), "{steps}": str(self.steps or ""),
+        values = {**self.run_values(run_dir, seed),
                   "{pg_timeout_s}": f"{opts.pg_timeout_s:g}", "{timeout_s}": f"{opts.timeout_s:g}"}
-        args = [_fill(a, values) for a in opts.args or ()]
+        args = [fill_placeholders(a, values) for a in opts.args or ()]
         given = (["--steps", str(self.steps), "--seed", str(seed), "--pg-timeout", f"{opts.pg_timeout_s:g}",
                   "--timeout", f"{opts.timeout_s:g}", "--step-sleep", f"{opts.step_sleep_s:g}", "--chaos"]
                  if self.bundled else [])
@@ -204,7 +221,8 @@ class TorchftWorkload(ScriptWorkload):
             program=_lighthouse_program() or "torchft_lighthouse")
         launcher = TorchrunPerGroup((script, *given, *args), tee_output=opts.progress_regex is not None,
                                     lighthouse_port=port)
-        return Launch(launcher, steps_target=self.steps or 0, env=dict(self.env), resources=(resource,))
+        return Launch(launcher, steps_target=self.steps or 0, env={**self.env, **self.ckpt_env(run_dir)},
+                      resources=(resource,))
 
     def progress(self, events_dir: str) -> LogProgress:
         """Step lines by ``progress_regex`` when given, with every worker exit the agents
