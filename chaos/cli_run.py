@@ -50,7 +50,8 @@ __all__ = ["bench_stacks", "run"]
                    "its own; lists every boundary and its outcome (docs/checkers.md).")
 @click.option("--crash-save-step", type=click.IntRange(1), default=None, metavar="N",
               help="With --crash-points: the save whose boundaries are swept [default: the "
-                   "harness's second, 2 x checkpoint.every_steps].")
+                   "workload's second, 2 x its declared cadence: the harness's "
+                   "checkpoint.every_steps, checkpoint_every_steps of the others].")
 @click.option("--crash-after", "crash_after", default=None, metavar="K,K,...",
               help="With --crash-points: lose power only after these boundaries (0: before the "
                    "first), e.g. to re-check the ones a sweep found wrong [default: every one].")
