@@ -84,7 +84,9 @@ class CommandWorkload(Workload):
         return {
             "command": (str, Field(None, min_length=1, description=(
                 "Your own training command, started on each node by torchrun; it reports "
-                "progress through chaos.probe or, with progress_regex, through its log lines."))),
+                "progress through chaos.probe or, with progress_regex, through its log lines. "
+                "{run_dir}, {seed}, {steps} and {ckpt_dir} in it are replaced by the run's "
+                "directory, seed, steps and checkpoint directory (checkpoint_dir)."))),
             "progress_regex": (Annotated[str, AfterValidator(check_progress_regex)], Field(None, description=(
                 "Only with command: a regular expression applied to its log lines, with a named "
                 "group `step` (required) and `loss` (optional)."))),
@@ -95,8 +97,7 @@ class CommandWorkload(Workload):
                 "Only with command: where it saves checkpoints, relative to the run directory "
                 "(null: `checkpoints`). The command learns it as {ckpt_dir} in its command line "
                 "and in $" + contract.CKPT_DIR_ENV + "; storage faults (tier: shared) and "
-                "`trainchaos run --crash-points` act on it. {run_dir}, {seed} and {steps} are "
-                "filled in too."))),
+                "`trainchaos run --crash-points` act on it."))),
             "checkpoint_every_steps": (int, Field(None, ge=1, le=MAX_COMMAND_STEPS, description=(
                 "Only with command: how often it saves, in steps; `run --crash-points` then "
                 "sweeps its second save by default (else give --crash-save-step)."))),
