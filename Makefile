@@ -13,7 +13,7 @@ DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command 
 DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode demo slurm-demo test test-stress test-unit test-integration lint bench clean
+.PHONY: install bytecode demo slurm-demo test test-stress test-fuzz test-unit test-integration lint bench clean
 
 install: $(STAMP)
 
@@ -82,6 +82,15 @@ test-stress: bytecode
 	$(BIN)/python -m pytest $(STRESS_TESTS) -q -p no:cacheprovider -m integration --timeout 1800 \
 	  --stress-hogs $(STRESS_HOGS) --count $(STRESS_COUNT) --repeat-scope function \
 	  --durations=25 --timeline $(STRESS_TIMELINE) $(if $(filter-out 1,$(STRESS_JOBS)),-n $(STRESS_JOBS))
+
+# The long fuzz soak: FUZZ_EXAMPLES scenario documents drawn from `trainchaos schema` and
+# mutated, each through what validate and run --dry-run do (make test runs 1,000 with a fixed
+# seed). It prints the documents, rejections by location, escapes and the time per document
+# (p50/p99/max); docs/testing.md ("Fuzzing") has the last figures. Exit 1 on any escape.
+FUZZ_EXAMPLES ?= 100000
+FUZZ_SEED ?= 0
+test-fuzz: bytecode
+	$(BIN)/python tests/fuzz_soak.py --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 test-unit: bytecode
 	$(BIN)/python -m pytest tests/unit -q

@@ -71,7 +71,7 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
         if given is not None and not crash_points:
             raise click.UsageError(f"{option} needs --crash-points")
     if crash_points:
-        _crash_points(paths, out_dir, crash_save_step, _boundaries(crash_after), dry_run)
+        _crash_points(paths, out_dir, crash_save_step, _boundaries(crash_after), dry_run, check_host)
         return
     try:
         variation = parse_variation(compare_spec) if compare_spec else None
@@ -122,14 +122,14 @@ def _boundaries(text: str | None) -> list[int] | None:
 
 
 def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | None,
-                  points: list[int] | None, dry_run: bool) -> None:
+                  points: list[int] | None, dry_run: bool, check_host: bool) -> None:
     """``run --crash-points``: the durability sweep of each scenario (chaos.crashsweep)."""
     from chaos.crashsweep import run_sweeps
     from chaos.interrupts import installed
 
     out_dir = out_dir or os.path.join("reports", _suite_name(paths) + "-crash-points")
     with installed():
-        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points))
+        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points, check_host))
 
 
 def _exit_code(outcome: SuiteOutcome) -> int:

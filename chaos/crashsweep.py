@@ -54,7 +54,7 @@ from chaos.scenario import parse_scenario
 from chaos.workload import workload_for
 
 __all__ = ["BoundaryOutcome", "SweepResult", "classify", "crash_point_sweep", "default_save_step", "run_sweeps",
-           "sweep_table"]
+           "sweep_plan", "sweep_table"]
 
 SWEEP_FILE = "crash_points.json"
 WRITER_NODE = 0
@@ -282,22 +282,62 @@ def sweep_table(result: SweepResult) -> list[str]:
     return rows
 
 
+def sweep_plan(scenarios: Sequence[Scenario], save_step: int | None,
+               points: Sequence[int] | None = None) -> tuple[dict[str, int], list[Scenario]]:
+    """The one judge of what a sweep can serve, asked by ``--dry-run`` and by the real run
+    before anything starts: each scenario's save step, and the scenarios of its trace and
+    crash runs, each validated as the real run builds it (a backend or workload the storage
+    layer cannot serve is refused here, not after the twin). Raises ScenarioError (exit 2)
+    with every problem, located in the scenario's file."""
+    from chaos.errors import ScenarioError, ValidationIssue
+
+    steps: dict[str, int] = {}
+    runs: list[Scenario] = []
+    issues: list[ValidationIssue] = []
+    for sc in scenarios:
+        step = save_step or default_save_step(sc)
+        if step is None or workload_for(sc.workload).storage() is None:
+            issues.append(ValidationIssue(sc.path, *_no_default_save(sc)))
+            continue
+        steps[sc.name] = step
+        faults = [[_arm(step, -1)]] + [[_arm(step, after), _power_loss()]
+                                       for after in sorted(set(points if points is not None else [1]))]
+        try:
+            runs += [_variant(sc, f"{sc.name}-sweep", run) for run in faults]
+        except ScenarioError as exc:
+            # The location is in the run the sweep writes: its faults, not the file's.
+            issues += [ValidationIssue(sc.path, _sweep_location(i.location, faults[-1]),
+                                       f"--crash-points cannot sweep this scenario: {i.message}")
+                       for i in exc.issues]
+    if issues:
+        raise ScenarioError(list(dict.fromkeys(issues)))
+    return steps, runs
+
+
+def _sweep_location(location: str, faults: list[dict[str, Any]]) -> str:
+    """``faults[0].type`` of a sweep's run as the sweep's fault it is (``crash_point.type``)."""
+    head, dot, rest = location.partition(".")
+    for index, fault in enumerate(faults):
+        if head == f"faults[{index}]":
+            return f"{fault['type']}{dot}{rest}"
+    return location
+
+
 def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: bool,
-               echo: Callable[[str], None], points: Sequence[int] | None = None) -> int:
+               echo: Callable[[str], None], points: Sequence[int] | None = None,
+               check_host: bool = True) -> int:
     """``trainchaos run --crash-points PATHS``: each scenario's sweep (of ``points`` only,
     ``--crash-after``, when given), its table; the exit code (1 when a boundary is not
-    ``ok``; 2, nothing started, when a save cannot be chosen)."""
-    from chaos.errors import EXIT_OK, EXIT_TARGET_MISSED, ScenarioError, ValidationIssue
+    ``ok``; 2, nothing started, when ``sweep_plan`` or the host refuses). ``check_host``:
+    with ``dry_run``, the preflight too (the real run always does it)."""
+    from chaos.errors import EXIT_OK, EXIT_TARGET_MISSED
     from chaos.scenario import load_suite
     from chaos.suite import preflight
 
     scenarios = load_suite(paths)
-    steps: dict[str, int] = {}
-    for sc in scenarios:
-        step = save_step or default_save_step(sc)
-        if step is None or workload_for(sc.workload).storage() is None:
-            raise ScenarioError([ValidationIssue(sc.path, *_no_default_save(sc))])
-        steps[sc.name] = step
+    steps, runs = sweep_plan(scenarios, save_step, points)
+    if check_host or not dry_run:
+        preflight(runs)  # the runs the sweep starts: their backend, the sweep's faults
     if dry_run:
         where = ("per durability boundary of it" if points is None else
                  "after each of its durability boundaries " + ", ".join(map(str, sorted(set(points)))))
@@ -305,7 +345,6 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
             echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then one power "
                  f"loss ({_sweep().power_loss_type}) {where}")
         return EXIT_OK
-    preflight(scenarios)
     code = EXIT_OK
     for sc in scenarios:
         result = crash_point_sweep(sc, os.path.join(out_dir, sc.name), steps[sc.name],

@@ -72,7 +72,7 @@ def read_yaml(path: str, issues: list[ValidationIssue], what: str = "a YAML file
         # The reader checks every character as it is built: a NUL byte raises here.
         loader = _Loader(text)
     except yaml.YAMLError as exc:
-        issues.append(_yaml_issue(path, exc))
+        issues.append(_yaml_issue(path, exc, text))
         return UNREADABLE
     try:
         node = loader.get_single_node()
@@ -92,7 +92,9 @@ def read_yaml(path: str, issues: list[ValidationIssue], what: str = "a YAML file
         issues.append(ValidationIssue(path, "", "invalid YAML: nested too deeply"))
         return UNREADABLE
     except ValueError as exc:  # e.g. an integer beyond Python's 4,300-digit conversion limit
-        issues.append(ValidationIssue(path, "", f"invalid YAML: {str(exc)[:200]}"))
+        digits = re.search(r"\d{4300,}", text)  # the error names no place: the longest digits are it
+        issues.append(ValidationIssue(path, _line_column(text, digits.start()) if digits else "",
+                                      f"invalid YAML: {str(exc)[:200]}"))
         return UNREADABLE
     finally:
         loader.dispose()
@@ -125,9 +127,16 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return memo[id(node)]
 
 
-def _yaml_issue(path: str, exc: yaml.YAMLError) -> ValidationIssue:
+def _line_column(text: str, position: int) -> str:
+    line = text.count("\n", 0, position)
+    return f"line {line + 1}, column {position - (text.rfind(chr(10), 0, position) + 1) + 1}"
+
+
+def _yaml_issue(path: str, exc: yaml.YAMLError, text: str = "") -> ValidationIssue:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     location = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    if mark is None and isinstance(getattr(exc, "position", None), int):  # the reader's: a character it refuses
+        location = _line_column(text, exc.position)
     problem = getattr(exc, "problem", None)
     context = getattr(exc, "context", None)
     if problem:

@@ -58,7 +58,8 @@ def config_from_mapping(data: dict[str, Any], where: str = "harness") -> Harness
             names = {f.name for f in dataclasses.fields(section)}
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}.{key}: expected a mapping with keys {', '.join(sorted(names))}")
-            unknown = sorted(set(value) - names)
+            # key=str: a YAML mapping may mix key types ({1: 2, foo: 3}), which do not sort together.
+            unknown = sorted(set(value) - names, key=str)
             if unknown:
                 raise ConfigError(
                     f"{where}.{key}.{unknown[0]}: unknown option; allowed: {', '.join(sorted(names))}"

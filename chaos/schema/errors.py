@@ -64,7 +64,8 @@ class Problem:
 def location(path: Iterable[str | int]) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        key = str(part) or "''"  # an empty key (`'': 1`) still has a place to name
+        out += f"[{part}]" if isinstance(part, int) else (f".{key}" if out else key)
     return out
 
 

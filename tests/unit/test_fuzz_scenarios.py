@@ -10,9 +10,7 @@ and 200 MB, with a bounded message. A fixed example budget keeps it in ``make te
 from __future__ import annotations
 
 import copy
-import resource
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.plan import make_plan
 from chaos.scenario import load_scenario, parse_scenario
-
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted(p for p in (REPO / "scenarios").rglob("*.yaml") if "scale" not in p.parts)
-DOCUMENTS = [yaml.safe_load(p.read_text()) for p in SHIPPED]
+from tests.unit._fuzz_support import (
+    DOCUMENTS,
+    SHIPPED,
+    hostile_documents,
+    judge,
+    paths_of,
+    problems,
+    write,
+)
+from tests.unit._fuzz_support import leaf as _leaf
 
 
 def setup_module() -> None:
@@ -35,104 +38,14 @@ def setup_module() -> None:
     for path in SHIPPED:
         load_scenario(str(path))
 
-_leaf = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(min_value=-(10**400), max_value=10**400),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=50), st.text(min_size=2000, max_size=5000, alphabet="xé😀\u202e"),
-    st.sampled_from(["kill_rank", "rank", "node", "rack", "power_domain", "at_step", "SIGKILL",
-                     "matches_baseline", "local", "harness", "python train.py 'unclosed"]),
-)
-_value = st.recursive(_leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=4)),
-    max_leaves=12)
-
-
-def _deep(depth: int) -> Any:
-    value: Any = 1
-    for i in range(depth):
-        value = [value] if i % 2 else {"k": value}
-    return value
-
-
-def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for k, v in node.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
-def _set(doc: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return value
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = value
-    return doc
-
-
-@st.composite
-def hostile_documents(draw: st.DrawFn) -> str:
-    doc = copy.deepcopy(draw(st.sampled_from(DOCUMENTS)))
-    for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(doc)
-        path = draw(st.sampled_from(paths))
-        kind = draw(st.sampled_from(["replace", "deep", "shared", "unknown_key", "drop", "big_key"]))
-        if kind == "replace":
-            doc = _set(doc, path, draw(_value))
-        elif kind == "deep":
-            doc = _set(doc, path, _deep(draw(st.integers(50, 1000))))
-        elif kind == "shared":  # yaml.dump writes one anchor and many aliases
-            shared = [draw(_leaf)] * 10
-            doc = _set(doc, path, [shared] * draw(st.integers(2, 50)))
-        elif kind == "unknown_key" and isinstance(doc, dict):
-            doc[draw(st.text(min_size=1, max_size=30))] = draw(_value)
-        elif kind == "drop" and path:
-            parent = doc
-            for key in path[:-1]:
-                parent = parent[key]
-            if isinstance(parent, dict):
-                parent.pop(path[-1], None)
-        elif kind == "big_key" and isinstance(doc, dict):
-            doc["k" * draw(st.integers(1000, 50_000))] = 1
-    try:
-        text = yaml.dump(doc, allow_unicode=True, sort_keys=False)
-    except (RecursionError, ValueError):
-        text = "name: x\nseed: " + "9" * 5000 + "\n"
-    if draw(st.booleans()) and text:  # raw damage: the text is cut and a stray character put in
-        cut = draw(st.integers(0, len(text)))
-        text = text[:cut] + draw(st.sampled_from(["\t", ":", "[", "'", "&a", "*a", "\x00", "{"])) + text[cut:]
-    return text
-
 
 @settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(text=hostile_documents())
 def test_hostile_scenarios_end_in_a_scenario_or_a_located_error(text: str, tmp_path_factory) -> None:
-    path = tmp_path_factory.mktemp("fuzz") / "scenario.yaml"
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    try:
-        scenario = load_scenario(str(path))
-        make_plan(scenario, scenario.seed)  # what `run --dry-run` does next
-    except ScenarioError as exc:
-        assert exc.exit_code == EXIT_BAD_INPUT
-        message = str(exc)
-        assert message and "Traceback" not in message
-        assert len(message) <= (len(str(path)) + 700) * max(1, len(exc.issues)), "messages must be bounded"
-    finally:
-        elapsed = time.perf_counter() - t0
-    # The process's peak resident size only grows: more than 200 MB above the peak before
-    # this example means validation itself took that much.
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
-    assert elapsed < 2.0, f"validation took {elapsed:.1f} s"
-    assert grown_mb < 200, f"validation grew the process by {grown_mb:.0f} MB"
+    path = write(text, tmp_path_factory.mktemp("fuzz"))
+    verdict = judge(path)
+    assert not problems(verdict, path), (problems(verdict, path), text[:500])
 
 
 # --------------------------------------------------------------------------- the four classes
@@ -154,7 +67,7 @@ def _load_text(tmp_path_factory, text: str) -> tuple[ScenarioError | None, float
 def _mappings(doc: Any) -> list[tuple]:
     """Paths of every mapping in a document (the top level included)."""
     out = []
-    for path in _paths(doc):
+    for path in paths_of(doc):
         node = doc
         for part in path:
             node = node[part]
