@@ -38,13 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from chaos import probe  # noqa: E402
-from chaos.events import read_events  # noqa: E402
 from chaos.metrics import BaselineInfo, RunInfo, compute_metrics  # noqa: E402
 from chaos.metrics.families.data import baseline_samples  # noqa: E402
 from chaos.metrics.family import RunContext  # noqa: E402
 from chaos.metrics.registry import families  # noqa: E402
 from chaos.metrics.timeline import Timeline  # noqa: E402
-from chaos.rundir import RunDir  # noqa: E402
+from chaos.runfiles.events import read_events  # noqa: E402
+from chaos.runfiles.rundir import RunDir  # noqa: E402
 
 CHECKERS = ("data", "reload", "freshness")
 GOAL = 0.02

@@ -41,12 +41,12 @@ import tempfile
 import time
 
 from chaos import contract
-from chaos.events import read_events
-from chaos.procs import find_run_processes, kill_pids
-from chaos.rollback import read_records
-from chaos.run import run_scenario_once
-from chaos.scenario import parse_scenario
-from chaos.telemetry import EventTailer
+from chaos.runfiles.events import read_events
+from chaos.runfiles.rollback import read_records
+from chaos.runfiles.telemetry import EventTailer
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import parse_scenario
+from chaos.util.procs import find_run_processes, kill_pids
 
 
 def _scenario(name: str, harness: dict, faults: list | None = None, timeout_s: float = 240,

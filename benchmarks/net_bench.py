@@ -30,11 +30,11 @@ import time
 import uuid
 
 from chaos.cluster.netns import FABRIC_MTU
-from chaos.cluster.resources import RunResources
-from chaos.events import read_events
 from chaos.net import fabric, linkemu
-from chaos.run import run_scenario_once
-from chaos.scenario import parse_scenario
+from chaos.runfiles.events import read_events
+from chaos.runfiles.resources import RunResources
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import parse_scenario
 
 _SERVER = """
 import socket, sys, time

@@ -84,7 +84,7 @@ def _worker(rank: int, port: int, run_dir: str, args: dict, out: str) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    from chaos.bitflip_bits import flip_
+    from chaos.probe.bitflip_bits import flip_
     from harness.config_load import config_from_mapping
     from harness.dist import DistEnv
     from harness.sdc import update_fingerprint, words_of

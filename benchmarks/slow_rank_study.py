@@ -26,10 +26,10 @@ import os
 import statistics
 import sys
 
-from chaos.events import read_events
 from chaos.probe import RampProfile
-from chaos.run import run_scenario_once
-from chaos.scenario import load_scenario
+from chaos.runfiles.events import read_events
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import load_scenario
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), os.pardir, "scenarios", "process")
 THROTTLED = os.path.join(SCENARIOS, "thermal-throttle.yaml")

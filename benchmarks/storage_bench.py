@@ -46,9 +46,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.cluster.resources import RunResources  # noqa: E402
+from chaos.cluster.mounts import FuseMount  # noqa: E402, F401  (registers the fuse_mount kind)
+from chaos.runfiles.resources import RunResources  # noqa: E402
 from chaos.storage.control import MountControl  # noqa: E402
-from chaos.storage.mounts import FuseMount  # noqa: E402, F401  (registers the fuse_mount kind)
 from harness.checkpoint import CheckpointManager  # noqa: E402
 from harness.config import ModelConfig  # noqa: E402
 from harness.model import build_model, build_optimizer  # noqa: E402

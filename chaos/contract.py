@@ -90,7 +90,7 @@ rank's environment (what ``/proc/<pid>/environ`` shows: ``harness.procenv``)."""
 LOCAL_TIER_SUBDIR = "checkpoints"
 """The node-local checkpoint tier: ``$TRAINCHAOS_NODE_LOCAL_DIR/checkpoints``."""
 
-# -- the run directory, as both sides name its parts (the rest: ``chaos.rundir``) ------------
+# -- the run directory, as both sides name its parts (the rest: ``chaos.runfiles.rundir``) ------------
 
 EVENTS_SUBDIR = "events"
 """``<run_dir>/events``: what EVENTS_DIR_ENV points to; the controller tails it."""
@@ -99,7 +99,7 @@ SHARED_CHECKPOINTS_SUBDIR = "checkpoints"
 the job writes it, the controller's storage faults and mounts find it there."""
 HOLDS_SUBDIR = "holds"
 """``<run_dir>/holds/<fault id>``: the controller's word that an external fault is in effect,
-which a rank holding at the fault's step waits for (``chaos.hold``)."""
+which a rank holding at the fault's step waits for (``chaos.probe.hold``)."""
 
 # -- controller side only (named here so that every TRAINCHAOS_* name has one home) ----------
 

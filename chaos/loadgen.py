@@ -2,7 +2,7 @@
 
 ``python -m chaos.loadgen KIND --workers N [--join-cgroups-of PID] [--dir D] [--size-mb M]``
 runs until killed; the ``noisy_neighbor`` fault starts it as a run-scoped helper process
-(``chaos.cluster.resources.HelperProcess``: journaled first, killed by the run's teardown
+(``chaos.runfiles.resources.HelperProcess``: journaled first, killed by the run's teardown
 and by ``trainchaos cleanup``). Kinds:
 
 ``cpu``        busy loops, one process per worker (Python threads would share one GIL);

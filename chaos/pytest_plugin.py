@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from chaos.model import Scenario
-    from chaos.record import MetricsRecord, Outcome, RunRecord, Verdict
+    from chaos.model.scenario import Scenario
+    from chaos.runfiles.record import MetricsRecord, Outcome, RunRecord, Verdict
 
 __all__ = ["RunResult", "ScenarioFailed", "ScenarioMissedTarget", "ScenarioResult", "TrainchaosRunner",
            "run_scenarios"]
@@ -112,7 +112,7 @@ class RunResult:
     def of(cls, record: RunRecord) -> RunResult:
         """The result of the run ``record`` describes, its files where the record says."""
         from chaos.report import RUN_HTML
-        from chaos.rundir import RunDir
+        from chaos.runfiles.rundir import RunDir
 
         run_dir = Path(str(record.run_dir or "."))
         page = run_dir / RUN_HTML
@@ -171,8 +171,8 @@ def run_scenarios(scenarios: list[Scenario], out_dir: str | os.PathLike[str], *,
                   suite_reports: bool = True) -> list[ScenarioResult]:
     """Run scenarios as ``trainchaos run`` does (baselines, repeats, reports, faults reverted
     on Ctrl-C) and return one typed result per scenario."""
-    from chaos.interrupts import installed
-    from chaos.suite import preflight, run_suite
+    from chaos.runner.suite import preflight, run_suite
+    from chaos.util.interrupts import installed
 
     preflight(scenarios)
     with installed():
@@ -209,7 +209,7 @@ class TrainchaosRunner:
     def suite(self, path: str | os.PathLike[str], *, repeat: int | None = None,
               seed: int | None = None) -> list[ScenarioResult]:
         """Run every scenario of a file, directory or suite file."""
-        from chaos.scenario import load_suite
+        from chaos.scenario.load import load_suite
 
         scenarios = load_suite([os.fspath(path)])
         self._calls += 1
@@ -279,7 +279,7 @@ class _ScenarioCollector:
     path: Path
 
     def collect(self) -> Iterator[ScenarioItem]:
-        from chaos.scenario import load_suite
+        from chaos.scenario.load import load_suite
 
         for scenario in load_suite([str(self.path)]):
             # ignore: the parent is a pytest.Directory or pytest.File (the classes below mix

@@ -16,7 +16,7 @@ stdin ``/dev/null`` and the node log as stdout and stderr, nothing else open, th
 environment (``/proc/<pid>/environ`` too: written into the room the server was started with,
 ``harness.procenv``), the run directory as its working directory; its command line is the
 agent's (``python -c <agent program> <torchrun options>``, written over the room of the
-server's argument area: ``ps``, ``chaos.procs`` and ``harness.quarantine.agent_pid`` see an
+server's argument area: ``ps``, ``chaos.util.procs`` and ``harness.quarantine.agent_pid`` see an
 agent). Then the agent's program runs as ``python -c`` runs it (``__main__``, ``sys.argv``
 ``['-c', ...]``, ``sys.path[0]`` ``''``) and forks its node's zygote as before, with nothing
 left to import.

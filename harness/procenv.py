@@ -5,7 +5,7 @@ A process forked from the warm-start zygote (``harness.zygote``) inherits the zy
 environment block: ``/proc/<pid>/environ`` reads the bytes between the kernel's
 ``env_start`` and ``env_end`` of the process, which ``execve`` filled and nothing moves
 afterwards. trainchaos finds a rank, and the storage fault layer attributes a write to
-one, by the ``RANK`` and ``TRAINCHAOS_*`` variables it reads there (``chaos.procs``,
+one, by the ``RANK`` and ``TRAINCHAOS_*`` variables it reads there (``chaos.util.procs``,
 ``chaos.storage.daemon``). So the rank's environment is written into that block, in place,
 as ``setproctitle`` rewrites a process's argv: the node's agent, which forks the zygote, is
 started with spare room in its environment for it (``ENV_ROOM_BYTES``).
@@ -82,7 +82,7 @@ def set_environ(env: dict[str, str]) -> bool:
 
 
 def set_cmdline(argv: list[str]) -> bool:
-    """Make ``argv`` what ``/proc/<pid>/cmdline`` shows (``ps``, ``chaos.procs``), written over
+    """Make ``argv`` what ``/proc/<pid>/cmdline`` shows (``ps``, ``chaos.util.procs``), written over
     this process's argument area in place and NUL-padded (its last byte stays NUL, so the
     kernel reads the area as arguments; readers skip the empty ones). Whole arguments only;
     False when not all of them fit."""

@@ -25,7 +25,7 @@ The design, and why (fault semantics stay honest):
   The zygote drops everything of the agent's but stdout and stderr (stdin is
   ``/dev/null``, other descriptors closed, as when it was the agent's subprocess) and
   writes its own command line over the agent's (``harness.procenv.set_cmdline``:
-  ``python -u -m harness.zygote serve <agent pid>``), so ``ps``, ``chaos.procs`` and a
+  ``python -u -m harness.zygote serve <agent pid>``), so ``ps``, ``chaos.util.procs`` and a
   rank's search for its agent see the zygote, not a second torchrun. Its environment is
   the agent's, the run's id included, with room for the ranks' own
   (``TorchrunPerNode.node_env``), which the agent takes out of what its workers inherit.
@@ -47,7 +47,7 @@ The design, and why (fault semantics stay honest):
   (SIGSTOP) freezes the training process, not a proxy. Exec'ing the rank in the client
   would keep one pid but pay the imports again; a child that only reported its pid while
   the client trained would not be the process the fault hits.
-- Processes found by their environment (``chaos.procs``: a rank that has not announced
+- Processes found by their environment (``chaos.util.procs``: a rank that has not announced
   itself yet, a node's processes, cleanup; the storage fault layer's caller) see the truth:
   the child writes the rank's environment into its ``/proc/<pid>/environ``
   (``harness.procenv``) and the client removes ``RANK`` from its own, so the rank is the
@@ -420,7 +420,7 @@ def run_rank(module: str, argv: list[str]) -> int:
         print(f"{_LOG} the zygote did not start the rank: {why}", file=sys.stderr)
         return 1
     pid = int(reply["pid"])
-    # The rank carries RANK; its proxy must not look like it (chaos.procs finds ranks by it).
+    # The rank carries RANK; its proxy must not look like it (chaos.util.procs finds ranks by it).
     from harness import procenv
 
     procenv.set_environ({k: v for k, v in env.items() if k != "RANK"})

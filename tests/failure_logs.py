@@ -1,7 +1,7 @@
 """A failed integration test's report carries what its runs' node logs say went wrong.
 
 Why: CI keeps only pytest's output; the run directories under the test's tmp_path, with the
-torchrun agents' and the ranks' logs (``<run>/logs/node-N.log``, chaos.rundir), are gone with its machine.
+torchrun agents' and the ranks' logs (``<run>/logs/node-N.log``, chaos.runfiles.rundir), are gone with its machine.
 A test that fails there once in twenty runs (a stack's in-process restart that met a port
 in use, a rendezvous that restarted a healthy group) could only be guessed at from its
 assertion. The lines kept are the ones that tell a run's story: errors and tracebacks'
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.rundir import LOGS_SUBDIR
+from chaos.runfiles.rundir import LOGS_SUBDIR
 
 SECTION = "run logs (the test's node logs: errors, restarts, rendezvous)"
 LINES_PER_FILE = 25

@@ -46,7 +46,7 @@ def main() -> int:
                         help="stop drawing after this long and print the figures of what ran")
     args = parser.parse_args()
 
-    from chaos.scenario import load_scenario
+    from chaos.scenario.load import load_scenario
 
     load_scenario(str(SHIPPED[0]))  # torch's import before any clock
     started = time.monotonic()

@@ -1,11 +1,11 @@
 """Checkpoint formats, by name: how the checkpoint checkers read what a job saved, whatever
 kind of job saved it (docs/checkers.md, "Checkpoint formats").
 
-The freshness checker (``chaos.freshness``) and the crash-point sweep (``chaos.crashsweep``)
+The freshness checker (``chaos.runner.freshness``) and the crash-point sweep (``chaos.runner.crashsweep``)
 ask the workload (``Workload.read_checkpoint`` / ``audit_checkpoints``); a kind without a
 reader of its own reads by format: the one the kind declares (``Workload.checkpoint_format``),
 else the one whose layout the path shows (``detect``, in ``precedence`` order). The built-in
-formats are listed here as module names (``chaos.registry``), imported on first use, each
+formats are listed here as module names (``chaos.util.registry``), imported on first use, each
 registering itself; another package adds one through the entry-point group
 ``trainchaos.checkpoint_formats``, a module in ``TRAINCHAOS_PLUGINS`` or ``register_format``.
 ``TRAINCHAOS_CHECKPOINT_FORMAT`` (a format's name, or a hook ``module:function``:
@@ -22,7 +22,7 @@ from chaos.ckptformat.base import CheckpointFormat
 from chaos.ckptformat.hook import HookFormat
 from chaos.ckptformat.records import CheckpointAudit, CheckpointImage, LoadedState
 from chaos.errors import ScenarioError, ValidationIssue
-from chaos.registry import Registry
+from chaos.util.registry import Registry
 
 __all__ = ["ENTRY_POINT_GROUP", "FORMATS", "FORMAT_ENV", "CheckpointAudit", "CheckpointFormat",
            "CheckpointImage", "LoadedState", "audit_checkpoints", "check_format_env", "chosen_format",

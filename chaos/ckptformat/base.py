@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from chaos.ckptformat.records import CheckpointAudit, CheckpointImage, LoadedState
-from chaos.probe_digest import state_dict_digest
+from chaos.probe.digest import state_dict_digest
 
 __all__ = ["MODEL_KEYS", "POINTER_FILES", "STEP_KEYS", "CheckpointFormat", "files_with", "model_state",
            "recorded_step", "step_from_name", "text_pointer", "unusable"]

@@ -16,7 +16,7 @@ class CheckpointImage:
 
     step: int | None
     """The step the checkpoint claims (its own record of it, else its name); None: it records
-    none, and the step its ``ckpt_save_end`` event reported is taken (``chaos.freshness``)."""
+    none, and the step its ``ckpt_save_end`` event reported is taken (``chaos.runner.freshness``)."""
     digest: str
     """``chaos.probe.state_dict_digest`` of the model state it holds: equal to the twin's
     ``state_digest`` at a step exactly when the weights are bitwise those of that step."""

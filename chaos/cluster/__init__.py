@@ -3,7 +3,7 @@
 A backend starts the nodes of one run and answers the questions the runner, the faults and
 cleanup ask (``chaos.cluster.base.ClusterBackend``); what it can do beyond that it declares
 as capabilities (``chaos.cluster.capabilities``). Nothing outside this package names a
-concrete backend: they are looked up here, in a registry (``chaos.registry``) that lists the
+concrete backend: they are looked up here, in a registry (``chaos.util.registry``) that lists the
 built-in ones as module names and takes others from ``TRAINCHAOS_PLUGINS`` and the
 ``trainchaos.backends`` entry point group.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from chaos.registry import Registry
+from chaos.util.registry import Registry
 
 if TYPE_CHECKING:
     from chaos.cluster.base import ClusterBackend

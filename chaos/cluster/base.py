@@ -24,16 +24,16 @@ from pydantic import BaseModel
 
 from chaos.cluster.capabilities import describe, has, missing
 from chaos.errors import ToolError
-from chaos.model import Topology
-from chaos.schema.types import StrictModel
-from chaos.targets import ResolvedTarget, parse_target
+from chaos.model.scenario import Topology
+from chaos.model.targets import ResolvedTarget, parse_target
+from chaos.model.types import StrictModel
 
 if TYPE_CHECKING:
     from typing_extensions import TypeForm
 
-    from chaos.cluster.resources import RunResources
-    from chaos.model import Scenario
+    from chaos.model.scenario import Scenario
     from chaos.probe import Probe
+    from chaos.runfiles.resources import RunResources
 
 C = TypeVar("C")
 
@@ -263,7 +263,7 @@ class ClusterBackend(ABC):
     # -- targets --------------------------------------------------------------------------
     def resolve(self, target: dict[str, Any]) -> ResolvedTarget:
         """A planned target (``{rank: 3}``, ``{nodes: [0, 1]}``, ``{rack: r1}``...) resolved
-        against the live rank -> node map (its form's ``resolve``, ``chaos.targets``);
+        against the live rank -> node map (its form's ``resolve``, ``chaos.model.targets``);
         raises TargetUnavailable when nothing of it lives."""
         return parse_target(target).resolve(self)
 

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import PREFIX, Leftover, ResourceKind, register_kind
+from chaos.runfiles.resources import PREFIX, Leftover, ResourceKind, register_kind
 
 __all__ = ["CgroupDir", "cgroup_path", "cgroup_procs", "move_to", "oom_kills", "own_cgroup"]
 

@@ -60,14 +60,14 @@ from chaos.cluster.docker_engine import (
 from chaos.cluster.docker_options import DockerOptions, preflight_problems
 from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle
 from chaos.cluster.local import LocalCluster
-from chaos.cluster.resources import scratch_base, tmp_dir_for
-from chaos.rundir import RunDir
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
+from chaos.runfiles.resources import scratch_base, tmp_dir_for
+from chaos.runfiles.rundir import RunDir
 
 if TYPE_CHECKING:
     import ipaddress
 
-    from chaos.model import Scenario
+    from chaos.model.scenario import Scenario
 
 __all__ = ["DockerCluster", "STORE_HOST"]
 

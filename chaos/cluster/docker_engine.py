@@ -17,8 +17,8 @@ import tarfile
 import threading
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import PREFIX, Leftover, ResourceKind, register_kind
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ToolError
+from chaos.runfiles.resources import PREFIX, Leftover, ResourceKind, register_kind
 
 __all__ = [
     "LABEL_NODE",

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from chaos.cluster.docker_engine import client, default_host, engine_problem, is_local_host
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
 
 if TYPE_CHECKING:
-    from chaos.model import Scenario
+    from chaos.model.scenario import Scenario
 
 __all__ = ["DockerOptions", "preflight_problems"]
 

@@ -40,15 +40,15 @@ from chaos.cluster.base import (
 )
 from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, StorageLayer
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
+from chaos.cluster.mounts import acquire_storage_mounts, control_dir, tier_label
 from chaos.cluster.rdzv_store import RendezvousStore
-from chaos.cluster.resources import OWNER_FILE, scratch_base, tmp_dir_for
 from chaos.errors import ToolError
-from chaos.procs import controller_tag, find_run_processes, kill_pids, process_state
-from chaos.rundir import RunDir
-from chaos.schema.types import StrictModel
+from chaos.model.targets import TargetUnavailable
+from chaos.model.types import StrictModel
+from chaos.runfiles.resources import OWNER_FILE, scratch_base, tmp_dir_for
+from chaos.runfiles.rundir import RunDir
 from chaos.storage.control import MountControl
-from chaos.storage.mounts import acquire_storage_mounts, control_dir, tier_label
-from chaos.targets import TargetUnavailable
+from chaos.util.procs import controller_tag, find_run_processes, kill_pids, process_state
 
 __all__ = ["LocalCluster", "LocalOptions"]
 

@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from chaos.cluster import register_backend
 from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, PowerCut, ServiceProxies
 from chaos.cluster.local import LocalCluster
+from chaos.model.types import StrictModel
 from chaos.net import fabric, linkemu
 from chaos.net import toxiproxy as toxi
-from chaos.rundir import RunDir
-from chaos.schema.types import StrictModel
+from chaos.runfiles.rundir import RunDir
 
 if TYPE_CHECKING:
     import ipaddress
 
-    from chaos.model import Scenario
+    from chaos.model.scenario import Scenario
 
 __all__ = ["NetnsCluster"]
 

@@ -44,7 +44,6 @@ from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, NodeStatus
 from chaos.cluster.capabilities import LocalDisk, PowerControl, Scheduler
 from chaos.cluster.local import LocalCluster
-from chaos.cluster.resources import HelperProcess
 from chaos.cluster.slurm_cli import (
     ACTIVE_STATES,
     NODE_REASON_PREFIX,
@@ -62,9 +61,10 @@ from chaos.cluster.slurm_cli import (
 from chaos.cluster.slurm_node import node_file
 from chaos.cluster.slurm_resources import SlurmStep
 from chaos.errors import ToolError
-from chaos.procs import controller_tag, find_run_processes, kill_pids
-from chaos.rundir import RunDir
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
+from chaos.runfiles.resources import HelperProcess
+from chaos.runfiles.rundir import RunDir
+from chaos.util.procs import controller_tag, find_run_processes, kill_pids
 
 __all__ = ["SlurmCluster"]
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chaos.errors import ToolError
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
 
 __all__ = ["ACTIVE_STATES", "NODE_REASON_PREFIX", "POLL_SCHEDULER_S", "PREFIX", "node_out_of_service",
            "node_states", "parse_kv", "partitions", "preflight_problems", "requeue_refusal", "resume_node",

@@ -12,7 +12,6 @@ import subprocess
 import time
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
 from chaos.cluster.slurm_cli import (
     NODE_REASON_PREFIX,
     PREFIX,
@@ -22,6 +21,7 @@ from chaos.cluster.slurm_cli import (
     slurm,
 )
 from chaos.errors import ToolError
+from chaos.runfiles.resources import HelperProcess, Leftover, ResourceKind, register_kind
 
 __all__ = ["SlurmJob", "SlurmNodeState", "SlurmStep"]
 

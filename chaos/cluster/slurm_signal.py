@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from chaos.procs import find_run_processes
+from chaos.util.procs import find_run_processes
 
 __all__ = ["main", "select_pids"]
 

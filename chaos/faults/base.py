@@ -13,15 +13,15 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from chaos.registry import Registry
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
+from chaos.util.registry import Registry
 
 if TYPE_CHECKING:
-    # Not at run time: chaos.cluster.base imports chaos.model, whose targets load the plugin
+    # Not at run time: chaos.cluster.base imports chaos.model.scenario, whose targets load the plugin
     # registries, and a plugin imports this module back (it must find FaultType defined).
     from chaos.cluster.base import InjectionContext
-    from chaos.model import FaultSpec, Scenario
-    from chaos.targets import ResolvedTarget
+    from chaos.model.scenario import FaultSpec, Scenario
+    from chaos.model.targets import ResolvedTarget
     from chaos.workload import Workload
 
 __all__ = [
@@ -148,7 +148,7 @@ class FaultType(ABC):
     @classmethod
     def preflight(cls, fault: FaultSpec, scenario: Scenario) -> list[str]:
         """What keeps ``fault`` from running with the scenario's backend as it is configured
-        (its options), said before anything starts (``chaos.suite.preflight``, beside the
+        (its options), said before anything starts (``chaos.runner.suite.preflight``, beside the
         backend's own); empty: nothing."""
         return []
 
@@ -182,7 +182,7 @@ class FaultType(ABC):
     def describe_params(cls) -> list[str]:
         """One line per parameter, derived from ``params_model``:
         ``signal (string, default 'SIGKILL', one of [...]): doc``."""
-        from chaos.schema.types import literal_values, type_text, unwrap
+        from chaos.model.types import literal_values, type_text, unwrap
 
         lines = []
         for name, info in cls.params_model.model_fields.items():

@@ -14,7 +14,7 @@ engine naming it:
   classes its faults explain);
 - the run-scoped resources it plans before the nodes start (``mounts``: the storage fault
   layer's mounts) and the resource kinds it defines (modules registering them with
-  ``chaos.cluster.resources.RESOURCE_KINDS``, loaded whenever that registry is, so that
+  ``chaos.runfiles.resources.RESOURCE_KINDS``, loaded whenever that registry is, so that
   ``trainchaos cleanup`` knows them in a fresh process);
 - the probe actions its in-process types fire (``chaos.probe`` actions, by name);
 - what users call the failures its types express (``meanings``: ``trainchaos validate``'s
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import chaos.faults
-from chaos.registry import Registry
+from chaos.util.registry import Registry
 
 if TYPE_CHECKING:
     from chaos.cluster.base import StorageMount
@@ -64,7 +64,7 @@ a user wrote for the family's types to be suggested, each with one line of why."
 
 @dataclass(frozen=True)
 class CrashSweep:
-    """The fault types of the checkpoint durability sweep (``chaos.crashsweep``): one arms
+    """The fault types of the checkpoint durability sweep (``chaos.runner.crashsweep``): one arms
     the fault layer to freeze right after one durability boundary of a save and report it as
     the event ``event``; the other, triggered by that event, is the power loss there."""
 

@@ -28,12 +28,12 @@ from chaos.cluster import backend_as, known_backends
 from chaos.cluster.base import RunSpec
 from chaos.cluster.capabilities import Attachable, describe, providers
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
-from chaos.model import Topology
-from chaos.record import RunRecordError, load_run_start
-from chaos.rollback import active_runs, run_is_live
-from chaos.rundir import RunDir
-from chaos.targets import ResolvedTarget, parse_target
-from chaos.telemetry import EventTailer
+from chaos.model.scenario import Topology
+from chaos.model.targets import ResolvedTarget, parse_target
+from chaos.runfiles.record import RunRecordError, load_run_start
+from chaos.runfiles.rollback import active_runs, run_is_live
+from chaos.runfiles.rundir import RunDir
+from chaos.runfiles.telemetry import EventTailer
 
 __all__ = ["AttachedRun", "Resolution", "TargetRefused", "find_run"]
 

@@ -75,6 +75,6 @@ class StopMonitor:
                 self.tripped = f"{held} ({held.metric}={snap[held.metric]:g})"
                 self._say(f"\nSTOP: {self.tripped}; reverting everything")
                 # As a SIGINT in the main thread: it interrupts a wait or a prompt, and waits
-                # for an inject or a revert under way (``chaos.lifecycle``).
+                # for an inject or a revert under way (``chaos.runner.lifecycle``).
                 _thread.interrupt_main()
                 return

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from chaos.errors import ScenarioError, ValidationIssue
-from chaos.schema.types import StrictModel
+from chaos.model.types import StrictModel
 
 __all__ = ["METRICS", "Condition", "Plan", "Step", "load_plan", "parse_condition"]
 
@@ -156,7 +156,7 @@ class Plan(StrictModel):
 
 def load_plan(path: str) -> Plan:
     """The plan at ``path``, checked whole: every problem with its location, exit 2."""
-    from chaos.yamlio import UNREADABLE, read_yaml
+    from chaos.util.yamlio import UNREADABLE, read_yaml
 
     issues: list[ValidationIssue] = []
     data = read_yaml(path, issues, "a game-day plan")

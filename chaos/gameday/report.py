@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from chaos.jsonsafe import jsonable
+from chaos.util.jsonsafe import jsonable
 
 __all__ = ["write_report"]
 

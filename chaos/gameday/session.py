@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos import interrupts, probe
+from chaos import probe
 from chaos.cluster.base import InjectionContext
 from chaos.errors import (
     EXIT_BAD_INPUT,
@@ -51,8 +51,9 @@ from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Condition, Plan, Step, parse_condition
 from chaos.gameday.report import write_report
 from chaos.gameday.view import LiveView, PlainView
-from chaos.lifecycle import FaultLifecycle, Injection
-from chaos.rollback import FaultJournal, register_run, unregister_run
+from chaos.runfiles.rollback import FaultJournal, register_run, unregister_run
+from chaos.runner.lifecycle import FaultLifecycle, Injection
+from chaos.util import interrupts
 
 __all__ = ["GameDay"]
 

@@ -3,7 +3,7 @@ against a stored baseline's, with tolerances.
 
 A run that meets a loose target can still be a regression (recovery went from 6 s to 15 s
 under a 20 s target). ``compare_suites`` takes two suite records (``suite.json`` as
-``trainchaos run`` writes it, read by ``chaos.suite_record.load_suite_record``) and compares, per scenario, each metric's **median across
+``trainchaos run`` writes it, read by ``chaos.runfiles.suite_record.load_suite_record``) and compares, per scenario, each metric's **median across
 repeats**, how often it was missing (undetected in 1/3 where it never was), and the pass rate.
 
 A metric regresses when it got worse by more than its allowance,
@@ -46,7 +46,7 @@ from chaos.gate.suites import (
     format_value,
 )
 from chaos.gate.tolerances import DEFAULT_TOLERANCES, Tolerance, load_tolerances, tolerances_for
-from chaos.suite_record import SuiteRecord, load_suite_record
+from chaos.runfiles.suite_record import SuiteRecord, load_suite_record
 
 __all__ = [
     "BASELINE_FILES",

@@ -11,8 +11,8 @@ from chaos.gate.errors import ComparisonInputError
 from chaos.gate.output import render_markdown, update_baseline, write_comparison
 from chaos.gate.suites import check_same_scenarios, compare_suites
 from chaos.gate.tolerances import Tolerance, load_tolerances, tolerances_for
-from chaos.record import RunRecord
-from chaos.suite_record import load_suite_record
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.suite_record import load_suite_record
 
 __all__ = ["BaselineGate"]
 

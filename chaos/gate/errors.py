@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.suite_record import SuiteRecordError
+from chaos.runfiles.suite_record import SuiteRecordError
 
 __all__ = ["ComparisonInputError"]
 

@@ -15,7 +15,7 @@ from chaos.gate.suites import (
     higher_is_better,
 )
 from chaos.report._format import atomic_write_text, md_table
-from chaos.suite_record import SUITE_JSON, load_suite_record
+from chaos.runfiles.suite_record import SUITE_JSON, load_suite_record
 
 __all__ = ["BASELINE_FILES", "render_markdown", "update_baseline", "write_comparison"]
 

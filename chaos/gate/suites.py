@@ -11,7 +11,7 @@ from chaos.gate.tolerances import default_tolerances
 from chaos.metrics.catalogue import fmt_compared, gated, spec
 from chaos.metrics.spec import MetricSpec, Tolerance
 from chaos.report._format import finite_number
-from chaos.suite_record import MetricStats, ScenarioSummary, SuiteRecord
+from chaos.runfiles.suite_record import MetricStats, ScenarioSummary, SuiteRecord
 
 __all__ = ["Comparison", "ComparisonInputError", "MetricComparison", "check_same_scenarios", "compare_suites",
            "format_value"]

@@ -1,6 +1,6 @@
 """Timeline -> metrics: detection, recovery, catch-up, lost steps, goodput, correctness.
 
-Pure logic over the merged event timeline (``chaos.events``); no I/O, stdlib only. The
+Pure logic over the merged event timeline (``chaos.runfiles.events``); no I/O, stdlib only. The
 definitions (incarnations, each per-fault and per-run metric, false detections, what the
 families add) are docs/metrics.md; this package is their executable form. Its parts:
 ``records`` (inputs and outputs), ``timeline`` (the indexed events), ``per_fault`` and

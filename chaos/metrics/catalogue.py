@@ -2,7 +2,7 @@
 label, unit, direction, regression tolerance, wording when missing, formatting and target
 form are written.
 
-The verdict (``chaos.verdict``), the regression gate (``chaos.gate``), the reports (summary,
+The verdict (``chaos.runner.verdict``), the regression gate (``chaos.gate``), the reports (summary,
 HTML, JUnit, suite tables, figures), the pytest plugin and the ``targets`` schema iterate
 ``specs()``. The engine's own metrics are ``CORE`` below; a metric family
 (``chaos.metrics.family``) adds its specs when it registers, so a new metric with a target is

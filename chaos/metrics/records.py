@@ -3,7 +3,7 @@ the run, and the metrics of each fault and of the whole run.
 
 The outputs' fields are the journal's ``metrics`` (``to_dict``), which tests and the stored
 regression baselines read: a field's name, order and meaning are part of that format, and the
-run record declares the same fields in the same order (``chaos.record_metrics``; a test in
+run record declares the same fields in the same order (``chaos.runfiles.record_metrics``; a test in
 tests/unit/test_record.py fails when the two differ).
 A metric family registered later (``chaos.metrics.family``) adds its values without a field
 here: they are kept in ``family_values`` and written flat after the fields, so a journal reads
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from chaos.jsonsafe import jsonable as json_safe
+from chaos.util.jsonsafe import jsonable as json_safe
 
 __all__ = ["Attribution", "BaselineInfo", "FaultMetrics", "FaultRecord", "RunInfo", "RunMetrics",
            "RunStatus", "json_safe"]
@@ -30,7 +30,7 @@ Attribution = Literal["correct", "wrong", "none"]
 class _FamilyValues:
     """Values of registered metric families that have no dataclass field: read as attributes,
     written flat into ``to_dict`` after the fields (the run record reads them back as its
-    ``MetricsRecord``'s extra keys, ``chaos.record_metrics``)."""
+    ``MetricsRecord``'s extra keys, ``chaos.runfiles.record_metrics``)."""
 
     family_values: dict[str, Any]
     # Every subclass is a dataclass: declared (not set) so that fields() and asdict() take it.

@@ -1,4 +1,4 @@
-"""The registered metric families, a ``chaos.registry.Registry`` like every pluggable kind.
+"""The registered metric families, a ``chaos.util.registry.Registry`` like every pluggable kind.
 
 Its built-ins come from two places, both named here as ``module:function`` (this module
 imports neither): the run-wide checkers of ``chaos.metrics.families`` (each module there
@@ -12,7 +12,7 @@ test)."""
 from __future__ import annotations
 
 from chaos.metrics.family import MetricFamily
-from chaos.registry import Registry
+from chaos.util.registry import Registry
 
 __all__ = ["ENTRY_POINT_GROUP", "METRIC_FAMILIES", "families", "register_family", "unregister_family"]
 

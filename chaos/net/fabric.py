@@ -23,9 +23,9 @@ import shutil
 import subprocess
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import Leftover, ResourceKind, register_kind
 from chaos.errors import ToolError
-from chaos.procs import controller_alive, controller_tag
+from chaos.runfiles.resources import Leftover, ResourceKind, register_kind
+from chaos.util.procs import controller_alive, controller_tag
 
 __all__ = ["Bridge", "NetNamespace", "Veth", "bridge_name", "fabric_names", "ip", "node_namespace",
            "pick_subnet", "short_id"]

@@ -47,8 +47,8 @@ import sys
 import time
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import HelperProcess, Leftover, register_kind
 from chaos.errors import ToolError
+from chaos.runfiles.resources import HelperProcess, Leftover, register_kind
 
 __all__ = ["LinkEmulator", "LinkEmulatorClient", "control_address", "tun_name"]
 

@@ -1,7 +1,7 @@
-"""Everything a run writes and prints, built from its run records (``chaos.record.RunRecord``).
+"""Everything a run writes and prints, built from its run records (``chaos.runfiles.record.RunRecord``).
 
 Per run (``reports/<suite>/<scenario>/<repeat>/``): ``journal.json`` (the run record,
-``chaos.record``), ``summary.md``, ``timeline.csv``, ``timeline.parquet`` and
+``chaos.runfiles.record``), ``summary.md``, ``timeline.csv``, ``timeline.parquet`` and
 ``report.html``. Per suite: ``suite.json``, ``suite.md``, ``index.html`` and JUnit XML. On the console: the verdict table and the
 progress display. ``rebuild_reports`` writes the derived files again from the journals
 (``trainchaos report``).

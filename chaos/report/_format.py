@@ -13,11 +13,17 @@ import math
 import re
 from typing import Any
 
-from chaos.fileio import atomic_write_text  # noqa: F401  (re-exported for the report modules)
-from chaos.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
 from chaos.metrics.catalogue import missing_label, spec
-from chaos.record import FaultMetricsRecord, FaultOutcome, Outcome, PlannedFaultInfo, RunRecord
-from chaos.textfmt import DASH, fmt_value
+from chaos.runfiles.record import (
+    FaultMetricsRecord,
+    FaultOutcome,
+    Outcome,
+    PlannedFaultInfo,
+    RunRecord,
+)
+from chaos.util.fileio import atomic_write_text  # noqa: F401  (re-exported for the report modules)
+from chaos.util.jsonsafe import jsonable  # noqa: F401  (re-exported for the report modules)
+from chaos.util.textfmt import DASH, fmt_value
 
 __all__ = ["DASH", "as_number", "attribution_text", "blast_radius_text", "fidelity_of", "final_state_text",
            "finite_number", "fmt_fraction", "fmt_metric", "fmt_metric_value", "fmt_seconds", "fmt_steps",

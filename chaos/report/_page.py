@@ -8,9 +8,9 @@ from html import escape
 from typing import Any
 
 from chaos import __version__
-from chaos.record import RunRecord
 from chaos.report._format import fmt_value
-from chaos.rundir import RUN_REPORT_HTML
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.rundir import RUN_REPORT_HTML
 
 __all__ = ["RUN_HTML", "SUITE_HTML", "badge", "esc", "html_link", "html_page", "html_table"]
 

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos.metrics.catalogue import gated, missing_label
-from chaos.record import RunRecord, blocks
 from chaos.report._format import (
     atomic_write_text,
     attribution_text,
@@ -25,7 +24,8 @@ from chaos.report._format import (
     md_table,
     outcome_counts,
 )
-from chaos.suite_record import (
+from chaos.runfiles.record import RunRecord, blocks
+from chaos.runfiles.suite_record import (
     SUITE_SCHEMA_VERSION,
     MetricStats,
     ScenarioSummary,

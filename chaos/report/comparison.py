@@ -12,8 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from chaos.metrics.catalogue import spec
-from chaos.record import RunRecord
-from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -23,7 +21,9 @@ from chaos.report._format import (
     fmt_steps,
     md_table,
 )
-from chaos.variants import Variation
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.record_metrics import FaultMetricsRecord
+from chaos.scenario.variants import Variation
 
 __all__ = ["POLICIES_MD", "comparison_rows", "print_comparison", "write_comparison"]
 

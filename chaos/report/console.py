@@ -22,8 +22,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from chaos.record import RunRecord, blocks
 from chaos.report._format import attribution_text, final_state_text, fmt_metric, outcome_counts
+from chaos.runfiles.record import RunRecord, blocks
 
 __all__ = ["ProgressDisplay", "print_verdict_table", "verdict_table"]
 

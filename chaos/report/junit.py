@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chaos.metrics.catalogue import gated
-from chaos.record import RunRecord
 from chaos.report._format import atomic_write_text, attribution_text, fmt_metric
+from chaos.runfiles.record import RunRecord
 
 __all__ = ["render_junit", "write_junit"]
 

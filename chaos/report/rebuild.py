@@ -10,11 +10,11 @@ import os
 from typing import Any
 
 from chaos.contract import EVENTS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
-from chaos.record import RunRecord, RunRecordError, load_run_record
 from chaos.report.html import SUITE_HTML, write_run_html
 from chaos.report.summary import write_summary
-from chaos.rundir import LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
-from chaos.suite_record import SUITE_JSON, SuiteRecordError, load_suite_record
+from chaos.runfiles.record import RunRecord, RunRecordError, load_run_record
+from chaos.runfiles.rundir import LOGS_SUBDIR, RUN_RECORD_FILE, RunDir
+from chaos.runfiles.suite_record import SUITE_JSON, SuiteRecordError, load_suite_record
 
 __all__ = ["find_run_dirs", "rebuild"]
 

@@ -7,10 +7,7 @@ import os
 from html import escape
 from typing import Any
 
-from chaos.events import read_events
 from chaos.metrics.catalogue import spec
-from chaos.record import RunRecord
-from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -24,7 +21,10 @@ from chaos.report._format import (
 )
 from chaos.report._page import RUN_HTML, badge, esc, html_link, html_page, html_table
 from chaos.report.runview import RunView, baseline_events, build_run_view
-from chaos.rundir import (
+from chaos.runfiles.events import read_events
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.record_metrics import FaultMetricsRecord
+from chaos.runfiles.rundir import (
     EVENTS_SUBDIR,
     FAULT_JOURNAL_FILE,
     LOGS_SUBDIR,

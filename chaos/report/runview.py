@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from chaos.events import read_events
 from chaos.metrics.families.data import baseline_samples, step_coverage
 from chaos.metrics.families.freshness import stale_text
-from chaos.record import FaultOutcome, RunRecord
-from chaos.record_metrics import MetricsRecord
 from chaos.report._format import finite_number
-from chaos.rundir import RunDir
+from chaos.runfiles.events import read_events
+from chaos.runfiles.record import FaultOutcome, RunRecord
+from chaos.runfiles.record_metrics import MetricsRecord
+from chaos.runfiles.rundir import RunDir
 
 __all__ = ["Lane", "Mark", "MarkKind", "RunView", "Segment", "build_run_view", "baseline_events"]
 

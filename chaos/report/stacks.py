@@ -21,8 +21,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from chaos.record import RunRecord
-from chaos.record_metrics import FaultMetricsRecord
 from chaos.report._format import (
     DASH,
     as_number,
@@ -34,7 +32,9 @@ from chaos.report._format import (
     md_table,
 )
 from chaos.report._page import html_page, html_table
-from chaos.stacks import REFERENCE, StackMatrix
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.record_metrics import FaultMetricsRecord
+from chaos.scenario.stacks import REFERENCE, StackMatrix
 
 __all__ = ["STACKS_HTML", "STACKS_MD", "print_stacks", "stack_tables", "write_stacks"]
 

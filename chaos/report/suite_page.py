@@ -8,7 +8,6 @@ from html import escape
 from typing import Any
 
 from chaos.metrics.catalogue import fmt_compared
-from chaos.record import FaultOutcome, PlannedFaultInfo, RunRecord, blocks
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -20,6 +19,7 @@ from chaos.report._format import (
     outcome_counts,
 )
 from chaos.report._page import RUN_HTML, SUITE_HTML, esc, html_link, html_page, html_table
+from chaos.runfiles.record import FaultOutcome, PlannedFaultInfo, RunRecord, blocks
 
 __all__ = ["render_suite_html", "write_suite_html"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 from chaos.metrics.catalogue import specs
-from chaos.record import FaultOutcome, PlannedFaultInfo, RunRecord
 from chaos.report._format import (
     DASH,
     atomic_write_text,
@@ -21,7 +20,8 @@ from chaos.report._format import (
     md_table,
     planned_target_text,
 )
-from chaos.rundir import SUMMARY_FILE
+from chaos.runfiles.record import FaultOutcome, PlannedFaultInfo, RunRecord
+from chaos.runfiles.rundir import SUMMARY_FILE
 
 __all__ = ["SUMMARY_NAME", "render_summary", "write_summary"]
 

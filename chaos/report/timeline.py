@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chaos.rundir import TIMELINE_CSV, TIMELINE_PARQUET
+from chaos.runfiles.rundir import TIMELINE_CSV, TIMELINE_PARQUET
 
 if TYPE_CHECKING:
     import pandas as pd

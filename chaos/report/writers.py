@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from chaos.record import RunRecord, write_run_record
 from chaos.report.aggregate import suite_name_of, write_suite_report
 from chaos.report.html import RUN_HTML, SUITE_HTML, write_run_html, write_suite_html
 from chaos.report.summary import write_summary
 from chaos.report.timeline import write_timeline
+from chaos.runfiles.record import RunRecord, write_run_record
 
 __all__ = ["write_run_reports", "write_suite_reports"]
 

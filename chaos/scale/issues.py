@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from chaos.errors import ScenarioError, ValidationIssue
-from chaos.schema.types import describe_value
+from chaos.model.types import describe_value
 
 __all__ = ["LOCATED", "ScaleInputError", "format_loc", "issues_from", "located"]
 

@@ -1,7 +1,7 @@
 """``--from-runs DIR``: measured recovery figures from the journals of trainchaos runs.
 
 Every ``journal.json`` under DIR (recursively; a suite's report folder, or several) is read
-with :func:`chaos.record.load_run_record`. Each fired fault with a measured detection
+with :func:`chaos.runfiles.record.load_run_record`. Each fired fault with a measured detection
 is one sample of its fault type (``kill_rank``, ``device_error``...):
 
 - ``detection_s``: the journal's detection time;
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.errors import ValidationIssue
-from chaos.record import RunRecord, RunRecordError, load_run_record
-from chaos.record_metrics import MetricsRecord
-from chaos.rundir import RUN_RECORD_FILE
+from chaos.runfiles.record import RunRecord, RunRecordError, load_run_record
+from chaos.runfiles.record_metrics import MetricsRecord
+from chaos.runfiles.rundir import RUN_RECORD_FILE
 from chaos.scale.issues import ScaleInputError
 
 __all__ = ["Measured", "RunSamples", "Sample", "read_runs"]

@@ -1,4 +1,4 @@
-"""Reading a YAML file of the scale model through ``chaos.yamlio`` (YAML 1.2 numbers,
+"""Reading a YAML file of the scale model through ``chaos.util.yamlio`` (YAML 1.2 numbers,
 duplicate keys refused), every failure as a located ScaleInputError."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from chaos.errors import ValidationIssue
 from chaos.scale.issues import ScaleInputError
-from chaos.yamlio import read_yaml
+from chaos.util.yamlio import read_yaml
 
 __all__ = ["read_yaml_mapping"]
 

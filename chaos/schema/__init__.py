@@ -6,7 +6,7 @@
   declares the keys it owns: ``Workload.section_fields``);
 - ``errors``: pydantic's errors in the words and locations a scenario author reads;
 - ``checks``: what needs more than one field (ranks vs the topology, fault types' params...);
-- ``build``: a validated document -> the ``chaos.model`` records the runner reads;
+- ``build``: a validated document -> the ``chaos.model.scenario`` records the runner reads;
 - ``jsonschema``: the JSON Schema editors use (``trainchaos schema``);
 - ``markdown``: the reference in docs/scenario.md (``trainchaos schema --markdown``).
 
@@ -14,5 +14,5 @@ Fault types declare their parameters (``FaultType.params_model``) and backends t
 (``options_model``) as models too; both join the JSON Schema and the reference.
 
 This package module imports nothing, so that ``chaos.faults.base`` can build on
-``chaos.schema.types`` without an import cycle.
+``chaos.model.types`` without an import cycle.
 """

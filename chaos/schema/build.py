@@ -1,12 +1,13 @@
-"""A validated scenario document -> the ``chaos.model`` records the runner reads."""
+"""A validated scenario document -> the ``chaos.model.scenario`` records the runner reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from chaos import model as records
 from chaos.faults.base import lookup
 from chaos.metrics.catalogue import target_specs
+from chaos.model import scenario as records
+from chaos.model.triggers import TRIGGER_FORMS
 from chaos.schema.fault_model import FaultDoc, TriggerDoc
 from chaos.schema.models import ScenarioDoc, TopologyDoc
 from chaos.schema.targets_model import (
@@ -16,7 +17,6 @@ from chaos.schema.targets_model import (
     LossWithinDoc,
     TargetsDoc,
 )
-from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import kind_of, lookup_workload
 
 __all__ = ["build_scenario", "topology_record"]

@@ -23,7 +23,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from chaos import model as records
 from chaos.faults.base import (
     FaultType,
     ParamsContext,
@@ -32,6 +31,10 @@ from chaos.faults.base import (
     known_types,
     lookup,
 )
+from chaos.model import scenario as records
+from chaos.model.targets import parse_target
+from chaos.model.triggers import TRIGGER_FORMS
+from chaos.model.types import close_match
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
 from chaos.schema.fault_model import FaultDoc, TriggerDoc
@@ -39,10 +42,7 @@ from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc
 from chaos.schema.suggest import suggest_param, suggest_type
 from chaos.schema.target_checks import GROUPS, TargetChecks, nodes_text
 from chaos.schema.targets_model import TargetsDoc
-from chaos.schema.types import close_match
 from chaos.schema.workload_doc import section_problems
-from chaos.targets import parse_target
-from chaos.triggers import TRIGGER_FORMS
 from chaos.workload import Workload, kind_of, lookup_workload
 
 __all__ = ["cross_check"]

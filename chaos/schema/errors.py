@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from chaos.schema.types import (
+from chaos.model.types import (
     NAME_RULE,
     Expect,
     Noun,

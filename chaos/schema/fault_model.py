@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
-from chaos import model as records
-from chaos.events import KINDS as _EVENT_KIND_NAMES
-from chaos.schema.types import (
+from chaos.model import scenario as records
+from chaos.model.types import (
     MAX_SECONDS,
     Expect,
     NodeList,
@@ -24,11 +23,12 @@ from chaos.schema.types import (
     optional_key,
     record_default,
 )
+from chaos.runfiles.events import KINDS as _EVENT_KIND_NAMES
 
 __all__ = ["AfterEventDoc", "FaultDoc", "PoissonDoc", "RandomDoc", "TargetDoc", "TriggerDoc"]
 
 if TYPE_CHECKING:
-    # The kinds are the catalogue's (chaos.events), known when the module loads: a Literal built
+    # The kinds are the catalogue's (chaos.runfiles.events), known when the module loads: a Literal built
     # from a tuple at run time is a value to mypy, so it sees the plain string the kinds are.
     EventKind = str
 else:

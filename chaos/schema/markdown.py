@@ -20,6 +20,7 @@ from pydantic.fields import FieldInfo
 
 from chaos.faults.base import known_types
 from chaos.metrics.catalogue import target_specs
+from chaos.model.types import is_model, limits_text, literal_values, type_text, unwrap
 from chaos.schema.fault_model import (
     AfterEventDoc,
     FaultDoc,
@@ -36,7 +37,6 @@ from chaos.schema.targets_model import (
     LossWithinDoc,
     TargetsDoc,
 )
-from chaos.schema.types import is_model, limits_text, literal_values, type_text, unwrap
 from chaos.schema.workload_doc import workload_doc_model
 from chaos.workload import Workload, known_workloads
 

@@ -4,10 +4,10 @@ A fault's envelope (target, trigger) is declared in ``chaos.schema.fault_model``
 targets a run must meet in ``chaos.schema.targets_model``, the workload section by the
 registered workload kinds (``chaos.schema.workload_doc``).
 
-These models are the schema: ``chaos.scenario`` validates documents with them, the JSON
+These models are the schema: ``chaos.scenario.load`` validates documents with them, the JSON
 Schema (``trainchaos schema``) and the reference in docs/scenario.md are generated from
 them. Each field's docstring is its documentation; defaults come from the records in
-``chaos.model`` (what the runner reads), so they are written once too.
+``chaos.model.scenario`` (what the runner reads), so they are written once too.
 
 What a model cannot know on its own is checked across fields in ``chaos.schema.checks``:
 ranks and nodes against the topology, at_step against the harness's steps, a fault type's
@@ -26,10 +26,8 @@ from pydantic import (
     Tag,
 )
 
-from chaos import model as records
-from chaos.schema.fault_model import FaultDoc
-from chaos.schema.targets_model import TargetsDoc
-from chaos.schema.types import (
+from chaos.model import scenario as records
+from chaos.model.types import (
     MAX_SECONDS,
     NAME_RULE,
     Expect,
@@ -40,6 +38,8 @@ from chaos.schema.types import (
     optional_key,
     record_default,
 )
+from chaos.schema.fault_model import FaultDoc
+from chaos.schema.targets_model import TargetsDoc
 from chaos.schema.workload_doc import WorkloadField
 
 __all__ = [

@@ -5,19 +5,19 @@ groups it names exist in the topology.
 
 from __future__ import annotations
 
-from chaos import model as records
 from chaos.faults.base import FaultType
+from chaos.model import scenario as records
+from chaos.model.targets import TARGET_FORMS
+from chaos.model.types import close_match
 from chaos.schema.errors import Path
 from chaos.schema.fault_model import TargetDoc
 from chaos.schema.models import TopologyDoc
-from chaos.schema.types import close_match
-from chaos.targets import TARGET_FORMS
 from chaos.workload import Workload, known_workloads
 
 __all__ = ["GROUPS", "TargetChecks", "nodes_text"]
 
 # Each target form's level (what it hits, as fault types declare ``target_kinds``) and its
-# words come from the form itself (chaos.targets).
+# words come from the form itself (chaos.model.targets).
 _LEVEL = {key: form.level for key, form in TARGET_FORMS.items() if key != "random"}
 _WORD = {key: form.word for key, form in TARGET_FORMS.items() if key != "random"}
 _FORMS = {"rank": "{rank: R}, {ranks: [R, ...]} or {random: rank}",

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, create_model, model_validator
 
-from chaos import model as records
 from chaos.metrics.catalogue import target_specs
-from chaos.schema.types import (
+from chaos.model import scenario as records
+from chaos.model.types import (
     Expect,
     Noun,
     StrictModel,

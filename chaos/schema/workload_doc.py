@@ -21,8 +21,8 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import ConfigDict, PlainValidator, create_model, model_validator
 
+from chaos.model.types import Deferred, StrictModel
 from chaos.schema.suggest import spelling
-from chaos.schema.types import Deferred, StrictModel
 from chaos.workload import Workload, known_workloads
 
 __all__ = ["WorkloadField", "section_problems", "workload_doc_model"]

@@ -3,7 +3,7 @@ or any registered kind: ``workload: {KIND: options}``).
 
 The ``Workload`` seam (``chaos.workload.base``): a kind's class is the only code of the
 engine that knows how its job is launched and read. The built-in kinds are listed here as
-module names (``chaos.registry``), imported on first use, each registering itself; another
+module names (``chaos.util.registry``), imported on first use, each registering itself; another
 package adds a kind through the entry-point group ``trainchaos.workloads`` (``name =
 "package.module:Class"``), a module in ``TRAINCHAOS_PLUGINS`` or ``register_workload``;
 the scenario schema (``chaos.schema.workload_doc``) is built from the kinds registered, so
@@ -17,12 +17,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 from chaos.errors import ScenarioError, ValidationIssue
-from chaos.registry import Registry
+from chaos.util.registry import Registry
 from chaos.workload.base import Launch, StorageLayout, Workload, WorkloadSection
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["ENTRY_POINT_GROUP", "DEFAULT_KIND", "Launch", "StorageLayout", "TorchrunPerNode",
            "UnknownWorkload", "WORKLOADS", "Workload", "WorkloadSection", "kind_of", "known_workloads",
@@ -78,7 +78,7 @@ def lookup_workload(name: str, file: str = "<scenario>", location: str = "worklo
 
 def load_resource_kinds() -> None:
     """Import every kind's resource-kind modules (``Workload.resource_modules``;
-    ``chaos.cluster.resources.RESOURCE_KINDS`` names this, so that layer names no kind)."""
+    ``chaos.runfiles.resources.RESOURCE_KINDS`` names this, so that layer names no kind)."""
     for cls in known_workloads().values():
         for module in cls.resource_modules:
             importlib.import_module(module)

@@ -15,7 +15,7 @@ What a kind declares, and who asks:
   default (``workload: {KIND: options}``); ``misplaced_key`` words a key of another kind
   written beside it;
 - ``replica_groups`` (target checks): whether ``{replica_group: G}`` names a failure domain
-  of its job; ``resource_modules`` (``chaos.cluster.resources``): the modules of the
+  of its job; ``resource_modules`` (``chaos.runfiles.resources``): the modules of the
   run-scoped resource kinds its launch acquires, so that cleanup knows them;
 - ``validate`` (``trainchaos validate``, ``chaos.schema.checks``): the problems of the
   scenario's ``workload`` section, located and worded for its author;
@@ -25,9 +25,9 @@ What a kind declares, and who asks:
 - ``tensor_catalog`` (bit-flip validation): the tensors a rank holds, when knowable
   outside the job;
 - ``storage`` (storage faults, their mounts): where it keeps checkpoints and data;
-- ``read_checkpoint`` (the checkpoint freshness checker, ``chaos.freshness``): what a
+- ``read_checkpoint`` (the checkpoint freshness checker, ``chaos.runner.freshness``): what a
   checkpoint it saved holds; ``audit_checkpoints`` (the crash-point sweep,
-  ``chaos.crashsweep``): which checkpoints a crash left complete, torn, pointed at;
+  ``chaos.runner.crashsweep``): which checkpoints a crash left complete, torn, pointed at;
 - ``launch`` (the runner): what the launcher runs per rank, and the launcher itself;
 - ``progress`` (the runner): the reader of its progress that the probe does not report;
 - ``finished`` (the runner): whether the job ended its training, given what it reported.
@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import Field
 
 from chaos.ckptformat.records import CheckpointAudit, CheckpointImage
-from chaos.logprogress import LogProgress
+from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["CheckpointAudit", "CheckpointImage", "Launch", "Location", "StorageLayout", "Workload",
            "WorkloadSection"]
@@ -67,7 +67,7 @@ class Launch:
     """Environment the job needs beyond what every backend exports (``chaos.contract``)."""
     resources: tuple[tuple[str, dict[str, Any]], ...] = ()
     """Run-scoped resources (kind, spec) the job needs beside its nodes, acquired by the
-    runner before any node starts and released with the run (``chaos.cluster.resources``)."""
+    runner before any node starts and released with the run (``chaos.runfiles.resources``)."""
 
     @property
     def worker_argv(self) -> list[str]:
@@ -138,7 +138,7 @@ class Workload(ABC):
     without them."""
     resource_modules: ClassVar[tuple[str, ...]] = ()
     """Modules defining the run-scoped resource kinds its ``Launch.resources`` acquire
-    (``chaos.cluster.resources`` imports them through ``chaos.workload.load_resource_kinds``:
+    (``chaos.runfiles.resources`` imports them through ``chaos.workload.load_resource_kinds``:
     ``trainchaos cleanup`` must know a kind without the workload having run)."""
 
     def __init__(self, spec: records.Workload) -> None:

@@ -19,9 +19,9 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, Field
 
 from chaos import contract
-from chaos.logprogress import LogProgress
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
+from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "CommandWorkload", "check_checkpoint_dir",
@@ -106,7 +106,7 @@ class CommandWorkload(Workload):
     @classmethod
     def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
-        from chaos import model as records
+        from chaos.model import scenario as records
 
         assert doc is not None and "command" in doc.model_fields_set
         problems: list[tuple[Location, str]] = []

@@ -29,7 +29,7 @@ from harness.config import ConfigError, HarnessConfig, field_docs
 from harness.config_load import config_from_mapping, config_to_args
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["HarnessWorkload"]
 
@@ -84,7 +84,7 @@ class HarnessWorkload(Workload):
     @classmethod
     def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
-        from chaos import model as records
+        from chaos.model import scenario as records
 
         problems: list[tuple[Location, str]] = []
         options = (doc.harness if doc is not None else None) or {}
@@ -223,7 +223,7 @@ def _catalog_for(name: str, d_model: int, n_layers: int, n_heads: int, seq_len: 
     step (optimizer state exists by then)."""
     import torch
 
-    from chaos.bitflip_names import tensor_catalog
+    from chaos.probe.bitflip_names import tensor_catalog
     from harness.config import ModelConfig
     from harness.data import CharVocab, load_text
     from harness.model import build_model, build_optimizer

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos import contract
-from chaos.logprogress import LogProgress
-from chaos.schema.types import close_match, describe_value
+from chaos.model.types import close_match, describe_value
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.command import (
     MAX_COMMAND_STEPS,
@@ -40,10 +39,11 @@ from chaos.workload.command import (
     check_progress_regex,
     fill_placeholders,
 )
+from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["EXAMPLES_DIR", "PLACEHOLDERS", "ScriptOptions", "ScriptWorkload"]
 
@@ -121,7 +121,7 @@ class ScriptWorkload(CommandWorkload):
     @classmethod
     def validate(cls, doc: WorkloadSection | None, world_size: int | None
                  ) -> tuple[Workload | None, list[tuple[Location, str]]]:
-        from chaos import model as records
+        from chaos.model import scenario as records
 
         assert doc is not None and cls.kind in doc.model_fields_set
         where: Location = ("workload", cls.kind)

@@ -16,7 +16,7 @@ from chaos import contract
 from harness.procenv import ENV_ROOM_BYTES
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
     from chaos.workload.agent_forks import ForkedAgent
 
 __all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "KEEP_ALIVE_INTERVAL_S", "KEEP_ALIVE_MAX_ATTEMPTS", "TorchrunPerNode", "agent_main"]

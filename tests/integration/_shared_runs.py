@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from chaos.events import read_events
-from chaos.procs import find_run_processes
+from chaos.runfiles.events import read_events
+from chaos.util.procs import find_run_processes
 from tests.integration._support import REPO, cli_env, run_trainchaos
 
 __all__ = ["SmokeRun", "smoke_device_error"]

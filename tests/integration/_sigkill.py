@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.procs import find_run_processes, kill_pids
-from chaos.rundir import RunDir
+from chaos.runfiles.rundir import RunDir
+from chaos.util.procs import find_run_processes, kill_pids
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from chaos import probe
-from chaos.events import read_events
-from chaos.procs import find_run_processes
+from chaos.runfiles.events import read_events
+from chaos.util.procs import find_run_processes
 from chaos.workload.script import EXAMPLES_DIR
 from tests.integration._support import REPO, cli_env, run_trainchaos
 

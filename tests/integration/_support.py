@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV, STATE_DIR_ENV
-from chaos.model import Scenario
+from chaos.model.scenario import Scenario
 
 __all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "agent_zygote_keeper_name", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
            "missing", "popen_trainchaos", "run_trainchaos", "state_dir_env", "warm_copy"]
@@ -87,7 +87,7 @@ def warm_copy(scenario: Path, into: Path) -> Path:
 
 
 def _load_harness(scenario: str | os.PathLike[str], **harness: Any) -> Scenario:
-    from chaos.scenario import parse_scenario
+    from chaos.scenario.load import parse_scenario
 
     return parse_scenario(_harness_doc(Path(scenario), **harness), str(scenario))
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chaos.cluster.mounts import fuse_mounts
 from chaos.contract import STORAGE_RUN_ID_ENV
-from chaos.events import read_events
-from chaos.procs import find_run_processes
+from chaos.runfiles.events import read_events
 from chaos.storage.control import read_json
-from chaos.storage.mounts import fuse_mounts
+from chaos.util.procs import find_run_processes
 from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuse]

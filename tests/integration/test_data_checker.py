@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.procs import find_run_processes
+from chaos.util.procs import find_run_processes
 from tests.integration._support import cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration

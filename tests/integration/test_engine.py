@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from chaos.procs import find_run_processes
+from chaos.util.procs import find_run_processes
 from tests.integration._support import cli_env, machine_cleanup_lock, run_trainchaos
 
 pytestmark = pytest.mark.integration

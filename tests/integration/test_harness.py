@@ -33,12 +33,12 @@ import pytest
 
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.resources import RunResources
-from chaos.events import Event, read_events
-from chaos.model import Topology
-from chaos.procs import find_run_processes
-from chaos.run import run_scenario_once
-from chaos.scenario import parse_scenario
+from chaos.model.scenario import Topology
+from chaos.runfiles.events import Event, read_events
+from chaos.runfiles.resources import RunResources
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import parse_scenario
+from chaos.util.procs import find_run_processes
 from chaos.workload.torchrun import TorchrunPerNode
 from harness.checkpoint import STATE_FILE, CheckpointManager
 from harness.config_load import config_from_mapping, config_to_args

@@ -24,7 +24,7 @@ import pytest
 from torch.distributed import TCPStore
 
 from chaos.contract import EVENTS_DIR_ENV, RDZV_ENDPOINT_ENV
-from chaos.events import read_events
+from chaos.runfiles.events import read_events
 from chaos.workload.torchrun import KEEP_ALIVE_INTERVAL_S, KEEP_ALIVE_MAX_ATTEMPTS
 from tests.integration._support import catches_signal
 

@@ -10,10 +10,10 @@ import os
 import pytest
 
 from chaos.cluster.cgroups import own_cgroup
-from chaos.events import read_events
-from chaos.procs import find_run_processes
-from chaos.run import run_scenario_once
-from chaos.scenario import parse_scenario
+from chaos.runfiles.events import read_events
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import parse_scenario
+from chaos.util.procs import find_run_processes
 
 
 @pytest.mark.integration

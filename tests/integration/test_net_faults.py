@@ -18,11 +18,11 @@ import pytest
 from chaos.cluster.base import InjectionContext
 from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import FABRIC_MTU, NODE_HOST_OFFSET
-from chaos.cluster.resources import RunResources
 from chaos.faults.base import lookup
-from chaos.model import Topology
+from chaos.model.scenario import Topology
+from chaos.model.targets import ResolvedTarget
 from chaos.net import fabric
-from chaos.targets import ResolvedTarget
+from chaos.runfiles.resources import RunResources
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 

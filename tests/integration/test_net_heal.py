@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from chaos.net.fabric import short_id
-from chaos.procs import find_run_processes
+from chaos.util.procs import find_run_processes
 from tests.integration._support import REPO, cli_env, run_trainchaos, warm_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.net.fabric import short_id
-from chaos.procs import find_run_processes
+from chaos.util.procs import find_run_processes
 from tests.integration._sigkill import sigkilled_after_apply
 from tests.integration._support import TRAINCHAOS, cli_env, run_trainchaos
 

@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from chaos.events import read_events
-from chaos.procs import find_run_processes
-from chaos.run import run_scenario_once
+from chaos.runfiles.events import read_events
+from chaos.runner.run import run_scenario_once
+from chaos.util.procs import find_run_processes
 from tests.integration._support import load_warm
 
 SMOKE = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "smoke")
@@ -44,7 +44,7 @@ def test_kill_node_shrinks_the_job_and_blames_the_dead_node(tmp_path, state_dir)
     assert len(ranks) == 2 and ranks <= set(fault["details"]["pids"])
     assert len(fault["details"]["pids"]) == 6, fault["details"]["pids"]
     # exactly at the planned step: both ranks of the node held after step 50 until the kill
-    # was in effect (chaos.hold), so neither began step 51
+    # was in effect (chaos.probe.hold), so neither began step 51
     killed = [e["step"] for e in events if e["kind"] == "step_end" and e["src"] in ("rank-2", "rank-3")
               and e["incarnation"] == 0]
     assert max(killed) == 50 and killed.count(50) == 2, sorted(killed)[-4:]

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from chaos.cluster.resources import pending_resources, tmp_dir_for
-from chaos.procs import ProcInfo, find_run_processes, kill_pids, process_state
-from chaos.record import run_record_json_schema
-from chaos.rollback import FaultJournal
+from chaos.runfiles.record import run_record_json_schema
+from chaos.runfiles.resources import pending_resources, tmp_dir_for
+from chaos.runfiles.rollback import FaultJournal
+from chaos.util.procs import ProcInfo, find_run_processes, kill_pids, process_state
 from tests.integration._support import TRAINCHAOS, cli_env, run_trainchaos
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ import os
 
 import pytest
 
-from chaos.events import read_events
-from chaos.procs import find_run_processes
-from chaos.record import RunRecord
-from chaos.run import run_baseline, run_scenario_once
+from chaos.runfiles.events import read_events
+from chaos.runfiles.record import RunRecord
+from chaos.runner.run import run_baseline, run_scenario_once
+from chaos.util.procs import find_run_processes
 from tests.integration._support import load_warm, state_dir_env
 
 SDC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "sdc")

@@ -29,8 +29,8 @@ import pytest
 
 from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
-from chaos.procs import find_run_processes
-from chaos.rollback import FaultJournal
+from chaos.runfiles.rollback import FaultJournal
+from chaos.util.procs import find_run_processes
 from tests.integration._support import (
     REPO,
     TRAINCHAOS,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.events import read_events
-from chaos.procs import find_run_processes
+from chaos.runfiles.events import read_events
+from chaos.util.procs import find_run_processes
 from tests.integration._stacks import run_without_baseline, straight_digest
 from tests.integration._support import REPO
 

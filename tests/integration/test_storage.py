@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from chaos.cluster.mounts import fuse_mounts
 from chaos.contract import STORAGE_RUN_ID_ENV
-from chaos.events import read_events
-from chaos.procs import find_run_processes
-from chaos.run import run_scenario_once
-from chaos.storage.mounts import fuse_mounts
+from chaos.runfiles.events import read_events
+from chaos.runner.run import run_scenario_once
+from chaos.util.procs import find_run_processes
 from tests.integration._support import (
     REPO,
     cli_env,
@@ -84,7 +84,7 @@ def test_stalled_sync_save_is_blamed_on_its_writer_by_the_save_deadline(workdir)
     first = _of(events, "detected")[0]
     assert (first["failure_class"], first["suspect"], first["by"]) == ("storage", "rank-0", "rank-0")
     # The stall is planned at step 12: rank 0 holds after step 12 until it is in effect
-    # (chaos.hold), so the step-15 save is the stuck one. It never completed, and the restart
+    # (chaos.probe.hold), so the step-15 save is the stuck one. It never completed, and the restart
     # loaded the save before it.
     stuck = first["step"]
     assert first["detector"] == "save_deadline" and stuck == 15, first
@@ -225,7 +225,7 @@ def test_data_loader_stall_is_blamed_on_the_data_path_of_its_rank(workdir):
     fault = journal["metrics"]["faults"][0]
     assert fault["attribution"] == "correct", fault["attribution_detail"]
     # The restart loads the newest checkpoint saved before it: the stall is planned at step
-    # 25 and rank 1 holds after step 25 until it is in effect (chaos.hold), so its next read
+    # 25 and rank 1 holds after step 25 until it is in effect (chaos.probe.hold), so its next read
     # stalls and step 30, and its save, never come: the step-20 checkpoint.
     load = _restart_load(events)
     saved = [e["step"] for e in _of(events, "ckpt_save_end") if e["incarnation"] == 0 and e["t"] < load["t"]]

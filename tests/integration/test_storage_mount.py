@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from chaos.cluster.resources import RunResources
+from chaos.cluster.mounts import FuseMount, mounted
+from chaos.runfiles.resources import RunResources
 from chaos.storage.control import MountControl
-from chaos.storage.mounts import FuseMount, mounted
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuse, pytest.mark.timeout(60)]
 
@@ -122,12 +122,12 @@ def test_a_mount_whose_controller_died_without_a_journal_is_found_by_name(tmp_pa
     import subprocess
     import sys
 
-    from chaos.cleanup import cleanup_runs, find_leftovers
+    from chaos.runner.cleanup import cleanup_runs, find_leftovers
 
     run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
     path = tmp_path / "mnt"
     # A controller that mounts and is SIGKILLed: nothing of it tears the mount down.
-    code = ("import os, signal; from chaos.storage.mounts import FuseMount; "
+    code = ("import os, signal; from chaos.cluster.mounts import FuseMount; "
             f"FuseMount.create({run_id!r}, {{'path': {str(path)!r}, 'control_dir': {str(tmp_path / 'c')!r}, "
             f"'fsname': '{run_id}-orphan'}}); os.kill(os.getpid(), signal.SIGKILL)")
     proc = subprocess.run([sys.executable, "-c", code], timeout=30, cwd=os.getcwd())

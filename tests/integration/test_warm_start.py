@@ -13,10 +13,10 @@ import time
 import pytest
 
 from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV
-from chaos.events import read_events
-from chaos.procs import find_run_processes, kill_pids, process_state
-from chaos.run import run_scenario_once
-from chaos.scenario import parse_scenario
+from chaos.runfiles.events import read_events
+from chaos.runner.run import run_scenario_once
+from chaos.scenario.load import parse_scenario
+from chaos.util.procs import find_run_processes, kill_pids, process_state
 from tests.integration._support import REPO
 
 

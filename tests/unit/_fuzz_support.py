@@ -50,8 +50,8 @@ class Verdict:
 def judge(path: str) -> Verdict:
     """``trainchaos validate PATH`` and ``trainchaos run --dry-run --no-preflight PATH``, in
     process: the functions the CLI calls (the host's preflight is no judgement of the file)."""
-    from chaos.cli_run import _print_plans
-    from chaos.scenario import load_suite
+    from chaos.cli.run import _print_plans
+    from chaos.scenario.load import load_suite
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # CPU time of this process, not wall time: the budget is on validation's own work, which

@@ -45,14 +45,14 @@ def own_machine(tmp_path, monkeypatch):
     not asked about by run id."""
     import tempfile
 
-    import chaos.cleanup
-    from chaos.cluster.resources import ScratchDir
+    import chaos.runner.cleanup
+    from chaos.runfiles.resources import ScratchDir
 
     tmp_root = tmp_path / "machine-tmp"
     tmp_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
     monkeypatch.setenv("TMPDIR", str(tmp_root))
-    monkeypatch.setattr(chaos.cleanup, "known_kinds", lambda: {ScratchDir.kind: ScratchDir})
-    find = chaos.cleanup.find_run_processes
-    monkeypatch.setattr(chaos.cleanup, "find_run_processes", lambda run_id=None: find(run_id) if run_id else [])
+    monkeypatch.setattr(chaos.runner.cleanup, "known_kinds", lambda: {ScratchDir.kind: ScratchDir})
+    find = chaos.runner.cleanup.find_run_processes
+    monkeypatch.setattr(chaos.runner.cleanup, "find_run_processes", lambda run_id=None: find(run_id) if run_id else [])
     return tmp_root

@@ -78,7 +78,7 @@ def test_the_twin_publishes_the_digest_each_checkpoint_is_read_back_to(events, t
     model) and the dcp kind's reading of a checkpoint saved at that step, equal when the
     saved weights are those of the step; a torn checkpoint is refused, not misread."""
     from chaos import contract
-    from chaos.model import Workload as WorkloadSpec
+    from chaos.model.scenario import Workload as WorkloadSpec
     from chaos.workload.base import CheckpointImage
     from chaos.workload.dcp import DcpWorkload
 

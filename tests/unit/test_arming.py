@@ -1,5 +1,5 @@
-"""The run loop journals a fault's ``apply`` ahead of its time (chaos.run._arm_ahead,
-chaos.lifecycle.FaultLifecycle.arm): a timed fault once it is due within the horizon, a step
+"""The run loop journals a fault's ``apply`` ahead of its time (chaos.runner.run._arm_ahead,
+chaos.runner.lifecycle.FaultLifecycle.arm): a timed fault once it is due within the horizon, a step
 fault once its ranks reached the step before; never one further off."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from chaos import triggers
-from chaos.lifecycle import FaultLifecycle
-from chaos.rollback import FaultJournal
-from chaos.run import _ARM_AHEAD_S, _Runner
-from chaos.scenario import parse_scenario
+from chaos.model import triggers
+from chaos.runfiles.rollback import FaultJournal
+from chaos.runner.lifecycle import FaultLifecycle
+from chaos.runner.run import _ARM_AHEAD_S, _Runner
+from chaos.scenario.load import parse_scenario
 
 
 def _runner(tmp_path: Path, triggers: list[dict]) -> tuple[_Runner, FaultJournal]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.scenario import load_scenario
+from chaos.scenario.load import load_scenario
 
 BAD = Path(__file__).resolve().parent.parent / "scenarios" / "bad"
 

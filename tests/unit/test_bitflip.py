@@ -12,10 +12,17 @@ import torch
 from torch import nn
 
 from chaos import probe as probe_mod
-from chaos import probe_core
-from chaos.bitflip_bits import BitFlipError, bit_index, flip_, flip_positions, force_bit_, read_bit
-from chaos.bitflip_names import check_name, compress_names, parse_spec, tensor_catalog
-from chaos.events import read_events
+from chaos.probe import core as probe_core
+from chaos.probe.bitflip_bits import (
+    BitFlipError,
+    bit_index,
+    flip_,
+    flip_positions,
+    force_bit_,
+    read_bit,
+)
+from chaos.probe.bitflip_names import check_name, compress_names, parse_spec, tensor_catalog
+from chaos.runfiles.events import read_events
 
 INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
           torch.bfloat16: torch.int16}

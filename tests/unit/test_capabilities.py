@@ -25,8 +25,8 @@ from chaos.cluster.capabilities import (
 )
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import known_types, lookup
-from chaos.scenario import parse_scenario
-from chaos.targets import ResolvedTarget
+from chaos.model.targets import ResolvedTarget
+from chaos.scenario.load import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"name": "s", "workload": {"harness": {"steps": 20, "model": {"name": "mlp"}}},

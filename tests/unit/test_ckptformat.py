@@ -20,7 +20,7 @@ from chaos.ckptformat import (
     detect_format,
 )
 from chaos.errors import ScenarioError
-from chaos.model import Workload as WorkloadSpec
+from chaos.model.scenario import Workload as WorkloadSpec
 from chaos.workload.command import CommandWorkload
 
 
@@ -422,7 +422,7 @@ def test_a_hook_reads_what_no_built_in_format_knows(tmp_path, hook_module, monke
     ("protobuf", "unknown checkpoint format 'protobuf'"),
 ])
 def test_a_bad_hook_or_format_name_is_a_located_error_listing_the_allowed(hook_module, monkeypatch, spec, why):
-    from chaos.suite import preflight
+    from chaos.runner.suite import preflight
 
     monkeypatch.setenv(FORMAT_ENV, spec)
     with pytest.raises(ScenarioError, match=why) as caught:
@@ -465,7 +465,7 @@ def test_a_format_registered_by_a_plugin_is_detected(tmp_path):
 # -- the freshness reader and the kinds ----------------------------------------------------------
 
 def test_the_reader_takes_the_save_events_step_for_a_checkpoint_that_records_none(tmp_path):
-    from chaos.freshness import CheckpointReader
+    from chaos.runner.freshness import CheckpointReader
 
     model = _model()
     torch.save(model.state_dict(), tmp_path / "weights.pt")

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos.cleanup import cleanup_runs, find_leftovers
 from chaos.cli import cli
-from chaos.cluster.resources import OWNER_FILE, RunResources, scratch_base, tmp_dir_for
-from chaos.procs import controller_tag
-from chaos.rollback import active_runs, live_dir, register_run, state_dir, unregister_run
+from chaos.runfiles.resources import OWNER_FILE, RunResources, scratch_base, tmp_dir_for
+from chaos.runfiles.rollback import active_runs, live_dir, register_run, state_dir, unregister_run
+from chaos.runner.cleanup import cleanup_runs, find_leftovers
+from chaos.util.procs import controller_tag
 
 
 @pytest.fixture(autouse=True)
@@ -98,8 +98,8 @@ def test_a_live_run_of_another_state_dir_is_no_leftover_and_is_never_touched(
     """A run registered in another state dir (another user's, a test's beside this one) is
     invisible to this registry; its live mark says its controller runs, so what a kind finds
     of it by name is neither listed nor removed. Once the controller is gone, it is both."""
-    import chaos.cleanup
-    from chaos.cluster.resources import Leftover
+    import chaos.runner.cleanup
+    from chaos.runfiles.resources import Leftover
 
     class Named:  # a kind that knows a run only by the name of what it made (a cgroup, a netns)
         kind = "named"
@@ -113,7 +113,7 @@ def test_a_live_run_of_another_state_dir_is_no_leftover_and_is_never_touched(
         def destroy(cls, spec: dict, details: dict) -> None:
             cls.removed.append("trainchaos-elsewhere")
 
-    monkeypatch.setattr(chaos.cleanup, "known_kinds", lambda: {Named.kind: Named})
+    monkeypatch.setattr(chaos.runner.cleanup, "known_kinds", lambda: {Named.kind: Named})
     monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "other-state"))
     register_run("trainchaos-elsewhere", str(tmp_path / "elsewhere"))  # this process: alive
     monkeypatch.setenv("TRAINCHAOS_STATE_DIR", str(tmp_path / "state"))
@@ -134,8 +134,8 @@ def test_a_fault_record_naming_no_backend_is_one_clear_failure_and_an_unapplied_
     """A record of a Slurm node change that names no backend (a pre-release journal) cannot
     be undone: cleanup says which fault of which run and why, in one line, exit 3, and goes
     on. An ``apply`` whose inject never returned its record took nothing out: reverted."""
-    from chaos.rollback import FaultJournal
-    from chaos.rundir import RunDir
+    from chaos.runfiles.rollback import FaultJournal
+    from chaos.runfiles.rundir import RunDir
 
     _left_run(tmp_path, "trainchaos-old", live=False)
     journal = FaultJournal(RunDir(str(tmp_path / "trainchaos-old")).fault_journal)

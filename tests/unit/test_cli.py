@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from chaos.cli import cli, main
 from chaos.errors import EXIT_BAD_INPUT, EXIT_OK, ScenarioError
 from chaos.faults.base import known_types
-from chaos.scenario import load_scenario
-from chaos.schema.types import literal_values, unwrap
+from chaos.model.types import literal_values, unwrap
+from chaos.scenario.load import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "scenarios" / "bad"

@@ -9,8 +9,8 @@ import pytest
 from chaos.cluster import UnknownBackend, known_backends, lookup_backend
 from chaos.cluster.base import ClusterBackend, LiveRank, NodeStatus, RunSpec
 from chaos.errors import EXIT_TOOL_FAILED
-from chaos.model import Topology
-from chaos.targets import TargetUnavailable
+from chaos.model.scenario import Topology
+from chaos.model.targets import TargetUnavailable
 
 TOPO = Topology(nodes=2, ranks_per_node=2, spares=1, racks={"r1": [0], "r2": [1, 2]})
 

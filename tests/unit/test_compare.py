@@ -21,8 +21,8 @@ from chaos.gate import (
     render_markdown,
     update_baseline,
 )
-from chaos.record import RunRecord
 from chaos.report import write_suite_report
+from chaos.runfiles.record import RunRecord
 
 
 def _journal(scenario: str, repeat: int, *, recovery: float | None = 6.0, detection: float | None = 0.05,
@@ -197,12 +197,12 @@ def test_gate_is_checked_before_anything_starts(tmp_path):
 
 
 def test_run_with_a_missing_baseline_starts_nothing(tmp_path, monkeypatch, capsys):
-    import chaos.suite
+    import chaos.runner.suite
 
     def must_not_run(*_a, **_k):
         raise AssertionError("a run started")
 
-    monkeypatch.setattr(chaos.suite, "run_suite", must_not_run)
+    monkeypatch.setattr(chaos.runner.suite, "run_suite", must_not_run)
     scenario = Path(__file__).resolve().parents[1] / "scenarios" / "report" / "tiny-kill.yaml"
     code, _, err = _run_main(monkeypatch, capsys, "run", str(scenario), "--out", str(tmp_path / "out"),
                              "--baseline-from", str(tmp_path / "none"))
@@ -214,7 +214,7 @@ def test_run_with_a_missing_baseline_starts_nothing(tmp_path, monkeypatch, capsy
 def test_run_gates_and_updates_in_one_step(tmp_path, monkeypatch, capsys):
     """The run itself is faked (its suite output is written as a run would); the CLI's gate,
     its exit code, and the report path as the last line are real."""
-    import chaos.suite
+    import chaos.runner.suite
 
     speed = {"recovery": 6.0}
 
@@ -222,9 +222,9 @@ def test_run_gates_and_updates_in_one_step(tmp_path, monkeypatch, capsys):
         journals = [_journal(sc.name, 0, recovery=speed["recovery"]) for sc in scenarios]
         write_suite_report(out_dir, journals, suite_name)
         (Path(out_dir) / "index.html").write_text("<html></html>")
-        return chaos.suite.SuiteOutcome(records=journals, out_dir=out_dir)
+        return chaos.runner.suite.SuiteOutcome(records=journals, out_dir=out_dir)
 
-    monkeypatch.setattr(chaos.suite, "run_suite", fake_run_suite)
+    monkeypatch.setattr(chaos.runner.suite, "run_suite", fake_run_suite)
     scenario = str(Path(__file__).resolve().parents[1] / "scenarios" / "report" / "tiny-kill.yaml")
     store, out = tmp_path / "store", tmp_path / "out"
     code, text, _ = _run_main(monkeypatch, capsys, "run", scenario, "--out", str(out), "--baseline-from",

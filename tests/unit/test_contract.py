@@ -64,5 +64,5 @@ def test_the_probe_loads_no_other_part_of_trainchaos() -> None:
             "('chaos', 'harness', 'torch', 'pydantic', 'yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert out.stdout.strip() == str(["chaos", "chaos.contract", "chaos.hold", "chaos.probe", "chaos.probe_actions",
-                                      "chaos.probe_core", "chaos.probe_digest"])
+    assert out.stdout.strip() == str(["chaos", "chaos.contract", "chaos.probe", "chaos.probe.actions", "chaos.probe.core",
+                                      "chaos.probe.digest", "chaos.probe.hold"])

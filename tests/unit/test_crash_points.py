@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from chaos.crashsweep import classify
 from chaos.errors import ScenarioError
-from chaos.model import Workload as WorkloadSpec
-from chaos.record import RunRecord
+from chaos.model.scenario import Workload as WorkloadSpec
+from chaos.runfiles.record import RunRecord
+from chaos.runner.crashsweep import classify
 from chaos.storage.crashpoints import CrashPoint
 from chaos.storage.faultfs import FaultFS
 from chaos.storage.rules import Caller
@@ -231,7 +231,7 @@ def test_a_commands_declared_cadence_chooses_its_second_save(tmp_path):
 
 
 def test_a_narrowed_sweep_says_how_many_of_the_power_losses_it_ran():
-    from chaos.crashsweep import BoundaryOutcome, SweepResult, sweep_table
+    from chaos.runner.crashsweep import BoundaryOutcome, SweepResult, sweep_table
 
     trace = [{"seq": k, "op": "fsync", "path": f"f{k}"} for k in range(1, 9)]
     outcome = {0: ["ok"], 3: ["torn"], 4: ["dangling_pointer", "torn"], 7: ["ok"], 12: ["not_reached"]}
@@ -264,9 +264,9 @@ def test_each_crash_run_arms_the_boundary_and_loses_power_with_the_storage_famil
     crash_sweep); each crash run's scenario, built from them, validates."""
     from pathlib import Path
 
-    from chaos.crashsweep import _arm, _power_loss, _variant
     from chaos.faults.family import crash_sweep
-    from chaos.scenario import load_suite
+    from chaos.runner.crashsweep import _arm, _power_loss, _variant
+    from chaos.scenario.load import load_suite
 
     repo = Path(__file__).resolve().parents[2]
     (scenario,) = load_suite([str(repo / "scenarios" / "checkers" / "crash-points-pointer-before-fsync.yaml")])

@@ -1,6 +1,6 @@
 """``run --crash-points`` has one judge: what ``--dry-run`` accepts, the real run does not
 refuse later for the same reason, and what it refuses it refuses before the twin runs
-(``chaos.crashsweep.sweep_plan``)."""
+(``chaos.runner.crashsweep.sweep_plan``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import chaos.crashsweep as crashsweep
+import chaos.runner.crashsweep as crashsweep
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]

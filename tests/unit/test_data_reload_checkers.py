@@ -15,8 +15,8 @@ from chaos.errors import ChaosError
 from chaos.metrics import BaselineInfo, RunInfo, compute_metrics
 from chaos.metrics.families.data import baseline_samples, data_metrics
 from chaos.metrics.families.reload import reload_metrics
-from chaos.scenario import parse_scenario
-from chaos.verdict import judge
+from chaos.runner.verdict import judge
+from chaos.scenario.load import parse_scenario
 
 GB = 4  # global batch: 2 ranks x 2 samples
 
@@ -236,9 +236,9 @@ def test_track_refuses_what_is_not_a_map_style_dataset() -> None:
 
 
 def test_the_run_report_draws_the_samples_lane() -> None:
-    from chaos.record import RunRecord
     from chaos.report.run_page import render_run_html
     from chaos.report.runview import build_run_view
+    from chaos.runfiles.record import RunRecord
 
     job = Job()
     job.steps(0, range(1, 8))
@@ -259,8 +259,8 @@ def test_the_run_report_draws_the_samples_lane() -> None:
 def test_compare_gates_the_checkers(tmp_path: Path) -> None:
     """`trainchaos compare`: samples lost where the baseline suite lost none is a regression."""
     from chaos.gate import compare_suites, load_suite_record, load_tolerances, render_markdown
-    from chaos.record import RunRecord
     from chaos.report import write_suite_report
+    from chaos.runfiles.record import RunRecord
 
     def suite(path: Path, lost: int, rollback: int) -> str:
         journals = [{"schema_version": 2, "scenario": {"name": "kill-rank", "targets": {}}, "repeat_index": i, "status": "completed",

@@ -20,7 +20,7 @@ from chaos.cluster.docker_engine import LABEL_RUN, BlastRadiusError, owned
 from chaos.cluster.docker_options import DockerOptions
 from chaos.cluster.docker_procs import PID_STRIDE, handle, split_handle
 from chaos.faults.base import known_types
-from chaos.model import Topology
+from chaos.model.scenario import Topology
 from chaos.workload.torchrun import TorchrunPerNode
 
 RUN_ID = "trainchaos-0123456789"
@@ -79,7 +79,7 @@ def test_no_engine_is_exit_2_with_a_clear_line_and_nothing_started(tmp_path: Pat
 
 
 def test_preflight_says_which_engine_does_not_answer(tmp_path: Path) -> None:
-    from chaos.scenario import load_scenario
+    from chaos.scenario.load import load_scenario
 
     sock = tmp_path / "gone.sock"
     scenario = load_scenario(_write(tmp_path, f"{{docker: {{hosts: ['unix://{sock}']}}}}"))

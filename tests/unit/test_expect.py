@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from chaos import suite as suite_module
 from chaos.cli import main
 from chaos.gate import SuiteRecord, compare_suites, load_suite_record
-from chaos.record import RunRecord
 from chaos.report import print_verdict_table, render_junit, write_suite_report
 from chaos.report.suite_page import render_suite_html
-from chaos.scenario import parse_scenario
-from chaos.suite import SuiteOutcome
+from chaos.runfiles.record import RunRecord
+from chaos.runner import suite as suite_module
+from chaos.runner.suite import SuiteOutcome
+from chaos.scenario.load import parse_scenario
 from tests.unit.test_report import DETECTION_REASON, _journal
 
 ISSUE = "https://github.com/pytorch/pytorch/issues/123"
@@ -172,7 +172,7 @@ from pathlib import Path
 
 import chaos.pytest_plugin as plugin
 from chaos.pytest_plugin import RunResult, ScenarioResult
-from chaos.record import RunRecord
+from chaos.runfiles.record import RunRecord
 
 OUTCOMES = {"finding": "xfail", "fixed": "xpass", "broken": "error"}
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from chaos import probe
-from chaos.events import KINDS
 from chaos.faults.base import example_of, known_types
 from chaos.faults.family import FAMILIES, crash_sweep, families
 from chaos.metrics.registry import families as metric_families
+from chaos.runfiles.events import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ROOT / "chaos" / "faults"
@@ -50,7 +50,7 @@ def test_every_fault_type_belongs_to_a_registered_family() -> None:
 
 
 def test_the_probe_actions_a_family_lists_are_the_ones_its_types_fire_and_the_probe_knows() -> None:
-    from chaos.targets import ResolvedTarget
+    from chaos.model.targets import ResolvedTarget
 
     for name, spec in families().items():
         assert set(spec.probe_actions) <= set(probe.known_actions()), name
@@ -87,11 +87,11 @@ def test_no_fault_asks_the_backend_with_hasattr_or_getattr() -> None:
 # with why. Shrink-only: an entry whose string is gone fails too, so it cannot outlive it.
 # Other namespaces that share a word with a type (not a reference to the type):
 SAME_WORD_OTHER_THING = {
-    ("chaos/probe_actions.py", "device_error"): "the probe action the process family's type fires",
-    ("chaos/probe_actions.py", "bitflip"): "the probe action the sdc family's type fires",
-    ("chaos/bitflip.py", "bitflip"): "the rank-side mechanics of the sdc bitflip (loaded by the probe, "
+    ("chaos/probe/actions.py", "device_error"): "the probe action the process family's type fires",
+    ("chaos/probe/actions.py", "bitflip"): "the probe action the sdc family's type fires",
+    ("chaos/probe/bitflip.py", "bitflip"): "the rank-side mechanics of the sdc bitflip (loaded by the probe, "
                                      "which may import nothing of chaos.faults)",
-    ("chaos/events.py", "crash_point"): "an event kind (the storage layer's report of a crash point)",
+    ("chaos/runfiles/events.py", "crash_point"): "an event kind (the storage layer's report of a crash point)",
     ("chaos/storage/crashpoints.py", "crash_point"): "the event kind",
     ("chaos/storage/control.py", "crash_point"): "the layer's control-file key",
     ("chaos/storage/daemon.py", "crash_point"): "the layer's state key",

@@ -1,4 +1,4 @@
-"""Target and trigger forms (chaos.targets, chaos.triggers): one class per form, and every
+"""Target and trigger forms (chaos.model.targets, chaos.model.triggers): one class per form, and every
 form the schema accepts has one, so no reader needs an ``if kind ==`` of its own."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from chaos.model import Topology, Trigger, TriggerKind
+from chaos.model.scenario import Topology, Trigger, TriggerKind
+from chaos.model.targets import TARGET_FORMS, TargetUnavailable, parse_target
+from chaos.model.triggers import TRIGGER_FORMS, form_of
 from chaos.schema.fault_model import TargetDoc, TriggerDoc
-from chaos.targets import TARGET_FORMS, TargetUnavailable, parse_target
-from chaos.triggers import TRIGGER_FORMS, form_of
 
 TOPO = Topology(nodes=4, ranks_per_node=2, racks={"r1": (0, 1), "r2": (2, 3)}, power_domains={"pd-a": (2, 3)})
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from chaos import contract, probe
-from chaos.freshness import CheckpointReader
 from chaos.metrics.families.freshness import freshness_metrics, stale_text
 from chaos.metrics.records import BaselineInfo
-from chaos.model import Workload as WorkloadSpec
+from chaos.model.scenario import Workload as WorkloadSpec
+from chaos.runner.freshness import CheckpointReader
 from chaos.workload.base import CheckpointImage
 from chaos.workload.harness import HarnessWorkload
 from harness.checkpoint import MODEL, STEP, CheckpointManager
@@ -110,8 +110,8 @@ def test_the_reader_reads_each_saved_checkpoint_once_off_the_loop():
 
 
 def test_the_run_report_marks_stale_and_torn_checkpoints():
-    from chaos.record import RunRecord
     from chaos.report.runview import build_run_view
+    from chaos.runfiles.record import RunRecord
 
     path = "/r/checkpoints/step-00000020"
     events = [{"t": 100.0, "src": "rank-0", "incarnation": 0, "kind": "rank_start", "rank": 0, "node": 0,

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.scenario import load_scenario, parse_scenario
+from chaos.scenario.load import load_scenario, parse_scenario
 from tests.unit._fuzz_support import (
     DOCUMENTS,
     SHIPPED,
@@ -116,7 +116,7 @@ def test_a_section_written_as_null_is_refused(section: str, tmp_path_factory) ->
 
 def _numeric_params() -> list[tuple[str, str]]:
     from chaos.faults.base import known_types
-    from chaos.schema.types import unwrap
+    from chaos.model.types import unwrap
 
     out = []
     for name, fault_type in known_types().items():
@@ -145,7 +145,7 @@ def test_a_huge_number_in_any_numeric_parameter_is_refused(fault_type: str, para
 
 
 def test_thousands_of_faults_of_an_unknown_type_are_bounded(tmp_path_factory) -> None:
-    from chaos.scenario import MAX_PROBLEMS_PER_FILE
+    from chaos.scenario.load import MAX_PROBLEMS_PER_FILE
 
     faults = "".join(f"  - {{type: corrupt_checkpoint{i % 3}, target: {{rank: 0}}, "
                      "trigger: {at_step: 5}}\n" for i in range(2000))

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
 
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError
-from chaos.scenario import load_scenario
+from chaos.scenario.load import load_scenario
 from tests.unit._fuzz_support import (
     SHIPPED,
     judge,

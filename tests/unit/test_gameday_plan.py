@@ -24,7 +24,7 @@ from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Plan, load_plan, parse_condition
 from chaos.gameday.session import GameDay
 from chaos.gameday.view import LiveStatus, render_status
-from chaos.model import Topology
+from chaos.model.scenario import Topology
 
 
 def _plan_file(tmp_path: Path, text: str) -> str:

@@ -1,6 +1,6 @@
-"""The hold that lands external faults at their step (chaos.hold): the probe's side with a
+"""The hold that lands external faults at their step (chaos.probe.hold): the probe's side with a
 thread standing in for the controller, the plan's hold instructions, where a fault landed
-(chaos.precision) and the controller's wait (chaos.wakeup, run._wait_s)."""
+(chaos.runner.precision) and the controller's wait (chaos.runner.wakeup, run._wait_s)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from chaos import hold, probe, wakeup
-from chaos.events import read_events
-from chaos.plan import make_plan, probe_instructions
-from chaos.precision import landing, precision_of
-from chaos.run import _Runner
-from chaos.scenario import parse_scenario
+from chaos import probe
+from chaos.probe import hold
+from chaos.runfiles.events import read_events
+from chaos.runner import wakeup
+from chaos.runner.plan import make_plan, probe_instructions
+from chaos.runner.precision import landing, precision_of
+from chaos.runner.run import _Runner
+from chaos.scenario.load import parse_scenario
 
 FAULT = "f0-kill_rank"
 

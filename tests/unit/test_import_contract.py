@@ -36,8 +36,7 @@ CONCRETE_BACKENDS = tuple(f"chaos.cluster.{name}" for name in (
 """Modules of a concrete backend: only ``chaos.cluster`` itself may import them (everything
 else asks for a backend by name through the registry and for abilities by capability)."""
 
-RUNNER = ("chaos.run", "chaos.runstate", "chaos.runmeasure", "chaos.aborted", "chaos.suite", "chaos.cli",
-          "chaos.gameday", "chaos.scale", "chaos.pytest_plugin")
+RUNNER = ("chaos.runner", "chaos.cli", "chaos.gameday", "chaos.scale", "chaos.pytest_plugin")
 """The engine that drives runs: it uses the backends and the faults, never the reverse."""
 
 LOWER_LAYERS = ("chaos.cluster", "chaos.storage")
@@ -62,6 +61,37 @@ ALLOWED_HARNESS: dict[Edge, str] = {}
 
 ALLOWED_CYCLE_EDGES: dict[Edge, str] = {}
 """No cycle is left (the last four went with issue 19): keep it so."""
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("chaos.contract",),                   # every name the controller and the job share (stdlib only)
+    ("chaos.errors",),                     # the one exception root
+    ("chaos.util",),                       # plumbing: atomic files, strict JSON, processes, registries, YAML, signals
+    ("chaos.probe", "chaos.loadgen"),      # what runs in a rank of the job / beside it on a node (stdlib only)
+    ("chaos.ckptformat",),                 # checkpoint formats: reading a saved checkpoint of each stack
+    ("chaos.adapters",),                   # a foreign stack's one line to the probe
+    ("chaos.metrics",),                    # timeline -> metrics (pure), the catalogue, the run-wide checkers
+    ("chaos.runfiles",),                   # the run directory, events, run record, fault and resource journals
+    ("chaos.model",),                      # the typed scenario: documents, records, target and trigger forms
+    ("chaos.workload",),                   # the training job as the engine sees it
+    ("chaos.net", "chaos.storage"),        # the machinery the network and storage faults act through
+    ("chaos.cluster",),                    # the backends; concrete ones named only here
+    ("chaos.faults",),                     # the fault families
+    ("chaos.schema",),                     # the schema assembled from every fault type, backend and workload
+    ("chaos.scenario",),                   # scenario files -> Scenario records
+    ("chaos.report",),                     # summaries, HTML, timelines, JUnit
+    ("chaos.gate", "chaos.scale"),         # the regression gate; the scale model
+    ("chaos.runner",),                     # the engine that drives runs
+    ("chaos.gameday",),                    # the guided exercise against a live run
+    ("chaos.cli", "chaos.pytest_plugin"),  # the trainchaos command; the pytest plugin
+)
+"""The layers of ``chaos/``, bottom first, by package prefix (a module directly in ``chaos/``
+is a layer of its own): a module may import its own package and the layers below it, never
+a package beside it in the same layer or one above (test_every_import_points_down_a_layer).
+Every module of ``chaos/`` but its ``__init__`` has a layer."""
+
+ALLOWED_UPWARD: dict[Edge, str] = {}
+"""No import points up or sideways: keep it so."""
 
 
 # -- the graph ---------------------------------------------------------------------------
@@ -259,3 +289,38 @@ def test_each_allowlisted_cycle_edge_still_closes_a_cycle(edge: Edge) -> None:
                 seen.add(nxt)
                 todo.append(nxt)
     assert a in seen, f"{a} -> {b} no longer closes a cycle: delete it from ALLOWED_CYCLE_EDGES"
+
+
+def _layer(module: str) -> tuple[int, str] | None:
+    """(layer index, package prefix) of a module of ``chaos``; None for ``chaos`` itself."""
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _under(module, prefix):
+                return index, prefix
+    return None
+
+
+def test_every_layer_names_modules_in_order() -> None:
+    # The rule below compares layer indices: a prefix with a typo, or one whose package is
+    # gone, would let every import of it through unseen.
+    empty = [prefix for layer in LAYERS for prefix in layer if not any(_under(m, prefix) for m in MODULES)]
+    assert not empty, f"LAYERS names prefixes no module has: {empty}"
+    assert _layer("chaos.probe.core") < _layer("chaos.runner.run") < _layer("chaos.cli")  # type: ignore[operator]
+
+
+def test_every_chaos_module_has_a_layer() -> None:
+    missing = sorted(m for m in MODULES if _under(m, "chaos") and m != "chaos" and _layer(m) is None)
+    assert not missing, ("modules of chaos/ in no layer (put them in a package of LAYERS, or add "
+                         "their package to LAYERS where its imports say it belongs):\n  " + "\n  ".join(missing))
+
+
+def test_every_import_points_down_a_layer() -> None:
+    found = {}
+    for (a, b), line in _edges("chaos", "chaos").items():
+        layer_a, layer_b = _layer(a), _layer(b)
+        if layer_a is None or layer_b is None or layer_a[1] == layer_b[1]:
+            continue
+        if layer_b[0] >= layer_a[0]:
+            found[(a, b)] = line
+    _check(found, ALLOWED_UPWARD, "an import points up a layer or sideways (LAYERS, bottom first: "
+           "move what both need below both, or hand it over instead of importing it)")

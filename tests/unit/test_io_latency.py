@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.scenario import ScenarioError, load_suite
+from chaos.scenario.load import ScenarioError, load_suite
 
 
 def test_latency_distributions_are_seeded_per_rule_and_op_class() -> None:
@@ -49,7 +49,7 @@ def test_latency_distributions_are_seeded_per_rule_and_op_class() -> None:
 
 def test_io_slow_distribution_params_are_validated_and_become_the_rule(tmp_path: Path) -> None:
     from chaos.faults.base import lookup
-    from chaos.targets import ResolvedTarget
+    from chaos.model.targets import ResolvedTarget
 
     cls = lookup("io_slow")
     params = cls.params_model.model_validate({"distribution": "pareto", "latency_ms": 2, "alpha": 1.5,

@@ -1,4 +1,4 @@
-"""The fault journal's writer (chaos.journal_writer): records written at once in the order
+"""The fault journal's writer (chaos.runfiles.journal_writer): records written at once in the order
 given, synced by a thread of its own (a burst with one sync), durability waited for only
 where asked, a failed write raised to whoever waits instead of passing silently; and the one
 thing that does wait: a fault is not touched before its ``apply`` is synced."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos import journal_writer
 from chaos.cluster.base import ResolvedTarget
-from chaos.journal_writer import JournalWriteError, JournalWriter
-from chaos.lifecycle import FaultLifecycle, Injection
-from chaos.rollback import FaultJournal
+from chaos.runfiles import journal_writer
+from chaos.runfiles.journal_writer import JournalWriteError, JournalWriter
+from chaos.runfiles.rollback import FaultJournal
+from chaos.runner.lifecycle import FaultLifecycle, Injection
 
 
 class _GatedSync:

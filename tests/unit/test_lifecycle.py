@@ -1,4 +1,4 @@
-"""The one fault lifecycle the runner and the game day share (chaos.lifecycle): journal
+"""The one fault lifecycle the runner and the game day share (chaos.runner.lifecycle): journal
 before the fault acts, never cut in half by a signal, a raising inject still reverted, what
 is left reverted newest first."""
 
@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from chaos import interrupts
 from chaos.cluster.base import ResolvedTarget
 from chaos.faults.base import FaultType
-from chaos.journal_writer import JournalWriter
-from chaos.lifecycle import FaultLifecycle, Injection
-from chaos.rollback import FaultJournal
+from chaos.runfiles.journal_writer import JournalWriter
+from chaos.runfiles.rollback import FaultJournal
+from chaos.runner.lifecycle import FaultLifecycle, Injection
+from chaos.util import interrupts
 
 LOG: list[tuple[str, str]] = []
 

@@ -17,10 +17,10 @@ from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
 from chaos.faults.base import lookup
 from chaos.faults.network.latency import _directed_links
 from chaos.faults.network.metrics import network_metrics, step_durations
-from chaos.model import Topology
+from chaos.model.scenario import Topology
+from chaos.model.targets import ResolvedTarget
 from chaos.net import linkemu
-from chaos.scenario import load_scenario
-from chaos.targets import ResolvedTarget
+from chaos.scenario.load import load_scenario
 
 SCENARIO = """\
 name: lat

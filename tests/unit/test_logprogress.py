@@ -1,4 +1,4 @@
-"""What the node logs tell (chaos.logprogress): the torchrun agents' reports of dead workers,
+"""What the node logs tell (chaos.workload.logprogress): the torchrun agents' reports of dead workers,
 as detections of the right rank -- and a survivor's exception not mistaken for a crash."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.logprogress import LogProgress
+from chaos.workload.logprogress import LogProgress
 
 _AGENT = "I1204 13:11:22.128000 16734 torch/distributed/elastic/agent/server/api.py:553]   "
 

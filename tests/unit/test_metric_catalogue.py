@@ -27,12 +27,12 @@ from chaos.metrics import (
 from chaos.metrics.catalogue import CORE, gated, spec, specs, target_specs
 from chaos.metrics.family import FaultContext, RunContext
 from chaos.metrics.registry import families, unregister_family
-from chaos.model import Bound, Targets
-from chaos.record import FaultOutcome, MetricsRecord, RunRecord, ScenarioInfo
+from chaos.model.scenario import Bound, Targets
 from chaos.report import render_junit, write_suite_report
 from chaos.report.summary import metric_rows
+from chaos.runfiles.record import FaultOutcome, MetricsRecord, RunRecord, ScenarioInfo
+from chaos.runner.verdict import judge
 from chaos.schema.targets_model import TargetsDoc
-from chaos.verdict import judge
 
 # Targets that are not a metric's bound: correctness, attribution, completion.
 NOT_METRICS = {"final_state", "attribution", "completes", "data"}
@@ -183,12 +183,12 @@ def test_a_family_from_an_installed_package_comes_through_its_entry_point(monkey
     and skipped, the built-in families stay."""
     from importlib.metadata import EntryPoint
 
-    import chaos.registry
+    import chaos.util.registry
     from chaos.metrics import registry
 
     points = [EntryPoint("toy", f"{__name__}:TOY", registry.ENTRY_POINT_GROUP),
               EntryPoint("broken", "no_such_module_here:FAMILY", registry.ENTRY_POINT_GROUP)]
-    monkeypatch.setattr(chaos.registry, "entry_points",
+    monkeypatch.setattr(chaos.util.registry, "entry_points",
                         lambda group: points if group == registry.ENTRY_POINT_GROUP else [])
     monkeypatch.setattr(registry.METRIC_FAMILIES, "items", {})
     monkeypatch.setattr(registry.METRIC_FAMILIES, "_entry_points_read", False)

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from chaos.cluster.cgroups import CgroupDir, cgroup_path, cgroup_procs, own_cgroup
-from chaos.cluster.resources import RunResources, pending_resources
 from chaos.metrics import FaultRecord, RunInfo, compute_metrics
-from chaos.procs import process_state
-from chaos.record import RunRecord
 from chaos.report.comparison import comparison_rows, headers
-from chaos.scenario import ScenarioError, load_suite
-from chaos.variants import parse_variation
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.resources import RunResources, pending_resources
+from chaos.scenario.load import ScenarioError, load_suite
+from chaos.scenario.variants import parse_variation
+from chaos.util.procs import process_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -191,7 +191,7 @@ def test_leak_allocates_resident_memory_up_to_its_bound() -> None:
     """The leak writes every page (an untouched allocation would leak nothing) and stops at
     max_mb; null rate_mb_s allocates it all at once (oom_kill)."""
     code = (
-        "import time, chaos.leak as leak\n"
+        "import time, chaos.probe.leak as leak\n"
         "def rss():\n"
         "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) >> 10\n"
         "base = rss(); leak.start_leak({'rate_mb_s': None, 'max_mb': 40}); at_once = rss() - base\n"

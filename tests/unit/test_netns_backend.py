@@ -16,10 +16,10 @@ from chaos.cluster.base import InjectionContext, RunSpec
 from chaos.cluster.capabilities import Fabric
 from chaos.cluster.netns import NetnsCluster
 from chaos.faults.base import lookup
-from chaos.model import Topology
+from chaos.model.scenario import Topology
+from chaos.model.targets import ResolvedTarget
 from chaos.net import fabric
-from chaos.procs import controller_tag
-from chaos.targets import ResolvedTarget
+from chaos.util.procs import controller_tag
 from chaos.workload.torchrun import TorchrunPerNode
 
 RUN_ID = "trainchaos-0123456789"

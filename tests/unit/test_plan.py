@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chaos.plan import make_plan, probe_instructions
-from chaos.scenario import parse_scenario
+from chaos.runner.plan import make_plan, probe_instructions
+from chaos.scenario.load import parse_scenario
 
 
 def _scenario(seed: int = 3):
@@ -101,7 +101,7 @@ def test_a_random_domain_is_drawn_from_the_seed_and_recorded_in_the_plan():
 
 
 def test_each_repeat_draws_its_own_plan_and_repeat_zero_is_the_scenario_seed():
-    from chaos.plan import plan_seed
+    from chaos.runner.plan import plan_seed
 
     assert plan_seed(3, 0) == 3
     seeds = [plan_seed(3, i) for i in range(5)]

@@ -1,10 +1,10 @@
 """A plugin imports trainchaos back while trainchaos is still importing it.
 
 ``TRAINCHAOS_PLUGINS`` modules are imported on the first registry lookup, and that lookup can
-happen at import time (``chaos.model`` builds its targets from the metric catalogue). A plugin
+happen at import time (``chaos.model.scenario`` builds its targets from the metric catalogue). A plugin
 then imports ``chaos.faults.base`` for ``FaultType``: whichever chaos module a command imports
 first, that module must already be complete. ``trainchaos cleanup`` once entered through
-``chaos.aborted`` -> ``chaos.faults.base`` and died on the circular import.
+``chaos.runner.aborted`` -> ``chaos.faults.base`` and died on the circular import.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "tests" / "integration" / "plugins"
 
 # The modules the CLI's commands import first.
-ENTRY_MODULES = ("chaos.cleanup", "chaos.aborted", "chaos.faults.base", "chaos.run", "chaos.cli",
-                 "chaos.model", "chaos.scenario")
+ENTRY_MODULES = ("chaos.runner.cleanup", "chaos.runner.aborted", "chaos.faults.base", "chaos.runner.run", "chaos.cli",
+                 "chaos.model.scenario", "chaos.scenario.load")
 
 
 @pytest.mark.parametrize("module", ENTRY_MODULES)

@@ -14,10 +14,10 @@ from chaos.cli import cli
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.faults.power.metrics import power_metrics
 from chaos.metrics import FaultMetrics
-from chaos.record import RunRecord
 from chaos.report.comparison import comparison_rows, write_comparison
-from chaos.scenario import load_scenario, load_suite
-from chaos.variants import VariationError, parse_variation
+from chaos.runfiles.record import RunRecord
+from chaos.scenario.load import load_scenario, load_suite
+from chaos.scenario.variants import VariationError, parse_variation
 
 BASE = """\
 name: outage

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos import probe, probe_core
+from chaos import probe
+from chaos.probe import core as probe_core
 
 
 class FakeClock:

@@ -4,8 +4,8 @@ factor reaching 1.5 and the slow-rank detection that names it (synthetic timelin
 from __future__ import annotations
 
 from chaos.metrics import FaultRecord, RunInfo, compute_metrics
-from chaos.model import Bound, Targets
-from chaos.verdict import judge
+from chaos.model.scenario import Bound, Targets
+from chaos.runner.verdict import judge
 
 RAMP = {"factor": 3.0, "ramp_s": 12.0, "hold_s": 6.0, "recover_s": 4.0}  # passes 1.5 at 3 s
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from chaos.pytest_plugin import RunResult, ScenarioResult
-from chaos.record import FaultMetricsRecord, MetricsRecord, RunRecord
-from chaos.verdict import Check, Verdict
+from chaos.runfiles.record import FaultMetricsRecord, MetricsRecord, RunRecord
+from chaos.runner.verdict import Check, Verdict
 
 pytest_plugins = ["pytester"]
 

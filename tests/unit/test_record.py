@@ -1,4 +1,4 @@
-"""chaos.record: the run record's one constructor, writer and loader, and its versions."""
+"""chaos.runfiles.record: the run record's one constructor, writer and loader, and its versions."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from chaos.aborted import write_aborted_record
 from chaos.cli import cli
 from chaos.metrics import FaultRecord
-from chaos.record import (
+from chaos.runfiles.record import (
     SCHEMA_VERSION,
     MetricsRecord,
     RunRecord,
@@ -28,7 +27,8 @@ from chaos.record import (
     write_run_record,
     write_run_start,
 )
-from chaos.rundir import RunDir
+from chaos.runfiles.rundir import RunDir
+from chaos.runner.aborted import write_aborted_record
 
 V1_RUN = Path(__file__).parent / "data" / "run_v1"
 """A run directory's ``journal.json`` and ``run.json`` as trainchaos 0.1.0 wrote them, before
@@ -164,7 +164,7 @@ def test_aborted_and_tool_error_records_come_from_the_one_constructor(tmp_path):
 def test_an_aborted_record_counts_an_armed_fault_only_once_its_applied_followed(tmp_path):
     run_dir = tmp_path / "aborted"
     _start(run_dir)
-    # Two faults journaled ahead of their time (chaos.lifecycle.arm); the controller was
+    # Two faults journaled ahead of their time (chaos.runner.lifecycle.arm); the controller was
     # killed after the first was injected and before the second was due.
     Path(RunDir(str(run_dir)).fault_journal).write_text("".join(json.dumps(r) + "\n" for r in (
         {"op": "apply", "fault_id": "f0#1", "type": "hang_rank", "t": 1004.0, "target": {"rank": 1}, "armed": 1005.0},
@@ -215,7 +215,7 @@ def test_the_metrics_section_is_typed_with_the_engines_fields_in_their_order():
     from dataclasses import fields
 
     from chaos.metrics import FaultMetrics, RunMetrics
-    from chaos.record import FaultMetricsRecord
+    from chaos.runfiles.record import FaultMetricsRecord
 
     # The journal's keys are the engine's dataclass fields in order (family values after):
     # the record's models must declare the same, or a rewritten journal reorders its keys.
@@ -240,13 +240,13 @@ def test_metrics_read_as_attributes_keep_their_json_and_a_familys_own_keys(tmp_p
 
 
 def test_judge_returns_the_records_own_verdict():
-    import chaos.verdict
+    import chaos.runner.verdict
     from chaos.metrics import RunInfo, compute_metrics
-    from chaos.model import Bound, Targets
+    from chaos.model.scenario import Bound, Targets
 
-    assert chaos.verdict.Verdict is Verdict  # one verdict type, not three
+    assert chaos.runner.verdict.Verdict is Verdict  # one verdict type, not three
     metrics = compute_metrics([], [], RunInfo("completed", 0.0, 10.0, 5, 1))
-    verdict = chaos.verdict.judge(Targets(recovery_s=Bound(max=1)), metrics)
+    verdict = chaos.runner.verdict.judge(Targets(recovery_s=Bound(max=1)), metrics)
     assert isinstance(verdict, Verdict) and verdict.passed is False
     record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, "scenario": {"name": "s"}, "status": "completed",
                                   "verdict": verdict.model_dump()})

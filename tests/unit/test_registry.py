@@ -1,4 +1,4 @@
-"""chaos.registry: built-ins by module name, TRAINCHAOS_PLUGINS and an entry point group per
+"""chaos.util.registry: built-ins by module name, TRAINCHAOS_PLUGINS and an entry point group per
 kind; and the real registries (fault types, backends, resource kinds) built on it."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import chaos.registry
+import chaos.util.registry
 from chaos.cluster import BACKENDS, UnknownBackend, lookup_backend
-from chaos.cluster.resources import RESOURCE_KINDS
 from chaos.contract import PLUGINS_ENV
 from chaos.faults.base import FAULT_TYPES, UnknownFaultType, lookup
-from chaos.registry import Registry
+from chaos.runfiles.resources import RESOURCE_KINDS
+from chaos.util.registry import Registry
 
 
 class _Thing:
@@ -48,7 +48,7 @@ THINGS: Registry[_Thing] = Registry("thing", key=lambda t: t.name, group="trainc
 def test_builtins_are_imported_by_name_on_first_lookup(plugin_dir: Path) -> None:
     _module(plugin_dir, "tc_plugin_builtin", f"from {REGISTRY_HOME} import _Thing\n"
             "from tc_plugin_registry import REG\nREG.register(_Thing('one'))\n")
-    _module(plugin_dir, "tc_plugin_registry", "from chaos.registry import Registry\n"
+    _module(plugin_dir, "tc_plugin_registry", "from chaos.util.registry import Registry\n"
             "REG = Registry('thing', key=lambda t: t.name, builtins=('tc_plugin_builtin',))\n")
     import tc_plugin_registry  # type: ignore[import-not-found]
 
@@ -97,7 +97,7 @@ class TeamBackend(LocalCluster):
     name: ClassVar[str] = "tc_team"
 """)
     monkeypatch.setenv(PLUGINS_ENV, "tc_plugin_team")
-    monkeypatch.setattr(chaos.registry, "_imported", set())
+    monkeypatch.setattr(chaos.util.registry, "_imported", set())
     try:
         assert lookup("tc_team_fault").family == "team"
         assert lookup_backend("tc_team").name == "tc_team"
@@ -112,9 +112,9 @@ def test_entry_points_of_the_kinds_group_register_a_module_or_one_object(
         plugin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The module reaches this test's registry through a stable module (pytest may import this
     # file under another name than the plugin would).
-    monkeypatch.setattr(chaos.registry, "test_things", THINGS, raising=False)
-    _module(plugin_dir, "tc_plugin_ep_module", f"import chaos.registry\nfrom {REGISTRY_HOME} import _Thing\n"
-            "chaos.registry.test_things.register(_Thing('from-module'))\n")
+    monkeypatch.setattr(chaos.util.registry, "test_things", THINGS, raising=False)
+    _module(plugin_dir, "tc_plugin_ep_module", f"import chaos.util.registry\nfrom {REGISTRY_HOME} import _Thing\n"
+            "chaos.util.registry.test_things.register(_Thing('from-module'))\n")
     _module(plugin_dir, "tc_plugin_ep_object", f"from {REGISTRY_HOME} import _Thing\nTHING = _Thing('from-object')\n")
     points = [EntryPoint("mod", "tc_plugin_ep_module", "trainchaos.test_things"),
               EntryPoint("obj", "tc_plugin_ep_object:THING", "trainchaos.test_things"),
@@ -125,7 +125,7 @@ def test_entry_points_of_the_kinds_group_register_a_module_or_one_object(
         scans.append(group)
         return [ep for ep in points if ep.group == group]
 
-    monkeypatch.setattr(chaos.registry, "entry_points", entry_points)
+    monkeypatch.setattr(chaos.util.registry, "entry_points", entry_points)
     monkeypatch.setattr(THINGS, "items", {})
     monkeypatch.setattr(THINGS, "_entry_points_read", False)
     assert sorted(THINGS.known()) == ["from-module", "from-object"]

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from chaos.record import RunRecord, RunRecordError, load_run_record, write_run_record
 from chaos.report import (
     ProgressDisplay,
     aggregate,
@@ -27,6 +26,7 @@ from chaos.report import (
     write_suite_report,
     write_timeline,
 )
+from chaos.runfiles.record import RunRecord, RunRecordError, load_run_record, write_run_record
 
 
 def _records(journals: list[dict]) -> list[RunRecord]:

@@ -17,7 +17,6 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from chaos.cli import cli
-from chaos.record import RunRecord, RunRecordError, load_run_record
 from chaos.report import (
     rebuild_reports,
     render_suite_md,
@@ -29,6 +28,7 @@ from chaos.report._format import final_state_text
 from chaos.report.html import render_run_html, render_suite_html
 from chaos.report.runview import build_run_view
 from chaos.report.summary import render_summary
+from chaos.runfiles.record import RunRecord, RunRecordError, load_run_record
 
 T0 = 1000.0
 KILL_AT = T0 + 12.0  # rank-1 is killed after step 25

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from chaos.cluster.resources import (
+from chaos.errors import ToolError
+from chaos.runfiles.resources import (
     ResourceKind,
     RunResources,
     pending_resources,
@@ -18,9 +19,8 @@ from chaos.cluster.resources import (
     release_records,
     scratch_base,
 )
-from chaos.errors import ToolError
-from chaos.procs import process_state
-from chaos.rollback import read_records
+from chaos.runfiles.rollback import read_records
+from chaos.util.procs import process_state
 
 RUN_ID = "trainchaos-unit-resources"
 

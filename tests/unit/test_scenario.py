@@ -1,4 +1,4 @@
-"""chaos.scenario: YAML -> validated Scenario, suites, and errors collected with locations."""
+"""chaos.scenario.load: YAML -> validated Scenario, suites, and errors collected with locations."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import ScenarioError
-from chaos.model import Bound, Scenario, Topology, Trigger, Workload
-from chaos.scenario import load_scenario, load_suite, parse_scenario
+from chaos.model.scenario import Bound, Scenario, Topology, Trigger, Workload
+from chaos.scenario.load import load_scenario, load_suite, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOOD = ROOT / "tests" / "scenarios" / "good"

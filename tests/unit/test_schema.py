@@ -17,8 +17,8 @@ import chaos.cluster
 from chaos.cli import cli
 from chaos.errors import ScenarioError
 from chaos.faults.base import known_types
-from chaos.model import Backend, Bound, Topology
-from chaos.scenario import load_scenario, parse_scenario
+from chaos.model.scenario import Backend, Bound, Topology
+from chaos.scenario.load import load_scenario, parse_scenario
 from chaos.schema.errors import location
 from chaos.schema.jsonschema import SCHEMA_DIALECT, scenario_json_schema
 from chaos.schema.markdown import BEGIN, END, reference_markdown, replace_reference

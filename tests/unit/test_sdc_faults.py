@@ -10,8 +10,8 @@ import pytest
 from chaos.errors import ScenarioError
 from chaos.faults.base import known_types
 from chaos.faults.sdc.faults import CheckpointBitRot
-from chaos.plan import make_plan, probe_instructions
-from chaos.scenario import parse_scenario
+from chaos.runner.plan import make_plan, probe_instructions
+from chaos.scenario.load import parse_scenario
 
 
 def _scenario(*faults: dict, harness: dict | None = None, command: str | None = None):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from chaos.bitflip_bits import flip_
+from chaos.probe.bitflip_bits import flip_
 from harness.checkpoint import QUARANTINE_DIR, CheckpointManager
 from harness.config import DetectConfig, HarnessConfig
 from harness.config_load import config_from_args, config_to_args

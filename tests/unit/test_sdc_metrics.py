@@ -4,8 +4,8 @@ detector, contaminated checkpoints, attribution, lost steps from the detection, 
 from __future__ import annotations
 
 from chaos.metrics import FaultRecord, RunInfo, compute_metrics
-from chaos.model import Bound, Targets
-from chaos.verdict import judge
+from chaos.model.scenario import Bound, Targets
+from chaos.runner.verdict import judge
 
 RANKS = (0, 1)
 

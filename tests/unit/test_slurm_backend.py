@@ -12,12 +12,12 @@ import pytest
 
 from chaos.cluster import known_backends, lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.resources import RunResources
 from chaos.cluster.slurm import SlurmCluster
 from chaos.cluster.slurm_resources import SlurmJob, SlurmNodeState
 from chaos.errors import ScenarioError
 from chaos.faults.base import lookup
-from chaos.scenario import parse_scenario
+from chaos.runfiles.resources import RunResources
+from chaos.scenario.load import parse_scenario
 
 BASE = {
     "name": "s",
@@ -177,7 +177,7 @@ def test_a_rack_outage_maps_onto_its_slurm_nodes() -> None:
     fault = {"type": "node_down", "target": {"rack": "r1"}, "trigger": {"at_step": 5}}
     scenario = _scenario(faults=[fault], backend="slurm",
                          topology={"nodes": 4, "ranks_per_node": 1, "racks": {"r1": [2, 3], "r0": [0, 1]}})
-    from chaos.targets import parse_target
+    from chaos.model.targets import parse_target
 
     assert parse_target(scenario.faults[0].target).nodes(scenario.topology) == (2, 3)
 

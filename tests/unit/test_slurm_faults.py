@@ -11,7 +11,7 @@ from chaos.cluster.base import InjectionContext
 from chaos.cluster.capabilities import Scheduler
 from chaos.errors import ToolError
 from chaos.faults.scheduler.faults import DrainNode, NodeDown
-from chaos.targets import ResolvedTarget
+from chaos.model.targets import ResolvedTarget
 
 
 class _HalfBrokenSlurm:

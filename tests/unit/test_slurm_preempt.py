@@ -13,14 +13,14 @@ import pytest
 
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.resources import RunResources
 from chaos.cluster.slurm import SlurmCluster
 from chaos.cluster.slurm_signal import select_pids
 from chaos.errors import ScenarioError
 from chaos.faults.base import lookup
-from chaos.plan import resolve_target
-from chaos.scenario import parse_scenario
-from chaos.suite import preflight
+from chaos.runfiles.resources import RunResources
+from chaos.runner.plan import resolve_target
+from chaos.runner.suite import preflight
+from chaos.scenario.load import parse_scenario
 
 
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,7 +83,7 @@ def test_preempt_job_is_refused_on_local() -> None:
 def test_preflight_refuses_a_preemption_slurm_cannot_requeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             options: dict, needle: str) -> None:
     """The fault asks the backend's Scheduler capability (``requeue_refusal``); the run's
-    preflight (``chaos.suite.preflight``) says it beside the backend's own problems."""
+    preflight (``chaos.runner.suite.preflight``) says it beside the backend's own problems."""
     _fake_slurm(tmp_path, monkeypatch)
     with pytest.raises(ScenarioError) as exc:
         preflight([_scenario(backend={"slurm": options})])

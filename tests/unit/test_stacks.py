@@ -1,5 +1,5 @@
 """The stack comparison without running training: which scenario runs which fault on which
-stack (``chaos.stacks``), the survivors' stall (``chaos.metrics.families.survivors``) and the
+stack (``chaos.scenario.stacks``), the survivors' stall (``chaos.metrics.families.survivors``) and the
 side-by-side tables (``chaos.report.stacks``). A real comparison runs in
 tests/integration/test_bench_stacks.py."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.metrics.families.survivors import survivor_stall
-from chaos.record import RunRecord
 from chaos.report.stacks import stack_tables, write_stacks
-from chaos.stacks import load_stacks
+from chaos.runfiles.record import RunRecord
+from chaos.scenario.stacks import load_stacks
 
 SCENARIO = """\
 name: {name}
@@ -146,7 +146,7 @@ class _Restarting:
         self.down = down
 
     def resolve(self, target: dict) -> Any:
-        from chaos.targets import ResolvedTarget, TargetUnavailable
+        from chaos.model.targets import ResolvedTarget, TargetUnavailable
 
         if self.down > 0:
             self.down -= 1
@@ -163,9 +163,9 @@ class _Context:
 
 
 def test_a_repeated_failure_due_during_a_restart_waits_for_its_target_and_keeps_its_order(tmp_path: Path) -> None:
-    from chaos.rollback import FaultJournal
-    from chaos.run import _Runner
-    from chaos.scenario import parse_scenario
+    from chaos.runfiles.rollback import FaultJournal
+    from chaos.runner.run import _Runner
+    from chaos.scenario.load import parse_scenario
 
     scenario = parse_scenario(
         {"name": "sustained", "workload": {"harness": {"model": {"name": "mlp"}, "steps": 1000}},
@@ -193,9 +193,9 @@ def test_a_repeated_failure_due_during_a_restart_waits_for_its_target_and_keeps_
 
 
 def test_a_single_fault_with_no_live_target_is_still_a_tool_error(tmp_path: Path) -> None:
-    from chaos.rollback import FaultJournal
-    from chaos.run import _Runner
-    from chaos.scenario import parse_scenario
+    from chaos.runfiles.rollback import FaultJournal
+    from chaos.runner.run import _Runner
+    from chaos.scenario.load import parse_scenario
 
     scenario = parse_scenario(
         {"name": "once", "workload": {"harness": {"model": {"name": "mlp"}, "steps": 100}},

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos import probe, probe_core
+from chaos import probe
 from chaos.faults.base import lookup
-from chaos.scenario import ScenarioError, parse_scenario
+from chaos.probe import core as probe_core
+from chaos.scenario.load import ScenarioError, parse_scenario
 from tests.unit.test_probe import FakeClock
 
 
@@ -118,7 +119,7 @@ def test_the_types_are_declared_like_the_others() -> None:
     assert (thermal.family, thermal.failure_class, thermal.in_process) == ("process", "slow", True)
     assert "GIL" in stall.fidelity and "not inside kernels" in thermal.fidelity
     sc = _scenario({"type": "stall_loop", "params": {"mode": "gil"}})
-    from chaos.plan import make_plan, probe_instructions
+    from chaos.runner.plan import make_plan, probe_instructions
 
     (planned,) = make_plan(sc, 0)
     assert planned.fault.failure_class == "hang"  # the heartbeat stops with the GIL held

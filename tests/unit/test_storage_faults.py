@@ -13,8 +13,8 @@ from chaos.cli import main
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.faults.base import known_types
 from chaos.faults.storage.mounts import storage_plan
-from chaos.plan import make_plan
-from chaos.scenario import parse_scenario
+from chaos.runner.plan import make_plan
+from chaos.scenario.load import parse_scenario
 from chaos.storage.rules import Caller, Rule, RuleSet, errno_number, flip
 
 STORAGE = ("io_stall", "io_slow", "io_error", "disk_full", "io_corrupt", "lose_unfsynced", "torn_write")
@@ -193,9 +193,9 @@ def test_the_runner_hands_the_backend_its_mounts_and_nothing_reads_run_json(tmp_
     from types import SimpleNamespace
 
     from chaos.cluster.base import RunSpec
-    from chaos.faults.family import planned_mounts as plan_mounts  # what chaos.run calls
-    from chaos.model import Topology
-    from chaos.storage.mounts import acquire_storage_mounts
+    from chaos.cluster.mounts import acquire_storage_mounts
+    from chaos.faults.family import planned_mounts as plan_mounts  # what chaos.runner.run calls
+    from chaos.model.scenario import Topology
     from chaos.workload import StorageLayout
 
     run_dir = tmp_path / "run"

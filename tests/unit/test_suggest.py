@@ -11,7 +11,7 @@ import pytest
 
 from chaos.errors import ScenarioError
 from chaos.faults.base import known_types
-from chaos.scenario import parse_scenario
+from chaos.scenario.load import parse_scenario
 from chaos.schema.suggest import meanings, meant_types, suggest_param, suggest_type
 
 

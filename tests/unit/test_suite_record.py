@@ -1,4 +1,4 @@
-"""chaos.suite_record: suite.json as one versioned model, one writer and one loader, which the
+"""chaos.runfiles.suite_record: suite.json as one versioned model, one writer and one loader, which the
 regression gate reads stored baselines through."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from chaos.gate import ComparisonInputError, compare_suites, load_tolerances
-from chaos.record import RunRecord
 from chaos.report import write_suite_report
-from chaos.suite_record import (
+from chaos.runfiles.record import RunRecord
+from chaos.runfiles.suite_record import (
     SUITE_SCHEMA_VERSION,
     SuiteRecord,
     SuiteRecordError,

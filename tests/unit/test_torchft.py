@@ -15,11 +15,11 @@ from chaos import contract, probe
 from chaos.adapters import torchft as adapter
 from chaos.cluster.base import RunSpec
 from chaos.cluster.local import LocalCluster
-from chaos.cluster.resources import RunResources, pending_resources, release_records
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
 from chaos.metrics.families.survivors import hit_srcs, survivor_restarts
-from chaos.procs import find_run_processes
-from chaos.scenario import load_scenario
+from chaos.runfiles.resources import RunResources, pending_resources, release_records
+from chaos.scenario.load import load_scenario
+from chaos.util.procs import find_run_processes
 from chaos.workload import workload_for
 from chaos.workload.torchft import EXAMPLE
 from chaos.workload.torchft.lighthouse import Lighthouse

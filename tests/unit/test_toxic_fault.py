@@ -20,7 +20,7 @@ from chaos.faults.base import lookup
 from chaos.net import fabric
 from chaos.net import toxiproxy as toxi
 from chaos.net.toxiproxy.server import serve
-from chaos.scenario import load_scenario
+from chaos.scenario.load import load_scenario
 
 SCENARIO = """\
 name: toxic
@@ -137,8 +137,8 @@ def test_store_timeout_is_an_explicit_harness_option() -> None:
 def test_toxiproxy_url_server_is_used_and_left_as_found(url: str, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from chaos.cluster.base import RunSpec
-    from chaos.cluster.resources import RunResources
-    from chaos.model import Topology
+    from chaos.model.scenario import Topology
+    from chaos.runfiles.resources import RunResources
 
     monkeypatch.setenv("TOXIPROXY_URL", url)
     run_id = "trainchaos-0123456789"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from chaos.errors import ScenarioError
-from chaos.scenario import parse_scenario
+from chaos.scenario.load import parse_scenario
 
 
 def _problems(doc: dict[str, Any]) -> dict[str, str]:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from chaos.metrics import FaultMetrics, FaultRecord, RunInfo, RunMetrics, compute_metrics
-from chaos.model import Bound, Targets
-from chaos.verdict import judge
+from chaos.model.scenario import Bound, Targets
+from chaos.runner.verdict import judge
 
 
 def fault(fault_id="f0-kill_rank", **kw) -> FaultMetrics:

@@ -13,9 +13,9 @@ from chaos import contract
 from chaos.cluster.base import RunSpec
 from chaos.cluster.local import LocalCluster
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError, ToolError
-from chaos.model import Topology
-from chaos.model import Workload as WorkloadRecord
-from chaos.scenario import parse_scenario
+from chaos.model.scenario import Topology
+from chaos.model.scenario import Workload as WorkloadRecord
+from chaos.scenario.load import parse_scenario
 from chaos.workload import (
     Launch,
     UnknownWorkload,
@@ -98,12 +98,12 @@ def test_a_kind_from_another_package_comes_through_the_entry_point_group(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from importlib.metadata import EntryPoint
 
-    import chaos.registry
+    import chaos.util.registry
 
     monkeypatch.setattr(workloads.WORKLOADS, "items", dict(workloads.WORKLOADS.items))
     monkeypatch.setattr(workloads.WORKLOADS, "_entry_points_read", False)
     entry = EntryPoint("toy", f"{__name__}:_Toy", workloads.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(chaos.registry, "entry_points",
+    monkeypatch.setattr(chaos.util.registry, "entry_points",
                         lambda group: [entry] if group == workloads.ENTRY_POINT_GROUP else [])
     assert lookup_workload("toy") is _Toy
 
@@ -116,7 +116,7 @@ def test_kind_of_a_record_and_of_a_document() -> None:
     assert isinstance(workload_for(_scenario({"command": "python t.py"}).workload), CommandWorkload)
 
 
-# -- the launch of each kind (what chaos/run.py and the local backend produced before) ---------
+# -- the launch of each kind (what chaos/runner/run.py and the local backend produced before) ---------
 
 
 def _agent(launch: Launch, topology: Topology, node: int = 0) -> list[str]:

@@ -12,12 +12,12 @@ import pytest
 from pydantic import Field
 
 import chaos.workload as workloads
-from chaos import model as records
 from chaos.errors import ScenarioError
-from chaos.scenario import parse_scenario
+from chaos.model import scenario as records
+from chaos.model.types import StrictModel
+from chaos.scenario.load import parse_scenario
 from chaos.schema.jsonschema import scenario_json_schema
 from chaos.schema.markdown import reference_markdown
-from chaos.schema.types import StrictModel
 from chaos.schema.workload_doc import workload_doc_model
 from chaos.workload import Launch, TorchrunPerNode, Workload, WorkloadSection, kind_of, workload_for
 

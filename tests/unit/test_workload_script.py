@@ -11,8 +11,8 @@ import pytest
 
 from chaos import contract
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.model import Workload as WorkloadRecord
-from chaos.scenario import parse_scenario
+from chaos.model.scenario import Workload as WorkloadRecord
+from chaos.scenario.load import parse_scenario
 from chaos.schema.jsonschema import scenario_json_schema
 from chaos.workload import kind_of, known_workloads, workload_for
 from chaos.workload.accelerate import AccelerateWorkload

@@ -12,9 +12,9 @@ from tests.unit.test_family_seams import _code_strings
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ENGINE = ("chaos/schema", "chaos/cluster", "chaos/run.py", "chaos/runstate.py", "chaos/runmeasure.py",
-          "chaos/aborted.py", "chaos/suite.py", "chaos/cli.py", "chaos/cli_run.py", "chaos/cli_scenario.py",
-          "chaos/lifecycle.py", "chaos/plan.py", "chaos/gameday", "chaos/scale", "chaos/pytest_plugin.py")
+ENGINE = ("chaos/schema", "chaos/cluster", "chaos/runner/run.py", "chaos/runner/state.py", "chaos/runner/measure.py",
+          "chaos/runner/aborted.py", "chaos/runner/suite.py", "chaos/cli/__init__.py", "chaos/cli/run.py", "chaos/cli/scenario.py",
+          "chaos/runner/lifecycle.py", "chaos/runner/plan.py", "chaos/gameday", "chaos/scale", "chaos/pytest_plugin.py")
 """Where no workload kind may be spelled: the schema, the backends and the runner."""
 
 # Where a built-in kind's name is spelled in that code on purpose, each with why; shrink-only
@@ -23,7 +23,7 @@ SAME_WORD_OTHER_THING = {
     ("chaos/cluster/docker.py", "command"): "a container's command (the docker SDK's key)",
     ("chaos/cluster/slurm_cli.py", "command"): "a shell's 'command not found'",
     ("chaos/cluster/slurm_testbed.py", "command"): "a container's command (the docker SDK's key)",
-    ("chaos/cli_run.py", "harness"): "--vary's and --crash-points' help, whose examples are the "
+    ("chaos/cli/run.py", "harness"): "--vary's and --crash-points' help, whose examples are the "
                                      "bundled job's options",
 }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import EXIT_BAD_INPUT, ScenarioError
-from chaos.scenario import load_scenario
+from chaos.scenario.load import load_scenario
 
 _BOMB = "name: x\nworkload:\n  harness:\n    note: &l0 [a, a, a, a, a, a, a, a, a, a]\n" + "".join(
     f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9))

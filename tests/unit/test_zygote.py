@@ -130,9 +130,9 @@ def test_the_rank_is_forked_as_torchrun_would_have_started_it(node, tmp_path):
 
 
 def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(node, tmp_path):
-    """chaos.procs and the storage layer read /proc/<pid>/environ: the forked rank must show
+    """chaos.util.procs and the storage layer read /proc/<pid>/environ: the forked rank must show
     its own environment there, and the proxy must not look like the rank."""
-    from chaos.procs import find_run_processes
+    from chaos.util.procs import find_run_processes
 
     env = node.env
     run_id = f"test-{uuid.uuid4().hex[:8]}"
@@ -190,7 +190,7 @@ def test_the_zygote_dies_with_its_agent_and_takes_no_rank_of_a_live_worker_along
 
 
 def test_the_forked_zygote_is_the_agents_child_with_its_own_command_line(node, tmp_path):
-    """One import per node: the agent forked its zygote. What ps and chaos.procs show of it
+    """One import per node: the agent forked its zygote. What ps and chaos.util.procs show of it
     is the zygote's own command line, not torchrun's: a rank that looks for its agent among
     its ancestors (harness.quarantine.agent_pid: a stop request, the grow-back check) must
     find the agent, never the zygote."""
@@ -314,7 +314,7 @@ def test_set_environ_is_what_others_read_and_what_libc_reads(tmp_path):
 # -- the launch ------------------------------------------------------------------------------
 @pytest.mark.parametrize("warm", [False, True])
 def test_the_harness_launch_starts_a_zygote_only_when_warm(tmp_path, warm: bool) -> None:
-    from chaos import model as records
+    from chaos.model import scenario as records
     from chaos.workload.harness import HarnessWorkload
     from chaos.workload.torchrun import AGENT_MAIN
 
@@ -375,7 +375,7 @@ def test_a_warm_agent_reaps_its_zygote_so_their_cpu_is_counted_by_whoever_waits_
 ])
 def test_trainchaos_warm_start_sets_the_harness_default_only(monkeypatch, tmp_path, env: str,
                                                                scenario: bool | None, warm: bool) -> None:
-    from chaos import model as records
+    from chaos.model import scenario as records
     from chaos.workload.harness import HarnessWorkload
 
     monkeypatch.setenv(contract.WARM_START_ENV, env)
@@ -387,7 +387,7 @@ def test_trainchaos_warm_start_sets_the_harness_default_only(monkeypatch, tmp_pa
 
 def test_a_bad_trainchaos_warm_start_is_bad_input_that_names_the_variable(monkeypatch, tmp_path) -> None:
     from chaos.errors import EXIT_BAD_INPUT
-    from chaos.scenario import ScenarioError, load_scenario
+    from chaos.scenario.load import ScenarioError, load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text("name: s\nworkload: {harness: {steps: 5}}\ntopology: {nodes: 1, ranks_per_node: 1}\n")
@@ -400,8 +400,8 @@ def test_a_bad_trainchaos_warm_start_is_bad_input_that_names_the_variable(monkey
 
 
 def test_the_record_and_summary_say_how_the_ranks_were_started() -> None:
-    from chaos.record import RunRecord
     from chaos.report.summary import render_summary
+    from chaos.runfiles.record import RunRecord
 
     old = {"schema_version": 2, "scenario": {"name": "s"}, "status": "completed"}  # without the field
     assert RunRecord.model_validate(old).rank_launch == "cold"

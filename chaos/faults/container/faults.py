@@ -21,7 +21,7 @@ from chaos.cluster import backend_of
 from chaos.cluster.capabilities import ContainerHost
 from chaos.errors import ToolError
 from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
-from chaos.schema.types import MAX_SECONDS
+from chaos.model.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

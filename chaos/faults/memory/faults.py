@@ -1,7 +1,7 @@
 """Memory faults: a rank that leaks until the kernel kills it (``memory_leak``), and one that
 runs out of memory at an exact step (``oom_kill``). Design: docs/neighbor.md.
 
-Both allocate inside the rank (the probe's ``leak`` action, chaos/leak.py); the limit is the
+Both allocate inside the rank (the probe's ``leak`` action, chaos/probe/leak.py); the limit is the
 node's own memory cgroup (``backend: {local: {memory_mb: N}}``, a run-scoped cgroup per
 node; ``{docker: {memory: ...}}`` on containers), and the kill is the kernel's OOM killer.
 The job sees a SIGKILL like any other; what says it was an OOM is the cgroup's OOM

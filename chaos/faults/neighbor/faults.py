@@ -28,7 +28,7 @@ from chaos.cluster.capabilities import ContainerHost, LocalDisk, has
 from chaos.cluster.cgroups import cgroup_path
 from chaos.errors import ToolError
 from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
-from chaos.schema.types import MAX_SECONDS
+from chaos.model.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -177,7 +177,7 @@ class NoisyNeighbor(FaultType):
     def revert_record(cls, record: dict[str, Any]) -> None:
         """Stop every load the record names (each also a run-scoped resource: whichever of
         the two undoes it first, the other finds nothing)."""
-        from chaos.cluster.resources import RESOURCE_KINDS
+        from chaos.runfiles.resources import RESOURCE_KINDS
 
         RESOURCE_KINDS.load()
         for load in record.get("processes", []):

@@ -24,8 +24,8 @@ from pydantic import Field
 from chaos.errors import ToolError
 from chaos.faults.base import FailureClass, FaultParams, ParamsContext, TargetKind, register
 from chaos.faults.network.fabric import NetFault, require_fabric
+from chaos.model.types import MAX_SECONDS
 from chaos.net import nft
-from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

@@ -19,8 +19,8 @@ from chaos.faults.base import (
     register,
 )
 from chaos.faults.network.fabric import NetFault, require_fabric
+from chaos.model.types import MAX_SECONDS
 from chaos.net import linkemu
-from chaos.schema.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

@@ -13,7 +13,7 @@ from chaos.cluster.capabilities import ServiceProxies
 from chaos.errors import ToolError
 from chaos.faults.base import FaultParams, ParamsContext, TargetKind, register
 from chaos.faults.network.fabric import NetFault
-from chaos.schema.types import MAX_SECONDS
+from chaos.model.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

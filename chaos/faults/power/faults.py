@@ -17,7 +17,7 @@ from pydantic import Field
 
 from chaos.cluster.capabilities import LocalDisk, PowerControl
 from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
-from chaos.schema.types import MAX_SECONDS
+from chaos.model.types import MAX_SECONDS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

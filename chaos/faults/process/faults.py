@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
-from chaos.schema.types import MAX_SECONDS, MAX_STEPS
+from chaos.model.types import MAX_SECONDS, MAX_STEPS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from chaos.faults.base import FailureClass, FaultParams, TargetKind, register
 from chaos.faults.process.faults import _ProbeFault
-from chaos.schema.types import MAX_SECONDS
+from chaos.model.types import MAX_SECONDS
 
 __all__ = ["ThermalThrottle"]
 

@@ -28,7 +28,7 @@ from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, 
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
-    from chaos.model import FaultSpec, Scenario
+    from chaos.model.scenario import FaultSpec, Scenario
 
 __all__ = ["DrainNode", "NodeDown", "PreemptJob"]
 

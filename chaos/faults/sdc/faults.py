@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from chaos.bitflip_bits import FLOAT_LAYOUTS, BitFlipError, bit_index, span_elements
-from chaos.bitflip_names import check_name, parse_spec
 from chaos.faults.base import (
     FailureClass,
     FaultParams,
@@ -28,7 +26,9 @@ from chaos.faults.base import (
     known_types,
     register,
 )
-from chaos.schema.types import MAX_BYTES, MAX_STEPS, Expect
+from chaos.model.types import MAX_BYTES, MAX_STEPS, Expect
+from chaos.probe.bitflip_bits import FLOAT_LAYOUTS, BitFlipError, bit_index, span_elements
+from chaos.probe.bitflip_names import check_name, parse_spec
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

@@ -50,7 +50,7 @@ MEANINGS: tuple[Meaning, ...] = (
 def _plan_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir: str
                  ) -> tuple[StorageMount, ...]:
     # Imported when a run plans its mounts: a family's spec must stay cheap to load (the
-    # metric catalogue loads every spec while chaos.model, below the cluster layer, imports).
+    # metric catalogue loads every spec while chaos.model.scenario, below the cluster layer, imports).
     from chaos.faults.storage.mounts import plan_mounts
 
     return plan_mounts(scenario, layout, run_dir)

@@ -21,7 +21,7 @@ from chaos.faults.base import (
     register,
 )
 from chaos.faults.storage.tiers import Location, Tier, check_storage, mount_controls
-from chaos.schema.types import MAX_STEPS
+from chaos.model.types import MAX_STEPS
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -138,7 +138,7 @@ class CrashPoint(FaultType):
         return check_storage(params, context)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        from chaos.rundir import RunDir
+        from chaos.runfiles.rundir import RunDir
 
         rundir = RunDir.of(ctx.run_dir)
         step = int(self.params["save_step"])

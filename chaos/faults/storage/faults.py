@@ -31,7 +31,7 @@ from chaos.faults.base import (
     register,
 )
 from chaos.faults.storage.tiers import Location, Op, Tier, check_storage, listing, mount_controls
-from chaos.schema.types import MAX_BYTES, MAX_SECONDS
+from chaos.model.types import MAX_BYTES, MAX_SECONDS
 from chaos.storage.control import MountControl
 from chaos.storage.latency import METADATA_OPS
 from chaos.storage.rules import errno_number

@@ -24,9 +24,9 @@ STORAGE_TYPES: frozenset[str] = frozenset({"io_stall", "io_slow", "io_error", "d
 
 def plan_mounts(scenario: dict[str, Any], layout: StorageLayout | None, run_dir: str
                 ) -> tuple[StorageMount, ...]:
-    """The fault-layer mounts a run needs (``scenario`` as ``chaos.run`` records it, plain
+    """The fault-layer mounts a run needs (``scenario`` as ``chaos.runner.run`` records it, plain
     dicts; ``layout``: where its workload keeps checkpoints and data), for its backend to
-    acquire before any node starts (``chaos.storage.mounts.acquire_storage_mounts``). The
+    acquire before any node starts (``chaos.cluster.mounts.acquire_storage_mounts``). The
     data tier gets the run's own copy of the data file here: the original is never mounted
     over."""
     plan = storage_plan(scenario, layout)

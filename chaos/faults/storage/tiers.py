@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from chaos.cluster.capabilities import StorageLayer
+from chaos.cluster.mounts import tier_label
 from chaos.errors import ToolError
 from chaos.faults.base import FaultType, ParamsContext
 from chaos.storage.control import MountControl
-from chaos.storage.mounts import tier_label
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext

@@ -28,7 +28,7 @@ the number of ranges reported, not with the dataset's size.
 
 Registered as the ``data`` metric family (run-wide); the ``data`` target
 (``exactly_once | at_least_once | {max_lost, max_duplicated}``) is judged by
-``chaos.verdict`` from these values.
+``chaos.runner.verdict`` from these values.
 """
 
 from __future__ import annotations

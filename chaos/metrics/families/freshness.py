@@ -1,6 +1,6 @@
 """Checkpoint freshness: each checkpoint the run saved holds the fault-free twin's state at
 the step it claims (docs/checkers.md). Pure logic over the timeline and the twin's digests;
-the controller's reader (``chaos.freshness``) records what each checkpoint holds as a
+the controller's reader (``chaos.runner.freshness``) records what each checkpoint holds as a
 ``ckpt_image`` event.
 
 Definitions (None and zeros when the scenario has no twin, or the twin reported no digests):

@@ -18,9 +18,9 @@ import time
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
-from chaos.cluster.resources import HelperProcess, Leftover, ResourceKind, register_kind
 from chaos.errors import ToolError
 from chaos.net.linkemu import child_exited
+from chaos.runfiles.resources import HelperProcess, Leftover, ResourceKind, register_kind
 
 __all__ = ["TOXIPROXY_URL_ENV", "EmbeddedToxiproxy", "ToxiproxyProxy", "client", "external_url", "find_proxy"]
 

@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos import contract
-from chaos.logprogress import LogProgress
-from chaos.rundir import RunDir
-from chaos.schema.types import describe_value
+from chaos.model.types import describe_value
+from chaos.runfiles.rundir import RunDir
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.command import fill_placeholders
+from chaos.workload.logprogress import LogProgress
 from chaos.workload.script import ScriptOptions, ScriptWorkload
 from chaos.workload.torchft.launcher import TorchrunPerGroup
 from chaos.workload.torchft.lighthouse import free_port, lighthouse_resource
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["EXAMPLE", "LighthouseOptions", "TorchftOptions", "TorchftWorkload"]
 

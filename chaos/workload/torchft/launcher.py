@@ -18,7 +18,7 @@ from chaos import contract
 from chaos.workload.torchrun import AGENT_MAIN, TorchrunPerNode
 
 if TYPE_CHECKING:
-    from chaos import model as records
+    from chaos.model import scenario as records
 
 __all__ = ["LIGHTHOUSE_ENV", "TorchrunPerGroup"]
 

@@ -1,4 +1,4 @@
-"""The run's torchft lighthouse: a run-scoped helper process (``chaos.cluster.resources``).
+"""The run's torchft lighthouse: a run-scoped helper process (``chaos.runfiles.resources``).
 
 Journaled before it starts, stopped with the run whatever way the run ends (the runner's
 ``finally``, SIGINT/SIGTERM through it, ``trainchaos cleanup`` from the journal after a
@@ -13,9 +13,9 @@ import socket
 import time
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import HelperProcess, register_kind
 from chaos.errors import ToolError
-from chaos.procs import process_state
+from chaos.runfiles.resources import HelperProcess, register_kind
+from chaos.util.procs import process_state
 
 __all__ = ["READY_TIMEOUT_S", "Lighthouse", "free_port", "lighthouse_resource"]
 

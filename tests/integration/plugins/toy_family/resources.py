@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from chaos.cluster.resources import ResourceKind, register_kind
+from chaos.runfiles.resources import ResourceKind, register_kind
 
 __all__ = ["BallastFile"]
 

@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from chaos import model as records
-from chaos.logprogress import LogProgress
-from chaos.schema.types import StrictModel
+from chaos.model import scenario as records
+from chaos.model.types import StrictModel
 from chaos.workload import Launch, TorchrunPerNode, Workload, WorkloadSection, register_workload
 from chaos.workload.base import Location
+from chaos.workload.logprogress import LogProgress
 
 __all__ = ["SCRIPT", "ToyOptions", "ToyWorkload"]
 
