@@ -182,6 +182,3 @@ def main() -> None:
         click.echo(f"trainchaos: internal error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_TOOL_FAILED)
 
-
-if __name__ == "__main__":
-    main()
