@@ -21,7 +21,7 @@ __all__ = ["TRIGGER_FORMS", "RunClock", "TriggerForm", "form_of"]
 
 
 class RunClock(Protocol):
-    """What ``due`` reads of the run as it goes (``chaos.runner.run`` keeps it)."""
+    """What ``due`` reads of the run as it goes (``chaos.runner.intake.EventIntake``)."""
 
     def step_seen(self, ranks: tuple[int, ...]) -> int:
         """The highest step the ranks reported (every rank's highest when none named)."""

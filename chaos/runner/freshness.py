@@ -12,6 +12,9 @@ twin's ``state_digest`` at that step.
 Read at once, because a keep-last-K job prunes its checkpoints; off the controller's loop,
 because a storage fault may stall the very file system the reader goes through (the reader
 then gives up at the end of the run, and that checkpoint stays unchecked, never "stale").
+
+``FreshnessHandler`` plugs the reader into a run (``chaos.runner.handlers``): it starts with
+the run, is offered each event, and is closed once the job is torn down.
 """
 
 from __future__ import annotations
@@ -21,11 +24,16 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
+from chaos.runner.handlers import RunHandler
+
 if TYPE_CHECKING:
+    from chaos.cluster.base import InjectionContext
     from chaos.runfiles.events import Event
+    from chaos.runfiles.record import RunStart
+    from chaos.runner.state import RunProgress
     from chaos.workload.base import Workload
 
-__all__ = ["CheckpointReader"]
+__all__ = ["CheckpointReader", "FreshnessHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +87,23 @@ class CheckpointReader:
             # A checkpoint that records no step (a bare state dict) is taken at the saver's word.
             fields.update(step=image.step if image.step is not None else event.get("step"), digest=image.digest)
         self.emit("ckpt_image", **fields)
+
+
+class FreshnessHandler(RunHandler):
+    """Reads each checkpoint a run saves (runs with a twin whose digests say what is fresh)."""
+
+    def __init__(self, workload: Workload, progress: RunProgress) -> None:
+        self.workload = workload
+        self.progress = progress
+        self.reader: CheckpointReader | None = None
+
+    def run_started(self, start: RunStart, ctx: InjectionContext) -> None:
+        self.reader = CheckpointReader(self.workload, ctx.emit)
+
+    def event(self, ev: Event) -> None:
+        if ev.get("kind") == "ckpt_save_end" and self.reader is not None:
+            self.reader.offer(ev)
+
+    def run_stopped(self) -> None:
+        if self.reader is not None and not self.reader.close():
+            self.progress.note("checkpoint reader still busy at the end: later checkpoints unchecked")

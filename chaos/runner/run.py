@@ -13,8 +13,10 @@ process at injection time, a failed revert or teardown, a crash of this runner) 
 as ``tool_error``: its journal says what failed and it gets no verdict, because nothing was
 learned about the training stack.
 
-The runner's other halves: ``chaos.runner.state`` (each fault's state; the event intake and the
-clock the triggers read) and ``chaos.runner.measure`` (the finished run's faults, metrics, verdict).
+The runner holds what it composes: ``chaos.runner.intake`` (the event intake, the clock the
+triggers read), ``chaos.runner.state`` (each fault's state) and a registry of run handlers
+(``chaos.runner.handlers``: what watches the run, such as the checkpoint freshness reader,
+registered by whoever builds the run); ``chaos.runner.measure`` measures the finished run.
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ from chaos.runfiles.resources import RunResources
 from chaos.runfiles.rollback import FaultJournal, register_run, unregister_run
 from chaos.runfiles.rundir import RunDir
 from chaos.runfiles.telemetry import EventTailer
-from chaos.runner.freshness import CheckpointReader
+from chaos.runner.freshness import FreshnessHandler
+from chaos.runner.handlers import HandlerRegistry, RunHandler
+from chaos.runner.intake import EventIntake
 from chaos.runner.lifecycle import FaultLifecycle, Injection
-from chaos.runner.measure import RunMeasure
+from chaos.runner.measure import measure
 from chaos.runner.plan import make_plan, plan_seed, probe_instructions
-from chaos.runner.state import FaultState, RunObserver, RunProgress
+from chaos.runner.state import FaultState, RunProgress
 from chaos.runner.wakeup import Wakeup
 from chaos.util import interrupts
 from chaos.util.interrupts import Interrupted
@@ -98,10 +102,11 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class _Runner(RunObserver, RunMeasure):
+class _Runner:
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
                  progress: RunProgress | None, repeat_index: int = 0,
-                 baseline_run: dict[str, Any] | None = None) -> None:
+                 baseline_run: dict[str, Any] | None = None,
+                 handlers: list[RunHandler] | None = None) -> None:
         self.scenario = scenario
         self.rundir = RunDir.of(run_dir)
         self.run_dir = self.rundir.path
@@ -122,31 +127,40 @@ class _Runner(RunObserver, RunMeasure):
             if st.planned.spec.index in last:
                 self.previous[id(st)] = last[st.planned.spec.index]
             last[st.planned.spec.index] = st
-        self.max_step = 0
-        self.step_by_rank: dict[int, int] = {}
-        self.t_first_step: float | None = None
-        self.t_first_step_wall: float | None = None
-        self.t_last_progress = time.monotonic()
-        # kind -> times seen: after_event triggers and the end-of-run check read it; the
-        # events themselves are read back from disk once the run is over.
-        self.event_times_seen: dict[str | None, list[float]] = {}
+        self.intake = EventIntake()
+        """The run as its events show it; the clock the triggers read."""
+        self.handlers = HandlerRegistry(handlers)
         self.status = "running"
         self.error: str | None = None
         self.tool_errors: list[str] = []
         self.t_stop: float | None = None
-        self.ever_hosted: set[int] = set()
-        """Nodes that ran a rank at some point (a spare that never joined did not)."""
-        self.rank_node: dict[int, int] = {}
-        """Rank -> the node of its latest ``rank_start``."""
-        self.group_size = 0
-        """World size of the latest ``rank_start``: the group now (or last) training."""
         self._lifecycle: FaultLifecycle | None = None
-        self.reader: CheckpointReader | None = None
-        """Reads each saved checkpoint for the freshness checker (runs with a twin only)."""
 
     def _tool_error(self, message: str) -> None:
         self.tool_errors.append(message)
         self.status = "tool_error"
+
+    def _take(self, events: list[Event]) -> None:
+        """Each new event: into the intake, to the handlers, then what it makes the runner do."""
+        for ev in events:
+            max_step = self.intake.max_step
+            self.intake.take(ev)
+            self.handlers.event(ev)
+            kind = ev.get("kind")
+            if kind == "rank_start":
+                self.cluster.note_event(ev)
+            elif kind == "step_end" and self.intake.max_step > max_step:
+                self.progress.step(self.intake.max_step, self.steps_target)
+            elif kind == "fault_injected" and ev.get("src") != "injector":
+                self.progress.note(f"{ev.get('fault')} injected in-process at step {ev.get('step')} on {ev.get('src')}")
+            elif kind == "fault_error":
+                # An in-process fault the probe could not apply (a tensor name a command's
+                # model does not have): trainchaos failed to inject, the job is not to blame.
+                self._tool_error(f"{ev.get('fault')} on {ev.get('src')}: {ev.get('error')}")
+            elif kind == "detected":
+                self.progress.note(
+                    f"detected by {ev.get('by')}: {ev.get('failure_class')} of {ev.get('suspect')}"
+                )
 
     # -- triggers -------------------------------------------------------------------------
     def _due(self, st: FaultState) -> bool:
@@ -155,10 +169,10 @@ class _Runner(RunObserver, RunMeasure):
             return False
         trigger = st.planned.spec.trigger
         ranks = st.planned.fault.target.ranks
-        if not form_of(trigger).due(trigger, st.planned.offset_s, ranks, self):
+        if not form_of(trigger).due(trigger, st.planned.offset_s, ranks, self.intake):
             return False
         if not form_of(trigger).exact_step or len(ranks) < 2 \
-                or min(self.step_by_rank.get(r, 0) for r in ranks) >= (trigger.at_step or 0):
+                or min(self.intake.step_by_rank.get(r, 0) for r in ranks) >= (trigger.at_step or 0):
             return True
         # Every targeted rank ends the step (and holds there, chaos.probe.hold) before the fault
         # lands; they end it together, so one that has not reported it yet is waited for
@@ -181,7 +195,7 @@ class _Runner(RunObserver, RunMeasure):
                 continue
             trigger = st.planned.spec.trigger
             form = form_of(trigger)
-            t_due = form.planned_time(trigger, st.planned.offset_s, self)
+            t_due = form.planned_time(trigger, st.planned.offset_s, self.intake)
             if form.exact_step:
                 groups.add("logs")
             elif t_due is None or st.deferred_since is not None:
@@ -199,8 +213,8 @@ class _Runner(RunObserver, RunMeasure):
         for st in self.states:
             trigger, offset_s = st.planned.spec.trigger, st.planned.offset_s
             if not st.fired and st.planned.fault_id not in self.lifecycle.armed and \
-                    form_of(trigger).near(trigger, offset_s, st.planned.fault.target.ranks, self, _ARM_AHEAD_S):
-                self.lifecycle.arm(st.planned.fault, form_of(trigger).planned_time(trigger, offset_s, self))
+                    form_of(trigger).near(trigger, offset_s, st.planned.fault.target.ranks, self.intake, _ARM_AHEAD_S):
+                self.lifecycle.arm(st.planned.fault, form_of(trigger).planned_time(trigger, offset_s, self.intake))
 
     def _fire_due(self) -> None:
         for st in self.states:
@@ -244,8 +258,8 @@ class _Runner(RunObserver, RunMeasure):
             resolved, problem = None, exc
         st.fired = True
         trigger = st.planned.spec.trigger
-        st.t_planned = form_of(trigger).planned_time(trigger, st.planned.offset_s, self)
-        st.step_seen_at_inject = self.step_seen(fault.target.ranks)
+        st.t_planned = form_of(trigger).planned_time(trigger, st.planned.offset_s, self.intake)
+        st.step_seen_at_inject = self.intake.step_seen(fault.target.ranks)
         if resolved is None:
             st.unresolved = str(problem)
             self._tool_error(f"{fault.fault_id}: {problem}")
@@ -254,12 +268,14 @@ class _Runner(RunObserver, RunMeasure):
         # On record before the inject: a signal that waits for it interrupts at its end.
         st.injection = Injection(fault, resolved, deferred_since=st.deferred_since)
         self.lifecycle.inject(st.injection, step=st.step_seen_at_inject, mechanism="injector")
+        self.handlers.fault_injected(st.injection)
         if st.injection.inject_error:
             self._tool_error(f"{fault.fault_id}: {st.error}")
         self.progress.note(f"{fault.fault_id} injected on {fault.target.describe()} at step {st.step_seen_at_inject}")
 
     def _reverted(self, injections: list[Injection]) -> None:
         for injection in injections:
+            self.handlers.fault_reverted(injection)
             if injection.revert_error:
                 self._tool_error(f"{injection.fault.fault_id}: revert failed: {injection.revert_error}")
 
@@ -293,10 +309,6 @@ class _Runner(RunObserver, RunMeasure):
         # written ahead of the fault's time where it is known (_arm_ahead).
         self.fault_journal = FaultJournal(self.rundir.fault_journal, JournalWriter(self.rundir.fault_journal))
         injector = probe.Probe(events_dir, "injector", 0)
-        twin = getattr(self, "baseline_info", None)
-        if self.with_faults and twin is not None and twin.digests:
-            # Each checkpoint the job saves, read as it is saved (chaos.runner.freshness).
-            self.reader = CheckpointReader(self.workload, injector.emit)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
         wakeup = Wakeup(POLL_S, _MIN_GAP_S)
@@ -313,6 +325,7 @@ class _Runner(RunObserver, RunMeasure):
             "rank_launch": "warm" if launch.launcher.warm_start else "cold",
         })
         write_run_start(self.rundir, self.start)
+        self.handlers.run_started(self.start, self.ctx)
         deadline = time.monotonic() + self.scenario.timeout_s
         try:
             register_run(self.run_id, self.run_dir)
@@ -340,7 +353,7 @@ class _Runner(RunObserver, RunMeasure):
                 if self._job_ended():
                     break
                 if time.monotonic() >= deadline:
-                    quiet = time.monotonic() - self.t_last_progress
+                    quiet = time.monotonic() - self.intake.t_last_progress
                     self.status = "hung" if quiet >= min(_HUNG_QUIET_S, self.scenario.timeout_s / 2) else "timeout"
                     self.error = (f"no step progress for {quiet:.0f} s; stopped at timeout_s={self.scenario.timeout_s:g}"
                                   if self.status == "hung" else f"still running at timeout_s={self.scenario.timeout_s:g}")
@@ -367,8 +380,7 @@ class _Runner(RunObserver, RunMeasure):
                 self.fault_journal.close()
             except OSError as exc:
                 self._tool_error(f"fault journal not written: {exc}")
-            if self.reader is not None and not self.reader.close():
-                self.progress.note("checkpoint reader still busy at the end: later checkpoints unchecked")
+            self.handlers.run_stopped()
             injector.emit("job_end", status=self.status)
             injector.close()
             wakeup.close()
@@ -384,9 +396,10 @@ class _Runner(RunObserver, RunMeasure):
         node cut off that came back too late to rejoin) waits in, or is refused by, a
         rendezvous the job has closed, which says nothing about the job."""
         status = self.cluster.poll()
-        finished = bool(self.event_times_seen.get("run_end"))
-        members = ({n for r, n in self.rank_node.items() if r < self.group_size} if finished
-                   else self.ever_hosted)
+        intake = self.intake
+        finished = bool(intake.event_times_seen.get("run_end"))
+        members = ({n for r, n in intake.rank_node.items() if r < intake.group_size} if finished
+                   else intake.ever_hosted)
         running = [n for n, s in status.items() if not s.lost and s.returncode is None
                    and not (finished and n not in members)]
         if running:
@@ -427,11 +440,17 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
                       baseline_run: dict[str, Any] | None = None) -> RunRecord:
     """Run once, write its record and reports and return the record; ``baseline_run``
     describes the fault-free twin's run."""
-    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run)
-    runner.baseline_info = baseline
+    progress = progress or RunProgress()
+    handlers: list[RunHandler] = []
+    if with_faults and baseline is not None and baseline.digests:
+        # Each checkpoint the job saves, read as it is saved (chaos.runner.freshness).
+        handlers.append(FreshnessHandler(workload_for(scenario.workload), progress))
+    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run, handlers)
     try:
         events, t_end = runner.run()
-        faults, metrics, verdict = runner.measure(events, t_end)
+        faults, metrics, verdict = measure(
+            events, t_end, scenario=scenario, plan=runner.plan, states=runner.states, start=runner.start,
+            status=runner.status, t_stop=runner.t_stop, with_faults=with_faults, baseline=baseline)
         # A signal during teardown: the run's own outcome stands, the suite stops after it.
         interrupted_after = interrupts.take_pending() is not None and runner.status != "interrupted"
         record = build_run_record(

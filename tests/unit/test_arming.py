@@ -44,11 +44,11 @@ def test_timed_faults_are_armed_once_due_within_the_horizon(tmp_path: Path, monk
     runner._arm_ahead()
     assert _armed(journal) == []  # no first step yet: no time is known
     first = NOW - 5 + _ARM_AHEAD_S / 2
-    runner.t_first_step, runner.t_first_step_wall = time.monotonic(), first
+    runner.intake.t_first_step, runner.intake.t_first_step_wall = time.monotonic(), first
     runner._arm_ahead()
     runner._arm_ahead()
     assert _armed(journal) == [("f0-hang_rank", first + 5)]
-    runner.t_first_step_wall = first - 3 * _ARM_AHEAD_S
+    runner.intake.t_first_step_wall = first - 3 * _ARM_AHEAD_S
     runner.states[0].fired = True
     runner._arm_ahead()
     assert [fid for fid, _ in _armed(journal)] == ["f0-hang_rank", "f1-hang_rank"]
@@ -57,7 +57,7 @@ def test_timed_faults_are_armed_once_due_within_the_horizon(tmp_path: Path, monk
 def test_a_poisson_trigger_arms_each_occurrence_due_within_the_horizon(tmp_path: Path, monkeypatch) -> None:
     _frozen_clock(monkeypatch)
     runner, journal = _runner(tmp_path, [{"poisson": {"mtbf_s": 0.2 * _ARM_AHEAD_S, "max_faults": 50}}])
-    runner.t_first_step, runner.t_first_step_wall = time.monotonic(), NOW
+    runner.intake.t_first_step, runner.intake.t_first_step_wall = time.monotonic(), NOW
     runner._arm_ahead()
     soon = [st.planned.fault_id for st in runner.states if st.planned.offset_s <= _ARM_AHEAD_S]
     assert soon and len(soon) < len(runner.states)
@@ -66,9 +66,9 @@ def test_a_poisson_trigger_arms_each_occurrence_due_within_the_horizon(tmp_path:
 
 def test_a_step_fault_is_armed_when_its_ranks_reach_the_step_before(tmp_path: Path) -> None:
     runner, journal = _runner(tmp_path, [{"at_step": 5}])
-    runner.step_by_rank = {0: 4, 1: 3}  # another rank's step does not count
+    runner.intake.step_by_rank = {0: 4, 1: 3}  # another rank's step does not count
     runner._arm_ahead()
     assert _armed(journal) == []
-    runner.step_by_rank[1] = 4
+    runner.intake.step_by_rank[1] = 4
     runner._arm_ahead()
     assert _armed(journal) == [("f0-hang_rank", None)]

@@ -248,7 +248,7 @@ def test_the_loop_waits_until_the_next_timed_trigger_and_on_writes_for_step_trig
     runner = _runner(tmp_path, [{"type": "kill_rank", "target": {"rank": 1}, "trigger": {"at_time": 1}}])
     # no first step yet: nothing timed, and the first step comes as an event
     assert runner._wait_s(deadline) == (0.05, {"holds", "events"})
-    runner.t_first_step, runner.t_first_step_wall = time.monotonic(), time.time() - 0.99
+    runner.intake.t_first_step, runner.intake.t_first_step_wall = time.monotonic(), time.time() - 0.99
     wait, groups = runner._wait_s(deadline)
     assert 0 < wait <= 0.011 and groups == {"holds"}
     runner.states[0].fired = True
@@ -261,7 +261,7 @@ def test_the_loop_waits_until_the_next_timed_trigger_and_on_writes_for_step_trig
 def test_a_deferred_repeat_waits_for_an_event_not_in_a_spin(tmp_path: Path) -> None:
     runner = _runner(tmp_path, [{"type": "kill_rank", "target": {"rank": 1},
                                  "trigger": {"poisson": {"mtbf_s": 1, "max_faults": 2}}}])
-    runner.t_first_step, runner.t_first_step_wall = time.monotonic() - 1000, time.time() - 1000
+    runner.intake.t_first_step, runner.intake.t_first_step_wall = time.monotonic() - 1000, time.time() - 1000
     first, second = runner.states
     first.deferred_since = time.time()  # due long ago, its target restarting
     assert runner._wait_s(time.monotonic() + 100) == (0.05, {"holds", "events"})
@@ -283,11 +283,11 @@ def test_a_step_trigger_waits_for_every_targeted_rank_to_end_the_step_but_not_fo
                      ranks_per_node=2)
     (st,) = runner.states
     assert st.planned.fault.target.ranks == (2, 3)
-    runner.step_by_rank = {2: 5, 3: 4}
+    runner.intake.step_by_rank = {2: 5, 3: 4}
     assert not runner._due(st), "rank 3 has not ended step 5 yet"
-    runner.step_by_rank[3] = 5
+    runner.intake.step_by_rank[3] = 5
     assert runner._due(st)
-    runner.step_by_rank[3] = 4
+    runner.intake.step_by_rank[3] = 4
     st.step_reached -= 1.0  # rank 3 never came (gone, stalled): the fault lands anyway
     assert runner._due(st)
     # the loop looks again when the wait for the others ends

@@ -178,7 +178,7 @@ def test_a_repeated_failure_due_during_a_restart_waits_for_its_target_and_keeps_
     first, second = runner.states
     for st in runner.states:
         st.planned.fault.inject = lambda ctx: {"pids": [4242]}
-    runner.t_first_step = -1e9  # both occurrences are long due
+    runner.intake.t_first_step = -1e9  # both occurrences are long due
     assert runner._due(first) and not runner._due(second)  # in order
     runner._inject(first)
     runner._inject(first)
