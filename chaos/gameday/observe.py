@@ -13,6 +13,14 @@ since that inject began (before the engine was called: a job that notices within
 milliseconds, while the fault is still being applied, is counted), and the report's Faults
 table gives each one to the newest fault injected before it (``attribute``): the metric at
 the end is always the table's total.
+
+Pace (``steps_per_s``, ``goodput``) in a wait, check or observe after an inject counts only
+steps written since that inject was in effect (``progress_since``: the end of the named
+``since:`` inject's engine call, else of the newest inject): the window's steps from before a
+power cut are not the job's progress after it (issue 45: ``steps_per_s > 0`` "held" 4 ms after
+an outage, on the dead job's history). The pace is then taken over the time since, up to
+``window_s``, and at least ``MIN_PACE_SPAN_S``, so one step a moment after the inject is not
+an enormous pace.
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["Observer", "attribute"]
+__all__ = ["MIN_PACE_SPAN_S", "Observer", "attribute"]
+
+MIN_PACE_SPAN_S = 1.0
+"""The shortest span a pace since an inject is taken over (``window_s`` when that is shorter)."""
 
 
 class Observer:
@@ -75,13 +86,18 @@ class Observer:
         with self._lock:
             return [d for d in self.detections if d["t"] >= since]
 
-    def pace(self, now: float | None = None) -> float:
+    def pace(self, now: float | None = None, progress_since: float | None = None) -> float:
         """Steps per second over the last window (new highest steps only: a replay of steps
-        after a restart from a checkpoint is not progress)."""
+        after a restart from a checkpoint is not progress); with ``progress_since``, only the
+        steps written after it, over the time since (at most the window)."""
         now = now or time.time()
+        span = self.window_s
+        if progress_since is not None:
+            span = min(self.window_s, max(now - progress_since, MIN_PACE_SPAN_S))
         with self._lock:
-            recent = [s for s in self._steps if s[0] >= now - self.window_s]
-        return len(recent) / self.window_s
+            recent = [s for s in self._steps if s[0] >= now - span
+                      and (progress_since is None or s[0] > progress_since)]
+        return len(recent) / span
 
     def freeze_reference(self) -> float:
         """The pace before the first disruptive step: goodput's 1.0."""
@@ -89,9 +105,10 @@ class Observer:
             self.reference_pace = self.pace()
         return self.reference_pace
 
-    def snapshot(self, detections_since: float | None = None) -> dict[str, float]:
+    def snapshot(self, detections_since: float | None = None,
+                 progress_since: float | None = None) -> dict[str, float]:
         now = time.time()
-        pace = self.pace(now)
+        pace = self.pace(now, progress_since)
         ref = self.reference_pace
         detections = len(self.detections_since(detections_since))
         with self._lock:

@@ -35,7 +35,7 @@ __all__ = ["METRICS", "Condition", "Plan", "Step", "load_plan", "parse_condition
 
 METRICS: dict[str, str] = {
     "step": "highest training step reported so far",
-    "steps_per_s": "steps per second over the last window_s",
+    "steps_per_s": "steps per second over the last window_s (after an inject: only steps since it)",
     "goodput": "steps_per_s now / steps_per_s before the first inject (1.0 until then)",
     "dead_s": "seconds since the last step_end of any rank",
     "detections": "detected events since the plan started (a check or wait with since: STEP: since that inject began)",

@@ -81,7 +81,9 @@ class GameDay(OperatorDialogue, StopMonitor):
         self.tripped: str | None = None
         self.view = (LiveView if self.live else PlainView)(self.echo, self.ask)
         self.t_injects: dict[str, float] = {}
-        """Inject step name -> when its inject began (``since:`` counts from there)."""
+        """Inject step name -> when its inject began (``since:`` counts detections from there)."""
+        self.t_in_effect: dict[str, float] = {}
+        """Inject step name -> when its engine call returned: pace after it counts from there."""
         self._held: dict[str, float] = {}
         """Stop condition -> since when (monotonic) it holds."""
         self._current = ("", time.monotonic())
@@ -292,14 +294,15 @@ class GameDay(OperatorDialogue, StopMonitor):
                 return
             else:
                 since = self.t_injects.get(w.since) if w.since else None
-                ok = self._until(parse_condition(w.condition), w.within_s, since)
+                progress = self._progress_since(w.since)
+                ok = self._until(parse_condition(w.condition), w.within_s, since, progress)
                 self._event("wait", what, step=i, outcome="held" if ok else "timed out",
-                            metrics=self.observer.snapshot(since))
+                            metrics=self.observer.snapshot(since, progress))
         elif step.observe is not None:
             t = time.time()
             self._sleep(step.observe.seconds)
             self._take_events()
-            metrics = self.observer.snapshot()
+            metrics = self.observer.snapshot(progress_since=self._progress_since(None))
             snap: dict[str, Any] = {"t": time.time(), "step": i, "label": name, "since": t, **metrics}
             self.snapshots.append(snap)
             self._event("observe", what, step=i, outcome="recorded", metrics=snap)
@@ -309,8 +312,9 @@ class GameDay(OperatorDialogue, StopMonitor):
             if self._skipped_with(i, name, what, c.since):
                 return
             since = self.t_injects.get(c.since) if c.since else None
-            ok = self._until(parse_condition(c.condition), c.within_s, since)
-            snap = self.observer.snapshot(since)
+            progress = self._progress_since(c.since)
+            ok = self._until(parse_condition(c.condition), c.within_s, since, progress)
+            snap = self.observer.snapshot(since, progress)
             self._event("check", what, step=i, outcome="passed" if ok else "failed", metrics=snap)
             metric = parse_condition(c.condition).metric
             self._say(f"  check {c.condition}: {'passed' if ok else 'FAILED'} ({metric}={snap[metric]:g})")
@@ -342,6 +346,7 @@ class GameDay(OperatorDialogue, StopMonitor):
         # within milliseconds, while the fault is still being applied.
         self.lifecycle.inject(injection)
         self.t_injects[name] = injection.t_inject or time.time()
+        self.t_in_effect[name] = time.time()
         if injection.exception is not None:
             raise injection.exception
         self._event("inject", self._describe(step, res), step=i, outcome="injected", fault=fault.fault_id)
@@ -372,14 +377,22 @@ class GameDay(OperatorDialogue, StopMonitor):
             self._due_reverts()
             time.sleep(min(0.1, max(0.0, end - time.monotonic())))
 
-    def _until(self, cond: Condition, within_s: float, since: float | None = None) -> bool:
+    def _progress_since(self, since: str | None) -> float | None:
+        """From when a step's pace counts: the named inject's (else the newest inject's) end of
+        its engine call; None before any inject (the plain window)."""
+        if since is not None:
+            return self.t_in_effect.get(since)
+        return max(self.t_in_effect.values(), default=None)
+
+    def _until(self, cond: Condition, within_s: float, since: float | None = None,
+               progress_since: float | None = None) -> bool:
         """Whether ``cond`` holds within ``within_s``; each look reads the run's events first
         (what was written a moment ago counts, not only what the monitor last saw)."""
         end = time.monotonic() + within_s
         while True:
             self._due_reverts()
             self._take_events()
-            if cond.holds(self.observer.snapshot(since)):
+            if cond.holds(self.observer.snapshot(since, progress_since)):
                 return True
             if time.monotonic() >= end:
                 return False

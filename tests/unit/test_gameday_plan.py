@@ -103,6 +103,8 @@ EVENTS: list[tuple[str, Any]] = []
 class _RecorderParams(FaultParams):
     detected_after_s: float | None = None
     """The job writes a detection this long after the inject began (the inject takes 0.3 s)."""
+    steps_after_s: float | None = None
+    """The job steps again (steps 100 and 101) this long after the inject's engine call."""
 
 
 @dataclass
@@ -124,6 +126,9 @@ class _Recorder(FaultType):
             time.sleep(0.3)
             ctx.cluster.written.append({"kind": "detected", "t": t + self.params["detected_after_s"],
                                         "src": "rank-0", "suspect": "rank-1", "failure_class": "crash"})
+        if self.params.get("steps_after_s") is not None:
+            t = time.time() + self.params["steps_after_s"]
+            ctx.cluster.written.extend({"kind": "step_end", "step": 100 + k, "t": t + 0.01 * k} for k in range(2))
         return {"nodes": list(self.target.nodes)}
 
     def revert(self, ctx: Any, record: dict[str, Any]) -> None:
@@ -266,6 +271,55 @@ steps:
     assert len(report["detections"]) == 1 and report["detections_before_faults"] == 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| outage | test_gameday_recorder | nodes [1] |" in md and "0.12 s by rank-0 | rank-1 | 1 |" in md
+
+
+def test_pace_since_an_inject_counts_only_the_steps_written_after_it() -> None:
+    obs = Observer(window_s=10)
+    now = 1000.0
+    obs.take([{"kind": "step_end", "step": s, "t": now - 5 + 0.5 * s} for s in range(1, 11)])
+    assert obs.pace(now) == pytest.approx(1.0)  # the plain window: 10 steps in 10 s
+    assert obs.pace(now + 0.004, progress_since=now) == 0.0  # 4 ms after an outage: dead
+    obs.take([{"kind": "step_end", "step": 11, "t": now + 3.0}, {"kind": "step_end", "step": 12, "t": now + 4.0}])
+    assert obs.pace(now + 4.0, progress_since=now) == pytest.approx(0.5)  # 2 steps in the 4 s since
+    # One step a moment after the inject is one step per second at most, not hundreds.
+    assert obs.pace(now + 3.01, progress_since=now + 3.0) == pytest.approx(1.0)
+
+
+def _stepped_before(gd: GameDay, steps: int = 10) -> None:
+    """The job's history: ``steps`` steps over the second before the plan starts."""
+    t = time.time()
+    gd.run.backend.written.extend({"kind": "step_end", "step": s, "t": t - 1 + s / steps} for s in range(1, steps + 1))
+
+
+def test_a_wait_after_an_outage_judges_progress_since_it_not_the_windows_history(tmp_path: Path) -> None:
+    """Issue 45: ``steps_per_s > 0`` "held" 4 ms after a power cut, on the window's steps from
+    before it, while the job was dead. Since the inject, no step: the wait times out."""
+    gd = _session(tmp_path, """\
+name: w
+steps:
+  - {name: outage, inject: {type: test_gameday_recorder, target: {node: 1}}}
+  - wait: {condition: "steps_per_s > 0", within_s: 0.5}
+  - observe: {seconds: 0.1}
+""", [], yes=True)
+    _stepped_before(gd)
+    assert gd.execute() == 0, _report(tmp_path)["reason"]
+    report = _report(tmp_path)
+    wait = next(e for e in report["timeline"] if e["action"] == "wait")
+    assert wait["outcome"] == "timed out" and wait["metrics"]["steps_per_s"] == 0.0
+    assert report["metrics"][0]["steps_per_s"] == 0.0 and report["metrics"][0]["step"] == 10.0
+
+
+def test_a_wait_after_an_outage_holds_once_the_job_steps_again(tmp_path: Path) -> None:
+    gd = _session(tmp_path, """\
+name: w
+steps:
+  - {name: outage, inject: {type: test_gameday_recorder, target: {node: 1}, params: {steps_after_s: 0.3}}}
+  - wait: {condition: "steps_per_s > 0", within_s: 5, since: outage}
+""", [], yes=True)
+    _stepped_before(gd)
+    assert gd.execute() == 0, _report(tmp_path)["reason"]
+    wait = next(e for e in _report(tmp_path)["timeline"] if e["action"] == "wait")
+    assert wait["outcome"] == "held" and wait["metrics"]["step"] == 101.0
 
 
 def test_detections_go_to_the_newest_fault_injected_before_them() -> None:
