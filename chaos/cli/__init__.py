@@ -75,18 +75,22 @@ def cleanup(run_dirs: tuple[str, ...], force: bool, check: bool) -> None:
 @click.argument("config_path", metavar="CONFIG")
 @click.option("--from-runs", "from_runs", default=None, metavar="DIR",
               help="Take per-class detection and restart figures from the journals under DIR (medians).")
+@click.option("--from-stacks", "from_stacks", default=None, metavar="DIR",
+              help="Cost each recovery design of a bench-stacks report (DIR, e.g. reports/stacks) with "
+                   "its own measured figures: one row per stack.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
               help="Also simulate each value (repeatable: every combination), e.g. checkpoint.interval_s=60,300,900.")
 @click.option("--trials", type=click.IntRange(1, 100_000), default=None, help="Monte-Carlo trials [default: the config's, 1000].")
 @click.option("--seed", type=click.IntRange(0), default=None, help="Override the config's seed.")
 @click.option("--out", "out_dir", default=None, help="Also write <name>.json, <name>.md and <name>.png here.")
-def simulate(config_path: str, from_runs: str | None, sweeps: tuple[str, ...], trials: int | None,
-             seed: int | None, out_dir: str | None) -> None:
+def simulate(config_path: str, from_runs: str | None, from_stacks: str | None, sweeps: tuple[str, ...],
+             trials: int | None, seed: int | None, out_dir: str | None) -> None:
     """Model a large training job (N accelerators, D days): ETTR, goodput, lost GPU-hours, best checkpoint interval."""
     from chaos.scale.report import render_text, write_outputs
     from chaos.scale.simulate import run_simulation
 
-    outcome = run_simulation(config_path, from_runs=from_runs, sweeps=list(sweeps), trials=trials, seed=seed)
+    outcome = run_simulation(config_path, from_runs=from_runs, sweeps=list(sweeps), trials=trials, seed=seed,
+                             from_stacks=from_stacks)
     click.echo(render_text(outcome))
     for path in write_outputs(outcome, out_dir) if out_dir else ():
         click.echo(f"wrote {path}")

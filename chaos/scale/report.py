@@ -6,6 +6,7 @@ Every figure is a mean over trials with its 95 % confidence interval; ETTR also 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -124,6 +125,34 @@ def _sweep_head(outcome: Outcome) -> list[str]:
     return [*outcome.sweep_keys, "interruptions", "ETTR", "goodput", "lost GPU-h", "Young", "search optimum"]
 
 
+_DESIGN_HEAD = ["design", "samples", "detection s", "restart s", "lost work", "ETTR", "goodput", "lost GPU-h"]
+
+
+def _spread(median: float | None, spread: tuple[float, float] | list[float] | None) -> str:
+    """``0.42 [0.31-0.60]``: a measured median and the range of the samples it came from."""
+    if median is None:
+        return "-"
+    return f"{median:.2f}" + (f" [{spread[0]:.2f}-{spread[1]:.2f}]" if spread else "")
+
+
+def _design_rows(outcome: Outcome) -> list[list[str]]:
+    rows = []
+    for row in outcome.designs:
+        fig, s, runs = row["figures"], row["summary"], row["runs"]
+        lost = "rollback" if fig["rollback"] else "none (0 steps lost)"
+        rows.append([row["design"], f"{runs['samples']} ({', '.join(runs['fault_types'])})",
+                     _spread(fig["detection_s"], fig["detection_range"]),
+                     _spread(fig["restart_s"], fig["restart_range"]), lost,
+                     _ci_pct(s["ettr"]), _pct(s["goodput"]["mean"]), _num(s["lost_gpu_h"]["total"]["mean"], 0)])
+    return rows
+
+
+def _designs_intro(outcome: Outcome) -> str:
+    return (f"per recovery design (--from-stacks {outcome.from_stacks}; the same failures drawn for each, "
+            "costed with the design's measured medians [min-max of its samples]; classes it did not "
+            "measure keep the config's figures):")
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -162,6 +191,9 @@ def render_text(outcome: Outcome) -> str:
     if outcome.sweep:
         lines += ["", f"sweep ({', '.join(outcome.sweep_keys)}; same seed, so rows differ by the policy only):"]
         lines += _table(_sweep_head(outcome), _sweep_rows(outcome))
+    if outcome.designs:
+        lines += ["", _designs_intro(outcome)]
+        lines += _table(_DESIGN_HEAD, _design_rows(outcome))
     return "\n".join(lines)
 
 
@@ -173,6 +205,9 @@ def render_markdown(outcome: Outcome) -> str:
     if outcome.sweep:
         lines += [f"## Sweep: {', '.join(outcome.sweep_keys)}", "",
                   *_md_table(_sweep_head(outcome), _sweep_rows(outcome)), ""]
+    if outcome.designs:
+        lines += ["## Per recovery design", "", _designs_intro(outcome), "",
+                  *_md_table(_DESIGN_HEAD, _design_rows(outcome)), ""]
     lines += [f"ETTR is kept training time over the window; intervals are 95 % confidence intervals "
               f"of the mean over {s['trials']:,} trials. The model and its assumptions: docs/scale.md.", ""]
     return "\n".join(lines)
@@ -215,6 +250,9 @@ def plot(outcome: Outcome, path: str) -> None:
     import matplotlib.pyplot as plt
 
     s = outcome.summary
+    if outcome.designs:  # drawn as a sweep whose one key is the design
+        outcome = dataclasses.replace(outcome, sweep_keys=["design"], sweep=[
+            {"values": {"design": row["design"]}, "summary": row["summary"]} for row in outcome.designs])
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     if outcome.sweep:
         _plot_sweep(left, outcome)

@@ -5,6 +5,10 @@ One call of :func:`run_simulation` reads and validates everything first (the con
 every issue, and only then simulates. Each variant runs with the same seed, so a sweep
 compares policies on the same failures (common random numbers), and so does the search for
 the best checkpoint interval, which re-costs one set of drawn failures under each interval.
+
+``--from-stacks DIR`` costs each recovery design of a ``bench-stacks`` report the same way:
+the config once per stack, with that stack's measured detection and restart figures (and,
+where none of its runs lost a step, no rollback), on the same drawn failures.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from chaos.scale.engine import (
     draw_events,
 )
 from chaos.scale.issues import ScaleInputError
-from chaos.scale.runs import Measured, RunSamples, read_runs
+from chaos.scale.runs import Measured, RunSamples, read_runs, read_stack_runs
 from chaos.scale.sweep import apply, combinations, parse_sweep
 
 __all__ = ["Outcome", "build_model", "run_simulation", "search_interval", "stat", "summarize"]
@@ -52,16 +56,24 @@ class Outcome:
     sweep: list[dict[str, Any]] = field(default_factory=list)
     """One row per combination: {"values": {key: value}, "summary": {...}}."""
     runs: dict[str, Any] | None = None
+    designs: list[dict[str, Any]] = field(default_factory=list)
+    """``--from-stacks``: one row per stack: {"design", "runs", "figures", "summary"}."""
+    from_stacks: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config_path, "name": self.name, "trials": self.trials,
                 "seed": self.seed, "from_runs": self.runs, "summary": self.summary,
-                "sweep": {"keys": self.sweep_keys, "rows": self.sweep} if self.sweep else None}
+                "sweep": {"keys": self.sweep_keys, "rows": self.sweep} if self.sweep else None,
+                "from_stacks": {"dir": self.from_stacks, "designs": self.designs} if self.designs else None}
 
 
 def run_simulation(config_path: str, *, from_runs: str | None = None, sweeps: list[str] | None = None,
-                   trials: int | None = None, seed: int | None = None, search: bool = True) -> Outcome:
-    """Validate every input, then simulate the config and each sweep combination."""
+                   trials: int | None = None, seed: int | None = None, search: bool = True,
+                   from_stacks: str | None = None) -> Outcome:
+    """Validate every input, then simulate the config and each sweep combination (or, with
+    ``from_stacks``, each stack's recovery design)."""
+    if from_stacks is not None:
+        return _simulate_designs(config_path, from_stacks, from_runs, sweeps, trials, seed)
     raw = read_config_yaml(config_path)
     runs = read_runs(from_runs) if from_runs is not None else None
     measured = (runs.fault_types, runs.lost_work_types) if runs else (set(), set())
@@ -101,6 +113,47 @@ def run_simulation(config_path: str, *, from_runs: str | None = None, sweeps: li
                    sweep=rows, runs=runs_info)
 
 
+def _simulate_designs(config_path: str, from_stacks: str, from_runs: str | None, sweeps: list[str] | None,
+                      trials: int | None, seed: int | None) -> Outcome:
+    """The config once as written (the summary) and once per stack of a bench-stacks report."""
+    clash = [flag for flag, given in (("--from-runs", from_runs), ("--sweep", sweeps)) if given]
+    if clash:
+        raise ScaleInputError([ValidationIssue(from_stacks, "--from-stacks", f"not with {' or '.join(clash)}: "
+                                               "each design is costed with its own measured figures")])
+    raw = read_config_yaml(config_path)
+    stacks = read_stack_runs(from_stacks)
+    issues: list[ValidationIssue] = []
+    cfg = _validated(raw, config_path, (set(), set()), None, issues)
+    configs = {stack: _validated(raw, f"{config_path} (--from-stacks {stack})",
+                                 (runs.fault_types, runs.lost_work_types), f"{from_stacks} ({stack})", issues)
+               for stack, runs in stacks.items()}
+    if issues:
+        raise ScaleInputError(_unique(issues))
+    assert cfg is not None
+    n_trials = trials if trials is not None else cfg.trials
+    run_seed = seed if seed is not None else cfg.seed
+    summary = summarize(cfg, *build_model(cfg, None), n_trials, run_seed, search=False)
+    designs = []
+    for stack, runs in stacks.items():
+        stack_cfg = configs[stack]
+        assert stack_cfg is not None
+        model, inputs = build_model(stack_cfg, runs, design=True)
+        overall = runs.overall()
+        assert overall is not None  # read_stack_runs keeps stacks with samples only
+        designs.append({
+            "design": stack,
+            "runs": {"journals": runs.journals, "samples": len(runs.samples),
+                     "fault_types": sorted(runs.fault_types), "unusable": runs.unusable},
+            "figures": {"detection_s": overall.detection_s, "detection_range": overall.detection_range,
+                        "restart_s": overall.restart_s, "restart_range": overall.restart_range,
+                        "lost_steps_max": overall.lost_steps_max,
+                        "rollback": overall.lost_steps_max is None or overall.lost_steps_max > 0},
+            "summary": summarize(stack_cfg, model, inputs, n_trials, run_seed, search=False),
+        })
+    return Outcome(config_path=config_path, name=cfg.name, trials=n_trials, seed=run_seed,
+                   summary=summary, designs=designs, from_stacks=from_stacks)
+
+
 def _validated(data: dict[str, Any], label: str, measured: tuple[set[str], set[str]],
                from_runs: str | None, issues: list[ValidationIssue]) -> ScaleConfig | None:
     try:
@@ -125,8 +178,12 @@ def _unique(issues: list[ValidationIssue]) -> list[ValidationIssue]:
 # --------------------------------------------------------------------------- config -> model
 
 
-def build_model(cfg: ScaleConfig, runs: RunSamples | None) -> tuple[JobModel, list[dict[str, Any]]]:
-    """The engine's numeric model, and per class where each figure came from."""
+def build_model(cfg: ScaleConfig, runs: RunSamples | None, *,
+                design: bool = False) -> tuple[JobModel, list[dict[str, Any]]]:
+    """The engine's numeric model, and per class where each figure came from. ``design``:
+    ``runs`` are one recovery design's (``--from-stacks``), and a class left to the simulated
+    rollback loses no work when none of the design's runs of it lost a step (its survivors
+    train on, as torchft's do, rather than rolling back to a checkpoint)."""
     defaults = cfg.class_defaults
     specs, inputs = [], []
     for c in cfg.classes:
@@ -142,6 +199,8 @@ def build_model(cfg: ScaleConfig, runs: RunSamples | None) -> tuple[JobModel, li
             # validate_config checked that a measurement with a step time exists
             assert measured is not None and measured.lost_work_s is not None
             lost, sources["lost_work"] = measured.lost_work_s, _measured_source(measured)
+        elif design and measured is not None and measured.lost_steps_max == 0:
+            lost, sources["lost_work"] = 0.0, f"none: no step lost in {measured.n} measured run(s) (no rollback)"
         else:
             sources["lost_work"] = "rollback (simulated)"
         spec = ClassSpec(name=c.name, per_hour=c.failures_per_hour(cfg.job),

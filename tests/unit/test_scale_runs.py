@@ -98,3 +98,82 @@ def test_measured_figures_feed_the_model_and_the_rest_come_from_defaults(runs: P
         "detection_s": "config", "restart_s": "measured (median of 3: kill_rank)",
         "lost_work": "rollback (simulated)"}
     assert outcome.runs is not None and outcome.runs["unusable"] == {"hang_rank": 1}
+
+
+# -- --from-stacks: one row per recovery design -------------------------------------------
+
+
+@pytest.fixture
+def stacks(tmp_path: Path) -> Path:
+    """A bench-stacks report as it is laid out: <out>/<fault>--<stack>/<repeat>/journal.json."""
+    root = tmp_path / "stacks"
+    for i, (det, rec) in enumerate([(0.5, 20.0), (0.7, 24.0), (0.6, 22.0)]):  # a restart, a rollback
+        write_journal(root / "kill-rank--torchrun" / str(i), [{"type": "kill_rank", "detection_s": det,
+                                                               "recovery_s": rec, "lost_steps": 12}])
+    for i, (det, rec) in enumerate([(0.2, 3.0), (0.4, 5.0)]):  # the survivors train on
+        write_journal(root / "kill-rank--torchft" / str(i), [{"type": "kill_rank", "detection_s": det,
+                                                              "recovery_s": rec, "lost_steps": 0}])
+    write_journal(root / "kill-rank--torchft" / "baseline", [])
+    write_journal(root / "unrelated" / "0", [{"type": "kill_rank", "detection_s": 9.0, "recovery_s": 90.0}])
+    return root
+
+
+STACKS_CONFIG = (
+    "name: designs\n"
+    "job: {devices: 16384, devices_per_node: 8, days: 7}\n"
+    "class_defaults: {detection_s: 60, restart_s: 300}\n"
+    "checkpoint: {interval_s: 1800, blocking_s: 5}\n"
+    "classes:\n"
+    "  - {name: crash, rate_per_device_hour: 3.0e-5, fault_types: [kill_rank]}\n"
+    "  - {name: cable, rate_per_node_hour: 1.0e-5}\n")
+
+
+def test_each_stack_is_costed_with_its_own_figures_on_the_same_failures(stacks: Path, tmp_path: Path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(STACKS_CONFIG)
+    outcome = run_simulation(str(config), from_stacks=str(stacks), trials=200)
+    rows = {row["design"]: row for row in outcome.designs}
+    assert list(rows) == ["torchft", "torchrun"]  # by name; the unnamed journal is not a design
+    ft, tr = rows["torchft"], rows["torchrun"]
+    assert tr["runs"]["samples"] == 3 and ft["runs"]["journals"] == 3 and ft["runs"]["samples"] == 2
+    assert tr["figures"]["detection_s"] == pytest.approx(0.6) and tr["figures"]["detection_range"] == (0.5, 0.7)
+    assert tr["figures"]["restart_range"] == pytest.approx((19.5, 23.3))
+    assert tr["figures"]["rollback"] and not ft["figures"]["rollback"]
+    crash = {r: {c["name"]: c for c in rows[r]["summary"]["classes"]}["crash"] for r in rows}
+    assert crash["torchft"]["lost_work_s"] == 0.0 and "no rollback" in crash["torchft"]["sources"]["lost_work"]
+    assert crash["torchrun"]["lost_work_s"] is None  # rolled back: the model simulates it
+    # The same failures drawn for both: the design that neither stops long nor rolls back keeps more.
+    assert (ft["summary"]["interruptions"]["unplanned"]["mean"]
+            == tr["summary"]["interruptions"]["unplanned"]["mean"])
+    assert ft["summary"]["ettr"]["mean"] > tr["summary"]["ettr"]["mean"]
+    # The config as written stays the reference summary (its own defaults: slower than both).
+    assert outcome.summary["ettr"]["mean"] < tr["summary"]["ettr"]["mean"]
+
+
+def test_the_designs_table_is_printed_with_the_measured_spread(stacks: Path, tmp_path: Path):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text(STACKS_CONFIG)
+    result = CliRunner().invoke(cli, ["simulate", str(config), "--from-stacks", str(stacks), "--trials", "100",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "per recovery design (--from-stacks" in result.output
+    assert "torchrun  3 (kill_rank)  0.60 [0.50-0.70]" in result.output
+    assert "none (0 steps lost)" in result.output
+    data = json.loads((tmp_path / "out" / "designs.json").read_text())
+    assert [d["design"] for d in data["from_stacks"]["designs"]] == ["torchft", "torchrun"]
+    assert "## Per recovery design" in (tmp_path / "out" / "designs.md").read_text()
+
+
+def test_from_stacks_refuses_what_it_cannot_use(stacks: Path, tmp_path: Path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(STACKS_CONFIG)
+    with pytest.raises(ScaleInputError, match="--from-stacks: not with --from-runs"):
+        run_simulation(str(config), from_stacks=str(stacks), from_runs=str(stacks))
+    with pytest.raises(ScaleInputError, match=r"no journal of a scenario named <fault>--<stack>; 1 other"):
+        run_simulation(str(config), from_stacks=str(stacks / "unrelated"))
+    with pytest.raises(ScaleInputError, match="no such directory"):
+        run_simulation(str(config), from_stacks=str(tmp_path / "none"))
