@@ -139,8 +139,9 @@ def _design_rows(outcome: Outcome) -> list[list[str]]:
     rows = []
     for row in outcome.designs:
         fig, s, runs = row["figures"], row["summary"], row["runs"]
-        lost = "rollback" if fig["rollback"] else "none (0 steps lost)"
-        rows.append([row["design"], f"{runs['samples']} ({', '.join(runs['fault_types'])})",
+        lost = ", ".join(f"{t}: {'rollback' if back else 'none'}" for t, back in row["rolled_back"].items())
+        unusable = "".join(f"; {n} {t} unusable" for t, n in sorted(runs["unusable"].items()))
+        rows.append([row["design"], f"{runs['samples']} ({', '.join(runs['fault_types'])}){unusable}",
                      _spread(fig["detection_s"], fig["detection_range"]),
                      _spread(fig["restart_s"], fig["restart_range"]), lost,
                      _ci_pct(s["ettr"]), _pct(s["goodput"]["mean"]), _num(s["lost_gpu_h"]["total"]["mean"], 0)])
@@ -149,8 +150,9 @@ def _design_rows(outcome: Outcome) -> list[list[str]]:
 
 def _designs_intro(outcome: Outcome) -> str:
     return (f"per recovery design (--from-stacks {outcome.from_stacks}; the same failures drawn for each, "
-            "costed with the design's measured medians [min-max of its samples]; classes it did not "
-            "measure keep the config's figures):")
+            "costed with the design's measured medians [min-max of its samples]; lost work: none where "
+            "no run of that fault type lost a step, else the simulated rollback; classes it did not "
+            "measure, and unusable samples (undetected or never recovered), keep the config's figures):")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -144,6 +144,8 @@ def _simulate_designs(config_path: str, from_stacks: str, from_runs: str | None,
             "design": stack,
             "runs": {"journals": runs.journals, "samples": len(runs.samples),
                      "fault_types": sorted(runs.fault_types), "unusable": runs.unusable},
+            "rolled_back": {t: (m.lost_steps_max is None or m.lost_steps_max > 0)
+                            for t in sorted(runs.fault_types) if (m := runs.for_types([t])) is not None},
             "figures": {"detection_s": overall.detection_s, "detection_range": overall.detection_range,
                         "restart_s": overall.restart_s, "restart_range": overall.restart_range,
                         "lost_steps_max": overall.lost_steps_max,
