@@ -1,6 +1,7 @@
 """``trainchaos bench-stacks`` for real: one fault (kill-rank) on two stacks of the kinds that
 exist here, the bundled harness (the torchrun-restart reference) and a user's own command,
-then the side-by-side table and the expected-failure outcomes of real runs.
+then the side-by-side table and the expected-failure outcomes of real runs, and ``simulate
+--from-stacks`` costing each of the two designs from those real journals.
 
 The command stack ships a finding it cannot meet (a recovery bound no restart meets): XFAIL,
 no failure of the suite. The reference declares one it does meet: XPASS, which fails the run
@@ -99,3 +100,15 @@ def test_two_stacks_one_fault_side_by_side_with_xfail_and_strict_xpass(tmp_path:
         journal = json.loads((tmp_path / "out" / run / "0" / "journal.json").read_text())
         assert journal["status"] == "completed", journal["error"]
         assert not find_run_processes(journal["run_id"]), f"processes of {run} left behind"
+
+    # The 16k-GPU question per design, from these real journals (seconds: no run).
+    config = tmp_path / "scale.yaml"
+    config.write_text("name: designs\njob: {devices: 16384, days: 7}\n"
+                      "class_defaults: {detection_s: 60, restart_s: 300}\ncheckpoint: {interval_s: 600, blocking_s: 5}\n"
+                      "classes: [{name: crash, rate_per_device_hour: 1.0e-5, fault_types: [kill_rank]}]\n")
+    sim = run_trainchaos(["simulate", str(config), "--from-stacks", "out", "--trials", "50"],
+                         env=cli_env(tmp_path / "state"), cwd=tmp_path, timeout=120)
+    assert sim.returncode == 0, sim.stderr
+    rows = {line.split()[0]: line for line in sim.stdout.splitlines() if line.startswith(("command ", "torchrun "))}
+    assert set(rows) == {"command", "torchrun"}, sim.stdout
+    assert all("1 (kill_rank)" in row for row in rows.values()), sim.stdout
