@@ -23,13 +23,15 @@ How a careful user writes it:
   ``step-N.pt`` and fsyncs the directory: a crash leaves the previous checkpoint or the new
   one, never a half-written file under a finished name (``os.replace`` alone is not durable:
   after a power loss the renamed file can be empty). It keeps the ``--keep`` newest.
-* **A failed save is not fatal.** An OSError while saving (a full or failing disk) is logged
+* **A failed save is not fatal.** An error while saving (a full or failing disk) is logged
   and training goes on; the previous checkpoints are still there.
 * **A careful load.** On start every rank takes the newest ``step-N.pt`` that loads whole
   and passes over one that does not (torn by a crash it did not cause).
 * **A finite process-group timeout** (``--pg-timeout``): torch's default for gloo is 30
   minutes, during which a job with a frozen or cut-off peer does nothing.
 """
+
+from __future__ import annotations
 
 import argparse
 import datetime
@@ -117,17 +119,23 @@ def checkpoints(root: str) -> list[tuple[int, str]]:
 
 def save(root: str, step: int, state: dict, keep: int) -> None:
     path = os.path.join(root, f"step-{step}.pt")
-    probe.emit("ckpt_save_start", step=step, tier="shared", path=path)  # probe: save times, and what storage faults trigger on
+    probe.emit("ckpt_save_start", step=step, tier="shared", path=path)  # probe: what storage faults trigger on
+    started = time.monotonic()
     try:
         torch.save(state, path + ".tmp")
         fsync_path(path + ".tmp")
         os.replace(path + ".tmp", path)
         fsync_path(root)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
+        # RuntimeError too: torch.save reports an EIO on its write as "RuntimeError:
+        # basic_ios::clear: iostream error", not as an OSError (found by eio-checkpoint.yaml:
+        # with OSError alone the failed save killed rank 0 and restarted the job).
         print(f"step {step}: checkpoint failed, training on: {exc}", file=sys.stderr, flush=True)
         probe.emit("ckpt_save_failed", step=step, tier="shared", error=str(exc))  # probe: failed saves counted
         return
-    probe.emit("ckpt_save_end", step=step, tier="shared", path=path)  # probe: the checkpoint freshness checker reads it
+    seconds = time.monotonic() - started  # the save is synchronous: training waits all of it
+    # probe: time blocked in saves (a storage stall's cost); the freshness checker reads the path
+    probe.emit("ckpt_save_end", step=step, tier="shared", path=path, seconds=seconds, blocked_seconds=seconds)
     for _, old in checkpoints(root)[keep:]:
         os.remove(old)
 

@@ -32,7 +32,9 @@ def test_the_own_script_kill_with_data_and_freshness_targets_passes_as_the_readm
     assert journal["status"] == "completed" and journal["verdict"]["passed"], journal["verdict"]
     metrics = journal["metrics"]
     (fault,) = metrics["faults"]
-    assert (fault["detected_suspect"], fault["last_step_before"], fault["resumed_from"]) == ("rank-1", 15, 10)
+    # Who is blamed first is a race (the survivor's own exit on its failed all-reduce may be
+    # reported first): the scenario claims no attribution, and neither does this test.
+    assert (fault["last_step_before"], fault["resumed_from"]) == (15, 10), fault
     # 40 steps x 16 samples: the 5 steps after step 10 trained twice, the first time rolled back.
     assert (metrics["data_samples"], metrics["data_lost"], metrics["data_duplicated"]) == (640, 0, 0), metrics
     # Steps 10, 20, 30, 40: each read by the torch.save format and equal to the twin's state.
