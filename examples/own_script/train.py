@@ -154,6 +154,8 @@ def load_newest(root: str) -> dict | None:
 
 def main() -> None:
     args = parse_args()
+    if "RANK" not in os.environ:  # started without torchrun: a world of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     rank, world_size = dist.get_rank(), dist.get_world_size()
     # probe: which rank runs where, so faults aimed at a node or rank are measured on the right one
