@@ -4,7 +4,8 @@ What trainchaos knows of it is what the scenario says: the command line, the ste
 to (``steps``), how its log lines show progress (``progress_regex``), and where and how often
 it checkpoints (``checkpoint_dir``, default the run's ``checkpoints``; ``checkpoint_every_steps``).
 The job learns that directory through ``{ckpt_dir}`` in its command line and
-``TRAINCHAOS_CKPT_DIR``; storage faults and the crash-point sweep act on it. Its tensors stay
+``TRAINCHAOS_CKPT_DIR``; storage faults and the crash-point sweep act on it. The job runs in
+the run directory; a relative script path is taken from the directory trainchaos runs in. Its tensors stay
 inside it; it reports through ``chaos.probe`` where it calls it, and its end is told by its
 exit code.
 """
@@ -25,7 +26,7 @@ from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
 __all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "CommandWorkload", "check_checkpoint_dir",
-           "check_progress_regex", "fill_placeholders"]
+           "check_progress_regex", "fill_placeholders", "script_from_here"]
 
 MAX_COMMAND_STEPS = 10_000_000
 """More steps than any run of this tool could train in its timeout; a bound keeps a typo
@@ -68,6 +69,23 @@ def fill_placeholders(arg: str, values: dict[str, str]) -> str:
     for name, value in values.items():
         arg = arg.replace(name, value)
     return arg
+
+
+def script_from_here(argv: list[str]) -> list[str]:
+    """``argv`` with its script made absolute where it is a relative path to a file in the
+    directory trainchaos runs in.
+
+    torchrun starts the workers in the run's own directory, where ``python train.py`` (as a
+    user writes it, in the directory holding train.py) names nothing: every rank would exit
+    with "can't open file". A path that names no file here (one the job creates, a module
+    after ``-m``) is left as written."""
+    script = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if script is None or (script > 0 and argv[script - 1] == "-m"):
+        return argv
+    path = argv[script]
+    if os.path.isabs(path) or not os.path.isfile(path):
+        return argv
+    return [*argv[:script], os.path.abspath(path), *argv[script + 1:]]
 
 
 @register_workload
@@ -153,6 +171,7 @@ class CommandWorkload(Workload):
         argv = [fill_placeholders(arg, values) for arg in shlex.split(self.spec.command or "")]
         if argv and os.path.basename(argv[0]).startswith("python"):
             argv = argv[1:]  # torchrun runs the script with its own interpreter
+        argv = script_from_here(argv)
         return Launch(TorchrunPerNode(tuple(argv), tee_output=self.spec.progress_regex is not None),
                       steps_target=self.spec.steps or 0, env=self.ckpt_env(run_dir))
 

@@ -298,3 +298,15 @@ def test_harness_tensor_catalog_names_the_model_and_optimizer_state() -> None:
     assert catalog is not None and "head.weight" in catalog
     assert any(name.startswith("optim:") for name in catalog)
     assert workload.steps_text() == "the harness trains 200 steps (workload.harness.steps)"
+
+
+def test_a_commands_relative_script_is_taken_from_where_trainchaos_runs(tmp_path, monkeypatch) -> None:
+    """torchrun starts the workers in the run directory: ``python train.py`` written beside
+    train.py would name nothing there, so the script is made absolute; a name that is no file
+    here (a module after -m, a file the job creates) stays as written."""
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    launch = workload_for(_scenario({"command": "python -u train.py --out {ckpt_dir}"}).workload).launch("/run", seed=0)
+    assert launch.worker_argv == ["-u", str(tmp_path / "train.py"), "--out", "/run/checkpoints"]
+    for command, argv in [("python -m train.py", ["-m", "train.py"]), ("python elsewhere.py", ["elsewhere.py"])]:
+        assert workload_for(_scenario({"command": command}).workload).launch("/run", seed=0).worker_argv == argv
