@@ -103,7 +103,8 @@ def _rendezvous_state(timeout_s: float) -> Any:
 
         store = TCPStore(*endpoint, is_master=False, timeout=timedelta(seconds=timeout_s))
         got = C10dRendezvousBackend(store, run_id).get_state()
-        return _NO_ROUND if got is None else pickle.loads(got[0])
+        # torch's own rendezvous pickles its state into the store; this reads it as torch does.
+        return _NO_ROUND if got is None else pickle.loads(got[0])  # nosec B301
     except Exception:  # a rank that cannot ask keeps to what it would have done without asking
         return None
 

@@ -386,7 +386,9 @@ def serve(parent: int) -> int:
         from harness.procenv import ENV_ROOM_BYTES
 
         env = dict(os.environ, **{contract.ZYGOTE_ENV_ROOM_ENV: " " * ENV_ROOM_BYTES})
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+        # The zygote starts itself again (same interpreter and arguments), with room in its
+        # environment: no other program.
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # nosec B606
     die_with(parent)
     name = os.environ[contract.ZYGOTE_SOCKET_ENV]
     listener = listen(name)  # bound before the imports: clients queue instead of failing

@@ -48,7 +48,7 @@ def load_torch_file(path: str, kind: str = "torch.save") -> Any:
     try:
         # The run's own file: a training loop saves argparse namespaces, numpy RNG states
         # and other pickled objects that weights_only refuses.
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)  # nosec B614
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError, OSError, AttributeError,

@@ -48,7 +48,7 @@ def ip(*args: str, check: bool = True, netns: str | None = None) -> subprocess.C
 def short_id(run_id: str) -> str:
     """8 hex digits naming the run in interface names (the run id's own when it has them)."""
     m = re.fullmatch(r"trainchaos-([0-9a-f]{8,})", run_id)
-    return m.group(1)[:8] if m else hashlib.sha1(run_id.encode()).hexdigest()[:8]
+    return m.group(1)[:8] if m else hashlib.sha1(run_id.encode(), usedforsecurity=False).hexdigest()[:8]
 
 
 def bridge_name(run_id: str) -> str:
@@ -86,7 +86,7 @@ def pick_subnet(run_id: str) -> ipaddress.IPv4Network:
     drawn from the run id (so concurrent runs rarely even probe the same one)."""
     subnets = list(FABRIC_RANGE.subnets(new_prefix=24))
     used = _root_addresses()
-    start = int(hashlib.sha1(run_id.encode()).hexdigest(), 16) % len(subnets)
+    start = int(hashlib.sha1(run_id.encode(), usedforsecurity=False).hexdigest(), 16) % len(subnets)
     for k in range(len(subnets)):
         net = subnets[(start + k) % len(subnets)]
         if not any(net.overlaps(u) for u in used):

@@ -73,6 +73,13 @@ def control_address(run_id: str) -> str:
 
 # -- the emulator process ------------------------------------------------------------------
 
+
+def _peer_uid(conn: socket.socket) -> int:
+    """The connecting process's user: an abstract socket has no file permissions, so any
+    local user's process could otherwise connect (docs/security.md)."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return int(uid)
+
 def _setns(path_or_fd: str | int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(path_or_fd, os.O_RDONLY) if isinstance(path_or_fd, str) else path_or_fd
@@ -230,6 +237,9 @@ class Emulator:
             for r in ready:
                 if r is self.ctl:
                     conn, _ = self.ctl.accept()
+                    if _peer_uid(conn) != os.getuid():
+                        conn.close()  # another user's process: it may not re-time the run's links
+                        continue
                     self.conns[conn.fileno()] = (conn, b"")
                 elif isinstance(r, int):
                     self._receive(self.ports[r], now)

@@ -139,6 +139,10 @@ class ScratchDir(ResourceKind):
             raise ToolError(f"refusing to own {path}: a run's directories carry {PREFIX!r} in "
                             "their path")
         os.makedirs(path, exist_ok=True)
+        if os.stat(path).st_uid != os.geteuid():
+            # Made first by another user (a node's TMPDIR sits in the shared temp dir): files
+            # written here could be read, replaced or symlinked elsewhere (docs/security.md).
+            raise ToolError(f"refusing to use {path}: another user owns it")
         # Who owns it, for a scan that finds it with no journal at hand (a directory in the
         # shared temp dir may belong to a live run of another state directory).
         with open(os.path.join(path, OWNER_FILE), "w", encoding="utf-8") as fh:

@@ -50,7 +50,8 @@ def live_dir() -> str:
     """The machine's one directory of live-run marks. On tmpfs: a reboot, which ends every
     controller, empties it; a mark a SIGKILLed controller left names a dead controller and
     counts for nothing."""
-    return os.environ.get(contract.LIVE_DIR_ENV) or "/dev/shm/trainchaos-live"
+    # A fixed name every controller of the machine finds (docs/security.md).
+    return os.environ.get(contract.LIVE_DIR_ENV) or "/dev/shm/trainchaos-live"  # nosec B108
 
 
 def register_run(run_id: str, run_dir: str) -> str:
@@ -72,7 +73,9 @@ def _mark_live(entry: dict[str, Any]) -> None:
     try:
         if not os.path.isdir(directory):
             os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o1777)  # every user's controllers mark here; each removes its own
+            # Sticky and world-writable as /tmp: every user's controllers mark here, each removes
+            # its own (docs/security.md: what a forged mark can do).
+            os.chmod(directory, 0o1777)  # nosec B103
         with open(os.path.join(directory, f"{entry['run_id']}.json"), "w", encoding="utf-8") as fh:
             json.dump(entry, fh)
     except OSError:

@@ -6,6 +6,9 @@ reorder, seeded), and the network metrics (slowdown, heal)."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +273,41 @@ def test_a_rank_called_hung_under_a_slow_network_is_a_false_alarm() -> None:
     # A fault that takes something down explains a failure detection of its targets.
     assert false_alarms("partition", "network") == []
     assert false_alarms("hang_rank", "hang") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
+def test_the_control_socket_answers_its_own_user_only() -> None:
+    # The socket is abstract (no file, so no permissions): any local user could connect and
+    # re-time the run's links until the emulator checked the peer's uid.
+    emulator = linkemu.Emulator([], f"\0trainchaos-linkemu-test-{os.getpid()}")
+    thread = threading.Thread(target=emulator.run, daemon=True)
+    thread.start()
+
+    def ping() -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(emulator.ctl.getsockname())
+            try:
+                sock.sendall(b'{"op": "ping"}\n')
+                return sock.recv(4096)
+            except OSError:
+                return b""
+
+    try:
+        assert b'"ok": true' in ping()
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child reports through the pipe)
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, ping() or b"refused")
+            os._exit(0)
+        os.close(write)
+        os.waitpid(child, 0)
+        with os.fdopen(read, "rb") as fh:
+            assert fh.read() == b"refused"
+    finally:
+        emulator.stop = True
+        thread.join(timeout=5)
+        emulator.ctl.close()

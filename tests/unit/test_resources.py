@@ -118,3 +118,16 @@ def test_scratch_dirs_outside_the_projects_naming_are_refused(tmp_path: Path) ->
     victim.mkdir()
     assert res.release_all() == []
     assert victim.is_dir(), "a path without the project's prefix is never removed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root to make")
+def test_a_scratch_dir_another_user_made_first_is_refused(tmp_path: Path) -> None:
+    # A node's TMPDIR is /tmp/<run id>-n<node>: a local user who saw the run id could make it
+    # first and have the run's files (its owner file first) written where they choose.
+    squatted = tmp_path / f"{RUN_ID}-n0"
+    squatted.mkdir()
+    os.chown(squatted, 65534, 65534)
+    res = RunResources(RUN_ID, str(tmp_path / "run"))
+    with pytest.raises(ToolError, match="another user owns it"):
+        res.acquire("scratch_dir", {"path": str(squatted)})
+    assert list(squatted.iterdir()) == []

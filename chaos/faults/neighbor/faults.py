@@ -147,7 +147,10 @@ class NoisyNeighbor(FaultType):
             config = cont.attrs.get("Config", {})
             python = (config.get("Cmd") or ["python"])[0]
             tag = f"neighbor-{self.fault_id}-n{node}"
-            work_dir = f"/tmp/{tag}" if self.params["kind"] in ("page_cache", "io") else None
+            work_dir = None
+            if self.params["kind"] in ("page_cache", "io"):
+                # The container's own /tmp (its image's filesystem), not the machine's.
+                work_dir = f"/tmp/{tag}"  # nosec B108
             argv = _load_argv(python, self.params, work_dir, None)
             env = {contract.RUN_ID_ENV: run_id, contract.RESOURCE_ENV: tag}
             if self.params["placement"] == "same":

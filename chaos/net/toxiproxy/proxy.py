@@ -19,14 +19,19 @@ from typing import Any
 from chaos.net.toxiproxy.link import Connection
 from chaos.net.toxiproxy.toxics import Toxic
 
-__all__ = ["ListenError", "Proxy", "format_address", "resolve_listen", "split_hostport"]
+__all__ = ["AddressError", "ListenError", "Proxy", "check_listen", "format_address", "resolve_listen", "split_hostport"]
 
 DIRECTIONS = ("upstream", "downstream")
 DIAL_TIMEOUT_S = 5.0
 
 
 class ListenError(Exception):
-    """The proxy cannot listen: the message is upstream's (Go's ``listen tcp ...``)."""
+    """The proxy cannot listen on a well-formed address here: taken, not this machine's, a
+    name that does not resolve. The message is upstream's (Go's ``listen tcp ...``)."""
+
+
+class AddressError(ListenError):
+    """The listen address is not ``host:port`` (the client's mistake, whatever the machine)."""
 
 
 def split_hostport(text: str) -> tuple[str, str]:
@@ -52,20 +57,31 @@ def format_address(family: int, sockaddr: tuple[Any, ...]) -> str:
     return f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
 
 
+def check_listen(text: str) -> tuple[str, int]:
+    """(host, port) of a listen address; AddressError with Go's words when it is not
+    ``host:port`` with a port of ASCII digits up to 65535 (Go reads no other digits)."""
+    try:
+        host, port_text = split_hostport(text)
+    except ValueError as exc:
+        raise AddressError(f"listen tcp: {exc}") from exc
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise AddressError(f"listen tcp: lookup tcp/{port_text}: unknown port")
+    if int(port_text) > 65535:
+        raise AddressError(f"listen tcp: address {text}: invalid port")
+    return host, int(port_text)
+
+
 def resolve_listen(text: str) -> tuple[int, tuple[Any, ...]]:
     """(family, sockaddr) to listen on for ``text``, as Go resolves it: a name's IPv4
-    address first, no host: every address (IPv6 and IPv4). ValueError with Go's words."""
-    host, port_text = split_hostport(text)
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"address {text}: invalid port" if port_text.isdigit() else
-                         f"lookup tcp/{port_text}: unknown port")
-    port = int(port_text)
+    address first, no host: every address (IPv6 and IPv4). AddressError for a malformed
+    address, ListenError for a name that does not resolve (Go's words for both)."""
+    host, port = check_listen(text)
     if not host:
         return socket.AF_INET6, ("::", port, 0, 0)
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ValueError(f"lookup {host}: no such host") from exc
+    except (OSError, ValueError) as exc:  # gaierror; a NUL or a name IDNA cannot encode
+        raise ListenError(f"listen tcp: lookup {host}: no such host") from exc
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     family, _, _, _, sockaddr = infos[0]
     return family, sockaddr
@@ -126,10 +142,7 @@ class Proxy:
         """Listen (ListenError when it cannot); a started proxy is left alone."""
         if self.enabled:
             return
-        try:
-            family, sockaddr = resolve_listen(self.listen)
-        except ValueError as exc:
-            raise ListenError(f"listen tcp: {exc}") from exc
+        family, sockaddr = resolve_listen(self.listen)
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

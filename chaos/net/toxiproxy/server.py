@@ -17,11 +17,13 @@ other Toxiproxy client drives it as it would the real server.
     POST   /reset                              every proxy enabled, every toxic removed: 204
 
 Errors are ``{"error": "...", "status": N}`` with upstream's messages: 400 bad request body
-/ missing required field / invalid toxic type / invalid stream, 404 proxy or toxic not
-found, 409 proxy or toxic already exists, 500 a proxy that cannot listen; 404 for an unknown
-path, 405 for a known path with another method, 403 for browsers. Every change of toxics is
-in force on the open connections when its call returns. Where it differs from upstream:
-docs/network.md.
+/ missing required field / invalid toxic type / invalid stream / a listen address that is
+not host:port, 404 proxy or toxic not found, 409 proxy or toxic already exists / a proxy that
+cannot listen here (upstream: 500); 404 for an unknown path, 405 (with ``Allow``) for a known
+path with another method, 403 for browsers. No request gets a 5xx: openapi.yaml beside this
+file describes every answer, and schemathesis holds the server to it. Every change of
+toxics is in force on the open connections when its call returns. Where it differs from
+upstream: docs/network.md.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from chaos.net.toxiproxy.proxy import ListenError, Proxy, format_address, resolve_listen
+from chaos.net.toxiproxy.proxy import (
+    AddressError,
+    ListenError,
+    Proxy,
+    check_listen,
+    format_address,
+    resolve_listen,
+)
 from chaos.net.toxiproxy.toxics import ATTRIBUTES, Toxic, json_type, parse_attributes
 
 __all__ = ["VERSION", "ApiError", "ToxiproxyServer", "serve"]
@@ -45,6 +54,8 @@ VERSION = "2.12.0-trainchaos"
 TEXT = "text/plain; charset=utf-8"
 DEFAULT_LISTEN = "127.0.0.1:0"
 """A proxy created without ``listen``: loopback, any port (upstream: every interface)."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""A toxic's toxicity is Go's float32: a number beyond it is refused, as Go's decoder does."""
 
 
 class ApiError(Exception):
@@ -68,14 +79,19 @@ def _missing(what: str) -> ApiError:
     return ApiError(f"missing required field: {what}", 400)
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"invalid character {constant[0]!r} looking for beginning of value")
+
+
 def decode_body(raw: bytes) -> Any:
     """The first JSON value of a body, as Go's json.Decoder reads it (what follows it is not
-    read); an empty body is Go's ``EOF``."""
+    read); an empty body is Go's ``EOF``. NaN and Infinity are not JSON (Python's decoder
+    takes them; a toxicity of NaN would then be answered as invalid JSON)."""
     text = raw.decode("utf-8", errors="replace").lstrip(" \t\r\n")
     if not text:
         raise _bad_body("EOF")
     try:
-        value, _ = json.JSONDecoder().raw_decode(text)
+        value, _ = json.JSONDecoder(parse_constant=_not_json).raw_decode(text)
     except ValueError as exc:
         raise _bad_body(str(exc)) from exc
     return value
@@ -100,6 +116,15 @@ def _fields(body: Any, into: str, types: dict[str, type | tuple[type, ...]]) -> 
     return out
 
 
+def _toxicity(fields: dict[str, Any], default: float) -> float:
+    """The toxicity field as Go's float32 decodes it: a number beyond its range is a 400
+    (Python's float would take it, and 1e400 would come back as Infinity, not JSON)."""
+    value = fields.get("toxicity", default)
+    if not abs(value) <= FLOAT32_MAX:  # an int compares exactly, however large
+        raise _bad_body(f"json: cannot unmarshal number {value} into Go struct field ToxicWrapper.toxicity of type float32")
+    return float(value)
+
+
 _PROXY_FIELDS: dict[str, type | tuple[type, ...]] = {"name": str, "listen": str, "upstream": str, "enabled": bool}
 
 
@@ -119,34 +144,52 @@ class ToxiproxyServer:
     # -- proxies -------------------------------------------------------------------------------
 
     @staticmethod
-    def _start(proxy: Proxy) -> None:
+    def _listen_error(exc: ListenError) -> ApiError:
+        """400 for an address that is not host:port; 409 for one this machine cannot listen
+        on now (taken, not its own, a name that does not resolve), a conflict with its state
+        and not a fault of the server (upstream answers 500 for both)."""
+        return ApiError(str(exc), 400 if isinstance(exc, AddressError) else 409)
+
+    @classmethod
+    def _start(cls, proxy: Proxy) -> None:
         try:
             proxy.start()
         except ListenError as exc:
-            raise ApiError(str(exc), 500) from exc
+            raise cls._listen_error(exc) from exc
+
+    @classmethod
+    def _check_listen(cls, listen: str) -> None:
+        """A malformed address is refused when given, also for a proxy created disabled
+        (upstream takes it and fails when the proxy is enabled)."""
+        try:
+            check_listen(listen)
+        except AddressError as exc:
+            raise cls._listen_error(exc) from exc
 
     def create_proxy(self, body: Any) -> dict[str, Any]:
         fields = _fields(body, "toxiproxy.Proxy", _PROXY_FIELDS)
         for key in ("name", "upstream"):
             if not fields.get(key):
                 raise _missing(key)
+        listen = fields.get("listen") or DEFAULT_LISTEN
+        self._check_listen(listen)
         with self.lock:
             if fields["name"] in self.proxies:
                 raise ApiError("proxy already exists", 409)
-            proxy = Proxy(fields["name"], fields.get("listen") or DEFAULT_LISTEN, fields["upstream"])
+            proxy = Proxy(fields["name"], listen, fields["upstream"])
             if fields.get("enabled", True):
                 self._start(proxy)
             self.proxies[proxy.name] = proxy
             return proxy.to_json()
 
-    @staticmethod
-    def _differs(proxy: Proxy, listen: str, upstream: str) -> bool:
+    @classmethod
+    def _differs(cls, proxy: Proxy, listen: str, upstream: str) -> bool:
         """Upstream's Proxy.Differs: the new listen address resolved, against the one the
-        proxy reports (a bad address is a 500, as Go's resolver error is)."""
+        proxy reports (an address that does not resolve: 400 or 409, as ``_listen_error``)."""
         try:
             family, sockaddr = resolve_listen(listen)
-        except ValueError as exc:
-            raise ApiError(str(exc), 500) from exc
+        except ListenError as exc:
+            raise cls._listen_error(exc) from exc
         resolved = format_address(family, sockaddr)
         if listen.startswith(":"):
             resolved = listen  # Go prints an address with no host as ":port"
@@ -204,6 +247,7 @@ class ToxiproxyServer:
 
     def _add_or_replace(self, entry: dict[str, Any]) -> Proxy:
         listen = entry.get("listen") or DEFAULT_LISTEN
+        self._check_listen(listen)
         existing = self.proxies.get(entry["name"])
         if existing is not None:
             if not self._differs(existing, listen, entry["upstream"]):
@@ -237,6 +281,7 @@ class ToxiproxyServer:
             proxy = self._proxy(name)
             fields = _fields(body, "toxics.ToxicWrapper", {"name": str, "type": str, "stream": str,
                                                            "toxicity": (int, float), "attributes": (dict,)})
+            toxicity = _toxicity(fields, 1.0)
             stream = fields.get("stream", "downstream")
             direction = stream.lower()
             if direction not in ("upstream", "downstream"):
@@ -252,7 +297,7 @@ class ToxiproxyServer:
             except ValueError as exc:
                 raise _bad_body(str(exc)) from exc
             toxic = Toxic(name=toxic_name, type=kind, stream=stream, direction=direction,
-                          toxicity=float(fields.get("toxicity", 1.0)), attributes=attributes)
+                          toxicity=toxicity, attributes=attributes)
             proxy.add_toxic(toxic)
             return toxic.to_json()
 
@@ -266,11 +311,12 @@ class ToxiproxyServer:
         with self.lock:
             toxic = self._toxic(self._proxy(name), toxic_name)
             fields = _fields(body, "toxics.ToxicWrapper", {"toxicity": (int, float), "attributes": (dict,)})
+            toxicity = _toxicity(fields, toxic.toxicity)
             try:
                 attributes = parse_attributes(toxic.type, fields.get("attributes"), toxic.attributes)
             except ValueError as exc:
                 raise _bad_body(str(exc)) from exc
-            self._proxy(name).update_toxic(toxic, float(fields.get("toxicity", toxic.toxicity)), attributes)
+            self._proxy(name).update_toxic(toxic, toxicity, attributes)
             return toxic.to_json()
 
     def delete_toxic(self, name: str, toxic_name: str) -> None:
@@ -381,8 +427,11 @@ def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length > 0 else b""
 
-        def _reply(self, status: int, data: bytes, content_type: str | None, request_id: bool) -> None:
+        def _reply(self, status: int, data: bytes, content_type: str | None, request_id: bool,
+                   allow: str | None = None) -> None:
             self.send_response(status)
+            if allow is not None:
+                self.send_header("Allow", allow)
             if content_type:
                 self.send_header("Content-Type", content_type)
             if content_type == TEXT:
@@ -422,7 +471,8 @@ def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
             if status == 404 and payload is None:
                 self._reply(404, b"404 page not found\n", TEXT, False)
             elif status == 405:
-                self._reply(405, b"", None, False)
+                # RFC 9110 wants the methods the path has (upstream's router sends none).
+                self._reply(405, b"", None, False, allow=", ".join(sorted(server.routes(self.path) or ())))
             elif payload is None:
                 self._reply(status, b"", None, True)
             elif self.path.split("?")[0] == "/version":
@@ -430,7 +480,13 @@ def _handler(server: ToxiproxyServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._reply(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json", True)
 
-        do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = do_HEAD = do_OPTIONS = _serve  # noqa: N815
+        def __getattr__(self, name: str) -> Any:
+            # Every method goes to the router (404 or 405 with Allow), as Go's server takes
+            # any method token: http.server would answer a method without a do_ handler
+            # (TRACE, CONNECT, anything) with 501.
+            if name.startswith("do_"):
+                return self._serve
+            raise AttributeError(name)
 
     return Handler
 

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ATTRIBUTES", "INT64", "Chunk", "Toxic", "ToxicState", "json_type", "latency_delay", "parse_attributes",
+__all__ = ["ATTRIBUTES", "ATTRIBUTE_NAMES", "INT64", "Chunk", "Toxic", "ToxicState", "json_type", "latency_delay", "parse_attributes",
            "slice_points"]
 
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -45,6 +45,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "limit_data": ("bytes",),
 }
 """Toxic type -> its attributes (integers, default 0): what the API accepts."""
+ATTRIBUTE_NAMES = tuple(dict.fromkeys(key for keys in ATTRIBUTES.values() for key in keys))
+"""Every toxic type's attributes: each must be an int64 (or null) wherever it is given."""
 
 INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _serials = itertools.count(1)
@@ -66,13 +68,15 @@ def json_type(value: Any) -> str:
 def parse_attributes(kind: str, value: Any, current: dict[str, int]) -> dict[str, int]:
     """``current`` with the attributes of ``value`` (a JSON object) laid over it, as Go decodes
     into the toxic's struct: unknown keys ignored, null leaves a value as it was, anything
-    but a whole number in int64 refused (ValueError with the reason)."""
+    but a whole number in int64 refused (ValueError with the reason). An attribute of another
+    toxic type is refused the same way when it is not such a number, and then ignored
+    (upstream ignores it whatever it is: a typo'd type stays a 400 in either order)."""
     if value is None:
         return dict(current)
     if not isinstance(value, dict):
         raise ValueError(f"cannot unmarshal {json_type(value)} into the attributes of a {kind} toxic")
     out = dict(current)
-    for key in ATTRIBUTES[kind]:
+    for key in ATTRIBUTE_NAMES:
         if key not in value or value[key] is None:
             continue
         v = value[key]
@@ -80,7 +84,8 @@ def parse_attributes(kind: str, value: Any, current: dict[str, int]) -> dict[str
             raise ValueError(f"cannot unmarshal {json_type(v)} into attribute {key} of type int64")
         if isinstance(v, float) and not v.is_integer() or not INT64[0] <= v <= INT64[1]:
             raise ValueError(f"cannot unmarshal number {v} into attribute {key} of type int64")
-        out[key] = int(v)
+        if key in ATTRIBUTES[kind]:
+            out[key] = int(v)
     return out
 
 
