@@ -33,7 +33,10 @@ def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of hundreds of digits: no float holds it
+            raise ConfigError(f"{where}: expected a finite number, got an integer of {len(str(abs(value)))} digits") from None
     if not isinstance(value, hint) or isinstance(value, bool) and hint is not bool:
         raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     if hint is float and not math.isfinite(value):

@@ -299,6 +299,8 @@ class _Checker(TargetChecks):
             except KeyError:
                 continue  # an unknown rack or domain: reported at the target already
             duration = (fault.get("params") or {}).get("duration_s")
+            if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
+                continue  # a wrong-typed duration_s is reported at the fault's params already
             if nodes is None or (duration is not None and duration < REJOIN_WAIT_S):
                 continue
             down |= set(nodes)

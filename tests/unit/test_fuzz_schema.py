@@ -114,3 +114,24 @@ def test_an_empty_key_is_refused_under_its_quoted_name(tmp_path: Path) -> None:
     """Was refused with an empty location: the key path of ``'': null`` joined to nothing."""
     exc = _refused(tmp_path, "name: x\n'': null\ntopology: {'': 1}\n")
     assert [i.location for i in exc.issues] == ["''", "topology.''"], str(exc)
+
+
+# -- the escapes of the 100,000-document soak (docs/testing.md, "Fuzzing") -------------------
+
+
+@pytest.mark.parametrize("duration", ["[12]", "{a: 1}"])
+def test_a_power_outage_whose_duration_is_not_a_number_is_a_located_exit_2(tmp_path: Path, duration: str) -> None:
+    """Was ``internal error: TypeError: '<' not supported between instances of 'list' and
+    'int'`` (exit 3): the nodes-left cross-check compared the raw duration_s with the rejoin
+    wait before the parameter's own type was judged."""
+    exc = _refused(tmp_path, "name: x\ntopology: {nodes: 2, ranks_per_node: 1, power_domains: {pd: [1]}}\n"
+                             "faults: [{type: power_outage, target: {power_domain: pd}, trigger: {at_step: 3}, "
+                             f"params: {{duration_s: {duration}}}}}]\n")
+    assert [i.location for i in exc.issues] == ["faults[0].params.duration_s"], str(exc)
+
+
+def test_a_harness_float_option_given_an_integer_beyond_any_float_is_a_located_exit_2(tmp_path: Path) -> None:
+    """Was ``internal error: OverflowError: int too large to convert to float`` (exit 3)."""
+    exc = _refused(tmp_path, "name: x\nworkload: {harness: {slow_rank: {ratio: -" + "9" * 400 + "}}}\n")
+    assert [i.location for i in exc.issues] == ["workload.harness.slow_rank.ratio"], str(exc)
+    assert "an integer of 400 digits" in str(exc)
