@@ -49,7 +49,14 @@ def fault_metrics(
             continue
         detection = e
         break
-    if detection is None:
+    if detection is None and run.detection is not None and run.detection.blind_to(rec, tl.probe_reports):
+        # Nothing that could report the job's detection of this fault was there to: the
+        # tool was blind, which says nothing of the stack.
+        why = f"no detection source sees a {rec.failure_class} fault in this workload"
+        fix = f"; {run.detection.fix}" if run.detection.fix else ""
+        fm.unknown["detection_s"] = fm.unknown["attribution"] = why + fix
+        fm.attribution, fm.attribution_detail = "unknown", f"detection unknown: {why}"
+    elif detection is None:
         fm.attribution, fm.attribution_detail = "none", "undetected"
     else:
         fm.detection_s = detection["t"] - t_inject

@@ -218,6 +218,12 @@ class Check(OpenPart):
     """One sentence naming the measured value and the bound (``judge`` always writes one)."""
     fault: str | None = None
     """The fault id for per-fault checks."""
+    twin: bool = False
+    """Judged on the fault-free twin's own figures (``chaos.runner.verdict.judge_twin``): a
+    miss is the job's own bug before any fault, listed first."""
+    wrong_reference: bool = False
+    """A comparison against a twin that missed a correctness target itself: the reference
+    it was measured against is wrong, whatever its result says."""
 
     @property
     def text(self) -> str:
@@ -237,6 +243,11 @@ class Verdict(OpenPart):
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
 
+    @property
+    def twin_misses(self) -> list[Check]:
+        """The correctness targets the fault-free twin itself missed (the first findings)."""
+        return [c for c in self.checks if c.twin and not c.ok]
+
     def reasons(self) -> list[str]:
         """Why it failed: the failed checks' reasons, in check order (empty when passed)."""
         return [c.text for c in self.failed_checks]
@@ -253,6 +264,13 @@ class BaselineRef(OpenPart):
     wall_s: float | None = None
     run_dir: str | None = None
     status: str | None = None
+    checks: list[Check] = Field(default_factory=list)
+    """The twin's correctness targets judged on its own figures (``Check.twin``); a miss
+    makes it a wrong reference for every comparison against it."""
+
+    @property
+    def misses(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
 
 
 class RunStart(OpenPart):
@@ -317,6 +335,10 @@ class RunRecord(OpenPart):
     """A signal arrived during teardown: this run's outcome stands, the suite stopped after it."""
     journal_written_by: str | None = None
     """Who wrote the record when the run's own controller could not (``trainchaos cleanup``)."""
+    twin_checks: list[Check] = Field(default_factory=list)
+    """The fault-free twin's own record only (it gets no verdict: it is the reference): its
+    correctness targets judged on its own figures (``chaos.runner.verdict.judge_twin``). The
+    runs judged against it carry these in ``baseline.checks``, the misses first in their verdict."""
 
     # -- what every reader concludes from a run ----------------------------------------------
 
@@ -390,6 +412,23 @@ class RunRecord(OpenPart):
     @property
     def failed_checks(self) -> list[Check]:
         return self.verdict.failed_checks if self.verdict is not None else []
+
+    @property
+    def checks(self) -> list[Check]:
+        """Every target checked: the verdict's, or for the fault-free twin its own checks."""
+        return self.verdict.checks if self.verdict is not None else list(self.twin_checks)
+
+    @property
+    def twin_finding(self) -> str | None:
+        """The sentence every report leads with when the fault-free twin itself missed a
+        correctness target (this run's twin, or this run being the twin); None otherwise."""
+        misses = [c for c in self.checks if c.twin and not c.ok]
+        if not misses:
+            return None
+        names = ", ".join(dict.fromkeys(c.name for c in misses))
+        return (f"The fault-free twin missed {len(misses)} correctness target(s) before any fault ({names}): "
+                "the job's own bug, the first finding. Every comparison with the twin is against a wrong "
+                "reference.")
 
     def reasons(self) -> list[str]:
         """Why the run is not a pass, one line each; empty for a pass. An expected failure
