@@ -68,7 +68,7 @@ def test_a_twin_that_trains_every_sample_twice_is_the_first_finding_and_a_wrong_
     assert compared["data"].ok and compared["final_state"].ok
     for name in ("data", "final_state"):
         assert compared[name].wrong_reference
-        assert compared[name].reason.endswith("[against a wrong reference: the fault-free twin itself missed data]")
+        assert (compared[name].reason or "").endswith("[against a wrong reference: the fault-free twin itself missed data]")
     assert verdict.twin_misses == [verdict.checks[0]]
 
 
@@ -85,11 +85,11 @@ def test_a_sound_twin_changes_nothing() -> None:
 
 def test_a_sampler_padding_is_not_the_twins_bug_but_more_is() -> None:
     twin = MetricsRecord.of(_run(_job(every_rank_trains_all=False)))
-    padded = twin.model_copy(update={"world_size": 4, "data_duplicated": 3,
-                                     "data_epochs": [dict(twin.data_epochs[0], duplicated=3)]})
+    (epoch,) = twin.data_epochs or []
+    padded = twin.model_copy(update={"world_size": 4, "data_duplicated": 3, "data_epochs": [dict(epoch, duplicated=3)]})
     assert judge_twin(_targets(data="exactly_once"), padded)[0].ok  # up to world size - 1 per epoch
-    more = padded.model_copy(update={"data_duplicated": 4, "data_epochs": [dict(twin.data_epochs[0], duplicated=4)]})
-    assert "1 samples duplicated > 0" in judge_twin(_targets(data="exactly_once"), more)[0].reason
+    more = padded.model_copy(update={"data_duplicated": 4, "data_epochs": [dict(epoch, duplicated=4)]})
+    assert "1 samples duplicated > 0" in (judge_twin(_targets(data="exactly_once"), more)[0].reason or "")
 
 
 def test_stale_checkpoints_and_health_of_the_twin_are_judged_and_unmeasured_ones_are_left_alone() -> None:
@@ -100,7 +100,7 @@ def test_stale_checkpoints_and_health_of_the_twin_are_judged_and_unmeasured_ones
     checks = judge_twin(_targets(stale_checkpoints={"max": 0}, data="exactly_once"), stale)
     assert [(c.name, c.ok) for c in checks] == [("data", True), ("stale_checkpoints", False),
                                                 ("training_health", False)]
-    assert checks[1].reason.startswith("fault-free twin: stale checkpoints 1 > target 0 (step 5 holds step 6's state)")
+    assert (checks[1].reason or "").startswith("fault-free twin: stale checkpoints 1 > target 0 (step 5 holds step 6's state)")
     # a twin that measured no freshness (no digests) leaves the faulted run's check to say why
     assert judge_twin(_targets(stale_checkpoints={"max": 0}), twin) == []
 
