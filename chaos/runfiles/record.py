@@ -426,9 +426,10 @@ class RunRecord(OpenPart):
         if not misses:
             return None
         names = ", ".join(dict.fromkeys(c.name for c in misses))
+        wrong = ", ".join(dict.fromkeys(c.name for c in self.checks if c.wrong_reference))
         return (f"The fault-free twin missed {len(misses)} correctness target(s) before any fault ({names}): "
-                "the job's own bug, the first finding. Every comparison with the twin is against a wrong "
-                "reference.")
+                "the job's own bug, the first finding."
+                + (f" The comparisons with that twin ({wrong}) are against a wrong reference." if wrong else ""))
 
     def reasons(self) -> list[str]:
         """Why the run is not a pass, one line each; empty for a pass. An expected failure
@@ -505,7 +506,8 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
                      verdict: Verdict | None, versions: Mapping[str, Any],
                      error: str | None = None, tool_errors: list[str] | tuple[str, ...] = (),
                      traceback: str | None = None, ended_at: str | None = None,
-                     interrupted_after: bool = False, written_by: str | None = None) -> RunRecord:
+                     interrupted_after: bool = False, written_by: str | None = None,
+                     twin_checks: list[Check] | tuple[Check, ...] = ()) -> RunRecord:
     """The record of a finished, failed, tool-error or aborted run; the only constructor.
     Every key is written, at every level, also those nobody could know (an aborted run's
     torch version): a reader never has to guess whether a key was left out or is unknown."""
@@ -517,7 +519,7 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
         versions=Versions.model_validate(dict(versions)), seed=start.seed, plan_seed=start.plan_seed,
         plan=start.plan, faults=faults, metrics=metrics, verdict=verdict,
         baseline=start.baseline, repeat_index=start.repeat_index, rank_launch=start.rank_launch,
-        interrupted_after=interrupted_after, journal_written_by=written_by,
+        interrupted_after=interrupted_after, journal_written_by=written_by, twin_checks=list(twin_checks),
     )
     # Validated again from its full dump, every default becomes a key that is set.
     return RunRecord.model_validate(built.model_dump())

@@ -463,9 +463,8 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
             runner.start, run_dir=runner.run_dir, status=cast("RunStatus", runner.status), t_end=t_end, faults=faults,
             metrics=metrics, verdict=verdict, versions=_versions(), error=runner.error,
             tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
-            ended_at=_now_iso(), interrupted_after=interrupted_after)
-        if not with_faults:
-            record.twin_checks = _judge_twin(scenario, record, events)
+            ended_at=_now_iso(), interrupted_after=interrupted_after,
+            twin_checks=() if with_faults or runner.status == "tool_error" else _judge_twin(scenario, metrics, events))
         write_run_reports(runner.run_dir, record, events)
     finally:
         interrupts.release()
@@ -475,13 +474,12 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
 def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, RunRecord]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
-    return _twin_reference(scenario, record, read_events(RunDir(run_dir).events)), record
+    return _twin_reference(scenario, record.metrics or MetricsRecord(), read_events(RunDir(run_dir).events)), record
 
 
-def _twin_reference(scenario: Scenario, record: RunRecord, events: list[Event]) -> BaselineInfo:
+def _twin_reference(scenario: Scenario, metrics: MetricsRecord, events: list[Event]) -> BaselineInfo:
     """What the faulted runs are compared with: the twin's final digest, its loss, its samples
     and its model state at each step."""
-    metrics = record.metrics or MetricsRecord()
     losses: dict[int, Any] = {}  # a loss the rank could not report stays None: no step is invented
     digests = {}
     for ev in events:
@@ -495,10 +493,8 @@ def _twin_reference(scenario: Scenario, record: RunRecord, events: list[Event]) 
                         samples=baseline_samples(events), digests=digests)
 
 
-def _judge_twin(scenario: Scenario, record: RunRecord, events: list[Event]) -> list[Check]:
+def _judge_twin(scenario: Scenario, metrics: MetricsRecord, events: list[Event]) -> list[Check]:
     """The twin is judged too: its correctness targets on its own figures, its checkpoints
     against its own step digests (``chaos.runner.verdict.judge_twin``)."""
-    if record.status == "tool_error" or record.metrics is None:
-        return []
-    own = record.metrics.model_copy(update=freshness_metrics(events, _twin_reference(scenario, record, events)))
+    own = metrics.model_copy(update=freshness_metrics(events, _twin_reference(scenario, metrics, events)))
     return judge_twin(scenario.targets, own)

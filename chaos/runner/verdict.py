@@ -20,8 +20,17 @@ from chaos.runfiles.record import Check, MetricsRecord, Verdict
 __all__ = ["Check", "Verdict", "judge", "judge_twin"]
 
 _AGAINST_TWIN = frozenset({"data", "final_state", "stale_checkpoints", "reload_loss_dev"})
-"""Checks whose measure is a comparison with the fault-free twin (its samples, its final
-state, its state at each step, its loss after a restart): wrong when the twin is."""
+"""Checks whose measure is a comparison with the fault-free twin: its samples, its final
+state, its state at each step, its loss after a restart."""
+_INVALIDATES: dict[str, frozenset[str]] = {
+    # A twin that trained the wrong samples reached the wrong weights and losses; its state at
+    # each step is still what each of its steps made, so a checkpoint's freshness stands.
+    "data": frozenset({"data", "final_state", "reload_loss_dev"}),
+    # Stale checkpoints of its own leave its step digests and final state the training's.
+    "stale_checkpoints": frozenset(),
+}
+"""Which comparisons a twin's miss of each correctness target makes wrong; any other miss
+(its training not healthy, a restart of its own) makes every one wrong."""
 
 
 def _check(name: str, ok: bool, value: Any, bound: Any, reason: str, fault: str | None = None) -> Check:
@@ -258,13 +267,13 @@ def _beyond_padding(twin: MetricsRecord) -> MetricsRecord:
 
 
 def _against_wrong_reference(checks: list[Check], misses: list[Check]) -> None:
-    """Flag each comparison with a twin that missed its own targets (``misses``)."""
-    names = ", ".join(dict.fromkeys(c.name for c in misses))
+    """Flag each comparison that a twin's own miss (``misses``) makes wrong."""
     for c in checks:
-        if c.name in _AGAINST_TWIN:
+        why = [m.name for m in misses if c.name in _INVALIDATES.get(m.name, _AGAINST_TWIN)]
+        if why:
             c.wrong_reference = True
             c.reason = (f"{c.reason} [against a wrong reference: the fault-free twin itself missed "
-                        f"{names}]")
+                        f"{', '.join(dict.fromkeys(why))}]")
 
 
 def judge(targets: Targets, metrics: RunMetrics, status: str | None = None,

@@ -120,3 +120,25 @@ def test_the_record_and_its_summary_lead_with_the_twins_finding() -> None:
     assert finding is not None and finding.startswith("The fault-free twin missed 1 correctness target(s) before any fault (data)")
     summary = render_summary(again)
     assert summary.index(finding) < summary.index("fault-free twin: data exactly_once")
+
+
+def test_a_twin_miss_flags_only_the_comparisons_it_makes_wrong() -> None:
+    targets = _targets(data="exactly_once", stale_checkpoints={"max": 0}, final_state="matches_baseline")
+    events = _job(every_rank_trains_all=False)
+    base = _twin(events)
+    faulted = _run(events, base)
+    faulted.stale_checkpoints = 0
+    sound = MetricsRecord.of(_run(events))
+
+    def flagged(twin: MetricsRecord) -> dict[str, bool]:
+        verdict = judge(targets, faulted, twin=judge_twin(targets, twin))
+        return {c.name: c.wrong_reference for c in verdict.checks if not c.twin and c.name in (
+            "data", "stale_checkpoints", "final_state")}
+
+    # its own stale checkpoints leave its step digests and final weights the training's
+    assert flagged(sound.model_copy(update={"stale_checkpoints": 2})) == {
+        "data": False, "stale_checkpoints": False, "final_state": False}
+    # a twin whose training is not healthy is no reference for anything
+    assert flagged(sound.model_copy(update={"stale_checkpoints": 0, "healthy": False,
+                                            "health_problem": "the final weights hold NaN or Inf"})) == {
+        "data": True, "stale_checkpoints": True, "final_state": True}
