@@ -127,6 +127,13 @@ def fault_metrics(
         if progress is not None:
             fm.recovery_s = fm.catchup_s = progress["t"] - t_inject
 
+    if run.detection is not None and run.detection.blind_to_progress(tl.probe_reports):
+        # No step could have been seen, so "never recovered" would be the tool's blindness.
+        fix = f"; {run.detection.progress_fix}" if run.detection.progress_fix else ""
+        for key in ("recovery_s", "catchup_s", "lost_steps"):
+            if getattr(fm, key) is None:
+                fm.unknown[key] = "no source reports this workload's steps" + fix
+
     ctx = FaultContext(rec, fm, tl, run, injected, detection, t_inject)
     for family in families():
         if family.fault_metrics is not None and family.measures(rec):

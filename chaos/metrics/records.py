@@ -107,15 +107,30 @@ class DetectionSources:
     agent: bool = True
     """The torchrun agents report a worker that died (``chaos.workload.logprogress``): a fault
     of class ``crash`` is seen ending a process whichever reporter the job has."""
+    node_loss_seen: bool = True
+    """A whole node lost (its own agent with it) is seen by the other nodes' agents, through
+    their workers that fail with it; False for a stack whose survivors train on without the
+    lost group (torchft): nothing but the job itself then notices."""
     fix: str = ""
     """What gives a blind run a source: the stack's adapter line, or the probe call."""
+    progress_from_logs: bool = False
+    """Its steps are read from its log lines (``progress_regex``) where the probe reports none."""
+    progress_fix: str = ""
+    """What gives a run with no step source one (recovery, catch-up and lost steps need it)."""
+
+    def blind_to_progress(self, probe_reports: bool) -> bool:
+        """Whether no source could have reported the job's steps."""
+        return self.in_job != "always" and not probe_reports and not self.progress_from_logs
 
     def blind_to(self, rec: FaultRecord, probe_reports: bool) -> bool:
         """Whether no source could have reported the job's detection of fault ``rec``;
         ``probe_reports``: some rank of the run reported through the probe."""
         if self.in_job == "always" or (self.in_job == "probe" and probe_reports):
             return False
-        return not (self.agent and "crash" in (rec.failure_class, *rec.also_classes))
+        if not (self.agent and "crash" in (rec.failure_class, *rec.also_classes)):
+            return True
+        # A node target names the node beside its ranks (``ResolvedTarget.srcs``).
+        return not self.node_loss_seen and any(src.startswith("node-") for src in rec.target_srcs)
 
 
 @dataclass

@@ -262,8 +262,8 @@ def _run_faults(record: RunRecord) -> list[str]:
             escape(fmt_steps(rec.step_at_inject)) + (f" ({esc(rec.precision)})" if rec.precision else ""),
             escape(fmt_seconds(fm.detection_s, fm.missing("detection_s", "undetected"))) if measured else DASH,
             esc(fm.detected_by or DASH), escape(str(attribution)),
-            escape(fmt_seconds(fm.recovery_s, "not recovered")) if measured else DASH,
-            escape(fmt_seconds(fm.catchup_s, "not caught up")) if measured else DASH,
+            escape(fmt_seconds(fm.recovery_s, fm.missing("recovery_s", "not recovered"))) if measured else DASH,
+            escape(fmt_seconds(fm.catchup_s, fm.missing("catchup_s", "not caught up"))) if measured else DASH,
             escape(fmt_steps(fm.lost_steps)),
         ])
     out.append(html_table(["fault", "type", "target", "injected at step", "detection", "detected by",

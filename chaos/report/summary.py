@@ -182,7 +182,7 @@ def _faults(run: RunRecord) -> list[str]:
             attribution = f"{attribution} ({fm.attribution_detail})"
         rows.append([
             fid, ftype, target, step, record.precision or DASH, fmt_seconds(fm.detection_s, fm.missing("detection_s", "undetected")),
-            fm.detected_by or DASH, attribution or DASH, fmt_seconds(fm.recovery_s, "not recovered"),
+            fm.detected_by or DASH, attribution or DASH, fmt_seconds(fm.recovery_s, fm.missing("recovery_s", "not recovered")),
             fmt_steps(fm.lost_steps),
         ])
     lines += md_table(

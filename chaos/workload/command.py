@@ -175,7 +175,21 @@ class CommandWorkload(Workload):
     def detection_sources(self) -> DetectionSources:
         """The torchrun agents see a worker die; what the script notices without a process
         ending is seen only when it reports through the probe."""
-        return DetectionSources(in_job="probe", agent=self.progress_agent(), fix=self.detection_fix())
+        return DetectionSources(in_job="probe", agent=self.progress_agent(), node_loss_seen=self.node_loss_seen,
+                                fix=self.detection_fix(), progress_from_logs=self.progress_regex is not None,
+                                progress_fix=self.progress_fix())
+
+    @property
+    def progress_regex(self) -> str | None:
+        """The regular expression its step lines are read by; None: the probe only."""
+        return self.spec.progress_regex
+
+    def progress_fix(self) -> str:
+        """What gives a run of it with no step source one."""
+        return ("give workload.progress_regex for its step lines, or call "
+                "`chaos.probe.step_end(step, loss)` after each optimizer step")
+    node_loss_seen: ClassVar[bool] = True
+    """Whether a lost node shows in the other nodes' agents (``DetectionSources.node_loss_seen``)."""
 
     def progress_agent(self) -> bool:
         """Whether the agents' reports of a dead worker count as detections (``LogProgress``)."""

@@ -81,6 +81,19 @@ def test_a_hang_in_a_command_without_the_probe_is_unknown_the_agent_sees_only_de
     assert fm.attribution == "unknown" and "report it through the probe" in fm.unknown["detection_s"]
 
 
+def test_a_torchft_group_lost_whole_without_the_adapter_line_is_unknown_even_read_from_its_logs() -> None:
+    """The issue's case: the group's agent dies with it, the other groups train on."""
+    read_from_logs = DetectionSources(in_job="probe", agent=True, node_loss_seen=False, fix=FIX)
+    group = FaultRecord(fault_id="f0-kill_node", type="kill_node", failure_class="crash",
+                        target_srcs=["rank-1", "node-1"], t_inject=5.5)
+    (fm,) = _measure(read_from_logs, group).faults
+    assert fm.attribution == "unknown" and fm.unknown["detection_s"].endswith(FIX)
+    (rank,) = _measure(read_from_logs, _fault()).faults  # one worker: its group's agent sees it
+    assert rank.attribution_detail == "undetected"
+    (elsewhere,) = _measure(COMMAND, group).faults  # torchrun: the other nodes' workers fail with it
+    assert elsewhere.attribution_detail == "undetected"
+
+
 def test_a_detection_that_did_come_is_measured_whatever_the_sources_declare() -> None:
     seen = {"t": 6.0, "src": "node-1", "incarnation": 0, "kind": "detected", "by": "node-1",
             "suspect": "rank-1", "failure_class": "crash", "via": "log"}
@@ -102,8 +115,26 @@ def test_each_kind_declares_its_sources_and_names_its_own_fix(tmp_path) -> None:
     assert 'chaos.probe.emit("detected"' in command.fix
     pytest.importorskip("torchft")
     bare = _workload({"torchft": {"script": str(script), "steps": 4}}).detection_sources()
-    assert (bare.in_job, bare.agent) == ("probe", False)
+    assert (bare.in_job, bare.agent, bare.node_loss_seen) == ("probe", False, False)
     assert bare.fix == FIX
     read = _workload({"torchft": {"script": str(script), "steps": 4,
                                   "progress_regex": r"step (?P<step>\d+)"}}).detection_sources()
     assert read.agent  # a script read from its log lines: its agents' reports count
+
+
+def test_with_no_step_source_recovery_catchup_and_lost_steps_are_unknown_not_never_recovered() -> None:
+    blind = DetectionSources(in_job="probe", agent=True, fix="F", progress_fix="give workload.progress_regex")
+    seen = {"t": 6.0, "src": "node-0", "incarnation": 0, "kind": "detected", "by": "node-0",
+            "suspect": "rank-1", "failure_class": "crash", "via": "log"}
+    run = RunInfo("completed", 0.0, 11.0, 10, 2, detection=blind)
+    m = compute_metrics([seen], [_fault()], run)
+    (fm,) = m.faults
+    assert fm.detection_s == pytest.approx(0.5)  # the agent saw the worker die
+    assert fm.recovery_s is None and set(fm.unknown) == {"recovery_s", "catchup_s"}
+    verdict = judge(Targets(recovery_s=Bound(max=10)), m)
+    assert verdict.reasons()[0] == ("fault f0-kill_rank: recovery unknown: no source reports this workload's steps; "
+                                    "give workload.progress_regex (target recovery_s <= 10 s)")
+    # steps read from its log lines: never recovered is the job's
+    logs = DetectionSources(in_job="probe", agent=True, progress_from_logs=True)
+    (fm,) = compute_metrics([seen], [_fault()], RunInfo("completed", 0.0, 11.0, 10, 2, detection=logs)).faults
+    assert fm.recovery_s is None and fm.unknown == {}

@@ -143,6 +143,7 @@ class TorchftWorkload(ScriptWorkload):
     kind: ClassVar[str] = "torchft"
     stack: ClassVar[str] = "torchft"
     adapter_line: ClassVar[str] = "manager = chaos.adapters.torchft.instrument(manager, model=model)"
+    node_loss_seen: ClassVar[bool] = False  # the other groups train on: no worker of theirs exits
     extra: ClassVar[str] = "torchft"
     options_class: ClassVar[type[ScriptOptions]] = TorchftOptions
     summary: ClassVar[str] = ("a torchft job: a lighthouse and one torchrun per replica group (a "
