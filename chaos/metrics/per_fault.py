@@ -49,7 +49,14 @@ def fault_metrics(
             continue
         detection = e
         break
-    if detection is None:
+    if detection is None and run.detection is not None and run.detection.blind_to(rec, tl.probe_reports):
+        # Nothing that could report the job's detection of this fault was there to: the
+        # tool was blind, which says nothing of the stack.
+        why = f"no detection source sees a {rec.failure_class} fault in this workload"
+        fix = f"; {run.detection.fix}" if run.detection.fix else ""
+        fm.unknown["detection_s"] = fm.unknown["attribution"] = why + fix
+        fm.attribution, fm.attribution_detail = "unknown", f"detection unknown: {why}"
+    elif detection is None:
         fm.attribution, fm.attribution_detail = "none", "undetected"
     else:
         fm.detection_s = detection["t"] - t_inject
@@ -119,6 +126,13 @@ def fault_metrics(
         fm.lost_steps = 0
         if progress is not None:
             fm.recovery_s = fm.catchup_s = progress["t"] - t_inject
+
+    if run.detection is not None and run.detection.blind_to_progress(tl.probe_reports):
+        # No step could have been seen, so "never recovered" would be the tool's blindness.
+        fix = f"; {run.detection.progress_fix}" if run.detection.progress_fix else ""
+        for key in ("recovery_s", "catchup_s", "lost_steps"):
+            if getattr(fm, key) is None:
+                fm.unknown[key] = "no source reports this workload's steps" + fix
 
     ctx = FaultContext(rec, fm, tl, run, injected, detection, t_inject)
     for family in families():

@@ -100,7 +100,7 @@ def compute_metrics(
         recovery_s=_worst([fm.recovery_s for fm in fired]),
         catchup_s=_worst([fm.catchup_s for fm in fired]),
         lost_steps=_worst([fm.lost_steps for fm in fired]),
-        undetected=any(fm.detection_s is None for fm in fired),
+        undetected=any(fm.detection_s is None and "detection_s" not in fm.unknown for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
     _account_restarts(m, tl, faults, t_injects)

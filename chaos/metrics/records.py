@@ -20,11 +20,14 @@ from typing import Any, ClassVar, Literal
 
 from chaos.util.jsonsafe import jsonable as json_safe
 
-__all__ = ["Attribution", "BaselineInfo", "FaultMetrics", "FaultRecord", "RunInfo", "RunMetrics",
-           "RunStatus", "json_safe"]
+__all__ = ["Attribution", "BaselineInfo", "DetectionSources", "FaultMetrics", "FaultRecord", "RunInfo",
+           "RunMetrics", "RunStatus", "json_safe"]
 
 RunStatus = Literal["completed", "hung", "failed", "interrupted", "tool_error", "aborted"]
-Attribution = Literal["correct", "wrong", "none"]
+Attribution = Literal["correct", "wrong", "none", "unknown"]
+"""``unknown``: trainchaos could not observe the job's detection of the fault (no detection
+source covers it, ``DetectionSources``): the tool's gap, never the stack's failure."""
+InJob = Literal["always", "probe", "none"]
 
 
 class _FamilyValues:
@@ -90,6 +93,46 @@ class FaultRecord:
     need to know of it (a throttle's ramp)."""
 
 
+@dataclass(frozen=True)
+class DetectionSources:
+    """Where a run's ``detected`` events can come from, as its workload declares them
+    (``Workload.detection_sources``): what decides whether a fault nobody reported was
+    *undetected* by the job, or unseen by trainchaos (detection ``unknown``)."""
+
+    in_job: InJob = "always"
+    """The job's own reports through ``chaos.probe``: ``always`` (the bundled harness reports
+    every detector it runs), ``probe`` (when its ranks report through the probe at all: the
+    stack's adapter line, a script's probe calls; a run without one is blind to what the job
+    noticed without a process ending), ``none`` (never)."""
+    agent: bool = True
+    """The torchrun agents report a worker that died (``chaos.workload.logprogress``): a fault
+    of class ``crash`` is seen ending a process whichever reporter the job has."""
+    node_loss_seen: bool = True
+    """A whole node lost (its own agent with it) is seen by the other nodes' agents, through
+    their workers that fail with it; False for a stack whose survivors train on without the
+    lost group (torchft): nothing but the job itself then notices."""
+    fix: str = ""
+    """What gives a blind run a source: the stack's adapter line, or the probe call."""
+    progress_from_logs: bool = False
+    """Its steps are read from its log lines (``progress_regex``) where the probe reports none."""
+    progress_fix: str = ""
+    """What gives a run with no step source one (recovery, catch-up and lost steps need it)."""
+
+    def blind_to_progress(self, probe_reports: bool) -> bool:
+        """Whether no source could have reported the job's steps."""
+        return self.in_job != "always" and not probe_reports and not self.progress_from_logs
+
+    def blind_to(self, rec: FaultRecord, probe_reports: bool) -> bool:
+        """Whether no source could have reported the job's detection of fault ``rec``;
+        ``probe_reports``: some rank of the run reported through the probe."""
+        if self.in_job == "always" or (self.in_job == "probe" and probe_reports):
+            return False
+        if not (self.agent and "crash" in (rec.failure_class, *rec.also_classes)):
+            return True
+        # A node target names the node beside its ranks (``ResolvedTarget.srcs``).
+        return not self.node_loss_seen and any(src.startswith("node-") for src in rec.target_srcs)
+
+
 @dataclass
 class RunInfo:
     status: RunStatus
@@ -106,6 +149,8 @@ class RunInfo:
     """The scenario's timeout, quoted in reasons for a hung run."""
     t_stop: float | None = None
     """When trainchaos began stopping the job (teardown); later events are its doing."""
+    detection: DetectionSources | None = None
+    """Where its detections can come from; None: not declared (every fault observable)."""
 
 
 @dataclass
@@ -160,6 +205,10 @@ class FaultMetrics(_FamilyValues):
     lost_steps: int | None = None
     detector: str | None = None
     """Which detector of the job fired (the ``detected`` event's ``detector`` field)."""
+    unknown: dict[str, str] = field(default_factory=dict)
+    """Metric key (``detection_s``, ``attribution``) -> why trainchaos could not measure it
+    and what would let it: the workload supplies no source for it (docs/metrics.md,
+    "Unknown"). A target on such a metric fails as unknown, never as the stack's miss."""
     sdc_detection_steps: int | None = None
     contaminated_checkpoints: int = 0
     # power faults (chaos/faults/power/metrics.py)

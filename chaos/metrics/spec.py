@@ -89,6 +89,9 @@ class MetricSpec:
     detail: Callable[[Any, Any], str] | None = None
     """A suffix the verdict adds to the check's reason (given the metrics and the value's
     owner: the ``FaultMetrics`` or the ``RunMetrics``)."""
+    correctness: bool = False
+    """A correctness target (run scope): also judged on the fault-free twin's own figures, so
+    that a job wrong before any fault is the first finding (``chaos.runner.verdict.judge_twin``)."""
     figure_scale: float | None = None
     """Shown as a panel in the suite's figure of metrics across repeats, values times this
     (goodput: 100, as %); None: no panel."""

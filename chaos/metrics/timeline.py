@@ -56,6 +56,9 @@ class Timeline:
             e for e in self.rank_events
             if e.get("kind") == "step_end" and int_or_none(e.get("step")) is not None
         ]
+        # A rank that wrote an event itself (not a log line read for it): the job reports
+        # through chaos.probe, an adapter line or a script's own calls.
+        self.probe_reports = any(e.get("via") != "log" for e in self.rank_events)
         # Teardown by trainchaos is not a detection (see "Teardown" above).
         self.detections = [e for e in self.events if e.get("kind") == "detected"
                            and (t_stop is None or e["t"] < t_stop)]

@@ -116,7 +116,8 @@ def _run_reasons(record: RunRecord) -> list[str]:
     head = {"fail": "Targets missed", "xfail": "Expected failure (XFAIL): targets missed as the scenario expects",
             "xpass": "Unexpected pass (XPASS): every target met, the scenario expects a failure"}.get(
         kind, f"No verdict: the run ended {record.status}")
-    return [f'<div class="reasons {kind}" id="reasons"><strong>{escape(head)}:</strong><ul>{items}</ul></div>']
+    twin = f"<p><strong>{escape(record.twin_finding)}</strong></p>" if record.twin_finding else ""
+    return [f'<div class="reasons {kind}" id="reasons">{twin}<strong>{escape(head)}:</strong><ul>{items}</ul></div>']
 
 
 def _bound_bar(value: Any, bound: Any, ok: bool) -> str:
@@ -161,7 +162,7 @@ def _bound_text(bound: Any) -> str:
 
 def _run_targets(record: RunRecord) -> list[str]:
     verdict = record.verdict
-    checks = verdict.checks if verdict is not None else []
+    checks = record.checks
     out = ['<h2 id="targets">Metrics against targets</h2>']
     if not checks:
         why = ("a fault-free baseline is a reference, not an experiment" if not record.plan
@@ -259,10 +260,10 @@ def _run_faults(record: RunRecord) -> list[str]:
             f"<code>{escape(fid)}</code>", esc(rec.type),
             escape(planned_target_text(planned) if planned is not None else ", ".join(rec.target_srcs)),
             escape(fmt_steps(rec.step_at_inject)) + (f" ({esc(rec.precision)})" if rec.precision else ""),
-            escape(fmt_seconds(fm.detection_s, "undetected")) if measured else DASH,
+            escape(fmt_seconds(fm.detection_s, fm.missing("detection_s", "undetected"))) if measured else DASH,
             esc(fm.detected_by or DASH), escape(str(attribution)),
-            escape(fmt_seconds(fm.recovery_s, "not recovered")) if measured else DASH,
-            escape(fmt_seconds(fm.catchup_s, "not caught up")) if measured else DASH,
+            escape(fmt_seconds(fm.recovery_s, fm.missing("recovery_s", "not recovered"))) if measured else DASH,
+            escape(fmt_seconds(fm.catchup_s, fm.missing("catchup_s", "not caught up"))) if measured else DASH,
             escape(fmt_steps(fm.lost_steps)),
         ])
     out.append(html_table(["fault", "type", "target", "injected at step", "detection", "detected by",

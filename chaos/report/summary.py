@@ -108,6 +108,8 @@ def _header(record: RunRecord) -> list[str]:
 
 def _verdict(record: RunRecord) -> list[str]:
     lines = [f"## Verdict: {record.outcome_label}", ""]
+    if record.twin_finding:
+        lines += [f"**{record.twin_finding}**", ""]
     kind = record.outcome
     if kind == "pass":
         lines.append("Every target was met.")
@@ -126,7 +128,7 @@ def _verdict(record: RunRecord) -> list[str]:
         lines.append(f"No verdict: the run ended `{record.status}` before its targets could be judged"
                      + (" (error above)." if record.error else "."))
     lines.append("")
-    checks = record.verdict.checks if record.verdict is not None else []
+    checks = record.checks
     if checks:
         rows = [
             [c.name or DASH, "ok" if c.ok else "**missed**", fmt_value(c.value), fmt_value(c.bound),
@@ -179,8 +181,8 @@ def _faults(run: RunRecord) -> list[str]:
         if attribution is not None and fm.attribution_detail:
             attribution = f"{attribution} ({fm.attribution_detail})"
         rows.append([
-            fid, ftype, target, step, record.precision or DASH, fmt_seconds(fm.detection_s, "undetected"),
-            fm.detected_by or DASH, attribution or DASH, fmt_seconds(fm.recovery_s, "not recovered"),
+            fid, ftype, target, step, record.precision or DASH, fmt_seconds(fm.detection_s, fm.missing("detection_s", "undetected")),
+            fm.detected_by or DASH, attribution or DASH, fmt_seconds(fm.recovery_s, fm.missing("recovery_s", "not recovered")),
             fmt_steps(fm.lost_steps),
         ])
     lines += md_table(

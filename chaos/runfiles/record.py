@@ -218,6 +218,12 @@ class Check(OpenPart):
     """One sentence naming the measured value and the bound (``judge`` always writes one)."""
     fault: str | None = None
     """The fault id for per-fault checks."""
+    twin: bool = False
+    """Judged on the fault-free twin's own figures (``chaos.runner.verdict.judge_twin``): a
+    miss is the job's own bug before any fault, listed first."""
+    wrong_reference: bool = False
+    """A comparison against a twin that missed a correctness target itself: the reference
+    it was measured against is wrong, whatever its result says."""
 
     @property
     def text(self) -> str:
@@ -237,6 +243,11 @@ class Verdict(OpenPart):
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]
 
+    @property
+    def twin_misses(self) -> list[Check]:
+        """The correctness targets the fault-free twin itself missed (the first findings)."""
+        return [c for c in self.checks if c.twin and not c.ok]
+
     def reasons(self) -> list[str]:
         """Why it failed: the failed checks' reasons, in check order (empty when passed)."""
         return [c.text for c in self.failed_checks]
@@ -253,6 +264,13 @@ class BaselineRef(OpenPart):
     wall_s: float | None = None
     run_dir: str | None = None
     status: str | None = None
+    checks: list[Check] = Field(default_factory=list)
+    """The twin's correctness targets judged on its own figures (``Check.twin``); a miss
+    makes it a wrong reference for every comparison against it."""
+
+    @property
+    def misses(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
 
 
 class RunStart(OpenPart):
@@ -317,6 +335,10 @@ class RunRecord(OpenPart):
     """A signal arrived during teardown: this run's outcome stands, the suite stopped after it."""
     journal_written_by: str | None = None
     """Who wrote the record when the run's own controller could not (``trainchaos cleanup``)."""
+    twin_checks: list[Check] = Field(default_factory=list)
+    """The fault-free twin's own record only (it gets no verdict: it is the reference): its
+    correctness targets judged on its own figures (``chaos.runner.verdict.judge_twin``). The
+    runs judged against it carry these in ``baseline.checks``, the misses first in their verdict."""
 
     # -- what every reader concludes from a run ----------------------------------------------
 
@@ -390,6 +412,24 @@ class RunRecord(OpenPart):
     @property
     def failed_checks(self) -> list[Check]:
         return self.verdict.failed_checks if self.verdict is not None else []
+
+    @property
+    def checks(self) -> list[Check]:
+        """Every target checked: the verdict's, or for the fault-free twin its own checks."""
+        return self.verdict.checks if self.verdict is not None else list(self.twin_checks)
+
+    @property
+    def twin_finding(self) -> str | None:
+        """The sentence every report leads with when the fault-free twin itself missed a
+        correctness target (this run's twin, or this run being the twin); None otherwise."""
+        misses = [c for c in self.checks if c.twin and not c.ok]
+        if not misses:
+            return None
+        names = ", ".join(dict.fromkeys(c.name for c in misses))
+        wrong = ", ".join(dict.fromkeys(c.name for c in self.checks if c.wrong_reference))
+        return (f"The fault-free twin missed {len(misses)} correctness target(s) before any fault ({names}): "
+                "the job's own bug, the first finding."
+                + (f" The comparisons with that twin ({wrong}) are against a wrong reference." if wrong else ""))
 
     def reasons(self) -> list[str]:
         """Why the run is not a pass, one line each; empty for a pass. An expected failure
@@ -466,7 +506,8 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
                      verdict: Verdict | None, versions: Mapping[str, Any],
                      error: str | None = None, tool_errors: list[str] | tuple[str, ...] = (),
                      traceback: str | None = None, ended_at: str | None = None,
-                     interrupted_after: bool = False, written_by: str | None = None) -> RunRecord:
+                     interrupted_after: bool = False, written_by: str | None = None,
+                     twin_checks: list[Check] | tuple[Check, ...] = ()) -> RunRecord:
     """The record of a finished, failed, tool-error or aborted run; the only constructor.
     Every key is written, at every level, also those nobody could know (an aborted run's
     torch version): a reader never has to guess whether a key was left out or is unknown."""
@@ -478,7 +519,7 @@ def build_run_record(start: RunStart, *, run_dir: str, status: RunStatus, t_end:
         versions=Versions.model_validate(dict(versions)), seed=start.seed, plan_seed=start.plan_seed,
         plan=start.plan, faults=faults, metrics=metrics, verdict=verdict,
         baseline=start.baseline, repeat_index=start.repeat_index, rank_launch=start.rank_launch,
-        interrupted_after=interrupted_after, journal_written_by=written_by,
+        interrupted_after=interrupted_after, journal_written_by=written_by, twin_checks=list(twin_checks),
     )
     # Validated again from its full dump, every default becomes a key that is set.
     return RunRecord.model_validate(built.model_dump())

@@ -87,6 +87,7 @@ class FaultMetricsRecord(_Values):
     resumed_from: int | None = None
     lost_steps: int | None = None
     detector: str | None = None
+    unknown: dict[str, str] | None = None
     sdc_detection_steps: int | None = None
     contaminated_checkpoints: int | None = None
     blast_nodes: int | None = None
@@ -99,6 +100,11 @@ class FaultMetricsRecord(_Values):
     fault_step_s: Number | None = None
     slowdown: Number | None = None
     heal_s: Number | None = None
+
+    def missing(self, key: str, word: str) -> str:
+        """What a None value of ``key`` is called: ``unknown`` when trainchaos could not
+        observe it in this workload (``unknown``), else ``word`` (``undetected``)."""
+        return "unknown" if key in (self.unknown or {}) else word
 
 
 class MetricsRecord(_Values):

@@ -16,6 +16,7 @@ from chaos.runner.plan import PlannedFault
 from chaos.runner.precision import landing
 from chaos.runner.state import FaultState
 from chaos.runner.verdict import judge
+from chaos.workload import workload_for
 
 __all__ = ["measure"]
 
@@ -53,12 +54,14 @@ def measure(events: list[Event], t_end: float, *, scenario: Scenario, plan: list
     engine_status = cast("EngineStatus", status if status != "timeout" else "hung")
     run = RunInfo(status=engine_status, t_start=start.t_start,
                   t_end=t_end, steps_target=start.steps_target, world_size=world,
-                  timeout_s=scenario.timeout_s, t_stop=t_stop)
+                  timeout_s=scenario.timeout_s, t_stop=t_stop,
+                  detection=workload_for(scenario.workload).detection_sources())
     metrics = compute_metrics(events, records, run, baseline)
     # The fault-free baseline is a reference, not an experiment, and a run trainchaos
     # itself broke taught nothing about the training stack: neither gets a verdict.
     judged = with_faults and status != "tool_error"
-    verdict = judge(scenario.targets, metrics, run.status) if judged else None
+    twin = start.baseline.checks if start.baseline is not None else []
+    verdict = judge(scenario.targets, metrics, run.status, twin) if judged else None
     faults_out = []
     by_state = {st.planned.fault_id: st for st in states}
     for planned, rec in zip([p for p in plan if p.fires], records, strict=True):

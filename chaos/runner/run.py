@@ -41,6 +41,7 @@ from chaos.errors import ChaosError
 from chaos.faults.family import planned_mounts
 from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
+from chaos.metrics.families.freshness import freshness_metrics
 from chaos.model.scenario import Scenario
 from chaos.model.targets import ResolvedTarget, TargetUnavailable
 from chaos.model.triggers import form_of
@@ -49,6 +50,7 @@ from chaos.report import write_run_reports
 from chaos.runfiles.events import Event, read_events
 from chaos.runfiles.journal_writer import JournalWriter
 from chaos.runfiles.record import (
+    Check,
     MetricsRecord,
     RunRecord,
     RunStart,
@@ -67,6 +69,7 @@ from chaos.runner.lifecycle import FaultLifecycle, Injection
 from chaos.runner.measure import measure
 from chaos.runner.plan import make_plan, plan_seed, probe_instructions
 from chaos.runner.state import FaultState, RunProgress
+from chaos.runner.verdict import judge_twin
 from chaos.runner.wakeup import Wakeup
 from chaos.util import interrupts
 from chaos.util.interrupts import Interrupted
@@ -442,8 +445,10 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
     describes the fault-free twin's run."""
     progress = progress or RunProgress()
     handlers: list[RunHandler] = []
-    if with_faults and baseline is not None and baseline.digests:
-        # Each checkpoint the job saves, read as it is saved (chaos.runner.freshness).
+    if (with_faults and baseline is not None and baseline.digests) or \
+            (not with_faults and scenario.targets.bound("stale_checkpoints") is not None):
+        # Each checkpoint the job saves, read as it is saved (chaos.runner.freshness); the
+        # twin's too where freshness is a target: judged against its own step digests.
         handlers.append(FreshnessHandler(workload_for(scenario.workload), progress))
     runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run, handlers)
     try:
@@ -458,7 +463,8 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
             runner.start, run_dir=runner.run_dir, status=cast("RunStatus", runner.status), t_end=t_end, faults=faults,
             metrics=metrics, verdict=verdict, versions=_versions(), error=runner.error,
             tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
-            ended_at=_now_iso(), interrupted_after=interrupted_after)
+            ended_at=_now_iso(), interrupted_after=interrupted_after,
+            twin_checks=() if with_faults or runner.status == "tool_error" else _judge_twin(scenario, metrics, events))
         write_run_reports(runner.run_dir, record, events)
     finally:
         interrupts.release()
@@ -468,17 +474,27 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
 def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, RunRecord]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
-    metrics = record.metrics or MetricsRecord()
+    return _twin_reference(scenario, record.metrics or MetricsRecord(), read_events(RunDir(run_dir).events)), record
+
+
+def _twin_reference(scenario: Scenario, metrics: MetricsRecord, events: list[Event]) -> BaselineInfo:
+    """What the faulted runs are compared with: the twin's final digest, its loss, its samples
+    and its model state at each step."""
     losses: dict[int, Any] = {}  # a loss the rank could not report stays None: no step is invented
-    events = read_events(RunDir(run_dir).events)
     digests = {}
     for ev in events:
         if ev.get("kind") == "step_end" and ev.get("src") == "rank-0":
             losses[int(ev["step"])] = ev.get("loss")
         elif ev.get("kind") == "state_digest" and isinstance(ev.get("digest"), str):
             digests[int(ev["step"])] = ev["digest"]
-    info = BaselineInfo(digest=metrics.final_digest, losses=losses,
+    return BaselineInfo(digest=metrics.final_digest, losses=losses,
                         world_size=scenario.topology.world_size,
                         health_problem=metrics.health_problem,
                         samples=baseline_samples(events), digests=digests)
-    return info, record
+
+
+def _judge_twin(scenario: Scenario, metrics: MetricsRecord, events: list[Event]) -> list[Check]:
+    """The twin is judged too: its correctness targets on its own figures, its checkpoints
+    against its own step digests (``chaos.runner.verdict.judge_twin``)."""
+    own = metrics.model_copy(update=freshness_metrics(events, _twin_reference(scenario, metrics, events)))
+    return judge_twin(scenario.targets, own)

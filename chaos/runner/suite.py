@@ -86,8 +86,9 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                 display.start_scenario(f"{scenario.name} (baseline, fault-free)", 0, 1)
                 baseline, baseline_record = run_baseline(scenario, os.path.join(base_dir, "baseline"),
                                                          scenario.seed, progress)
-                display.end_scenario(None if baseline_record.status != "completed" else True,
-                                     f"baseline {baseline_record.status}")
+                misses = [c.text for c in baseline_record.twin_checks if not c.ok]
+                display.end_scenario(None if baseline_record.status != "completed" else not misses,
+                                     "; ".join([f"baseline {baseline_record.status}", *misses]))
                 if baseline_record.status == "interrupted" or baseline_record.interrupted_after:
                     raise Interrupted("baseline interrupted")
             baseline_run = None
@@ -95,7 +96,8 @@ def run_suite(scenarios: list[Scenario], out_dir: str, suite_name: str, *, repea
                 baseline_run = {"digest": baseline.digest if baseline else None,
                                 "wall_s": baseline_record.wall_s,
                                 "run_dir": baseline_record.run_dir,
-                                "status": baseline_record.status}
+                                "status": baseline_record.status,
+                                "checks": [c.model_dump() for c in baseline_record.twin_checks]}
             for index in range(repeats):
                 display.start_scenario(scenario.name, index, repeats)
                 record = run_scenario_once(scenario, os.path.join(base_dir, str(index)), scenario.seed,

@@ -15,9 +15,22 @@ from typing import Any
 from chaos.metrics import FaultMetrics, MetricSpec, RunMetrics
 from chaos.metrics.catalogue import target_specs
 from chaos.model.scenario import Bound, Targets
-from chaos.runfiles.record import Check, Verdict
+from chaos.runfiles.record import Check, MetricsRecord, Verdict
 
-__all__ = ["Check", "Verdict", "judge"]
+__all__ = ["Check", "Verdict", "judge", "judge_twin"]
+
+_AGAINST_TWIN = frozenset({"data", "final_state", "stale_checkpoints", "reload_loss_dev"})
+"""Checks whose measure is a comparison with the fault-free twin: its samples, its final
+state, its state at each step, its loss after a restart."""
+_INVALIDATES: dict[str, frozenset[str]] = {
+    # A twin that trained the wrong samples reached the wrong weights and losses; its state at
+    # each step is still what each of its steps made, so a checkpoint's freshness stands.
+    "data": frozenset({"data", "final_state", "reload_loss_dev"}),
+    # Stale checkpoints of its own leave its step digests and final state the training's.
+    "stale_checkpoints": frozenset(),
+}
+"""Which comparisons a twin's miss of each correctness target makes wrong; any other miss
+(its training not healthy, a restart of its own) makes every one wrong."""
 
 
 def _check(name: str, ok: bool, value: Any, bound: Any, reason: str, fault: str | None = None) -> Check:
@@ -62,6 +75,13 @@ def _check_bound(spec: MetricSpec, value: Any, bound: Bound, fault: str | None =
 def _metric_check(spec: MetricSpec, bound: Bound, owner: Any, fault: str | None) -> Check:
     """One metric target against its value on ``owner`` (a FaultMetrics or the RunMetrics)."""
     value = getattr(owner, spec.key, None)
+    unknown = (getattr(owner, "unknown", None) or {}).get(spec.key)
+    if value is None and unknown:
+        # Not measurable in this workload: the tool's gap, said as such with its fix.
+        why = f"fault {fault}: {spec.label} unknown: {unknown}" if fault else f"{spec.label} unknown: {unknown}"
+        if fault is not None:
+            why += f" (target {spec.key} {_bound_text(bound, spec.unit_suffix())})"
+        return _check(spec.key, False, None, _bound_dict(bound), why, fault)
     if value is None:
         why = spec.missing_reason(owner) if spec.missing_reason else f"{spec.label} unknown"
         if fault is not None:  # per fault, the sentence quotes the target missed
@@ -94,6 +114,10 @@ def _fault_checks(targets: Targets, fm: FaultMetrics) -> list[Check]:
         if fm.attribution == "correct":
             checks.append(_check("attribution", True, "correct", "correct",
                                 f"{fid}: attribution correct: {fm.attribution_detail}", fid))
+        elif fm.attribution == "unknown":
+            checks.append(_check("attribution", False, "unknown", "correct",
+                                f"{fid}: attribution unknown: {fm.unknown.get('attribution') or fm.attribution_detail}",
+                                fid))
         elif fm.attribution == "wrong":
             checks.append(_check("attribution", False, "wrong", "correct",
                                 f"{fid}: wrong attribution: {fm.attribution_detail}", fid))
@@ -159,7 +183,7 @@ def _final_state(targets: Targets, m: RunMetrics) -> Check:
                  f"final digest {m.final_digest[:12]} != baseline {base}")
 
 
-def _data(targets: Targets, m: RunMetrics) -> Check:
+def _data(targets: Targets, m: RunMetrics | MetricsRecord) -> Check:
     """The exactly-once data checker's target (chaos/metrics/families/data.py)."""
     mode = targets.data
     bound = {"mode": mode, "max_lost": targets.data_max_lost, "max_duplicated": targets.data_max_duplicated}
@@ -207,9 +231,58 @@ def _completes(m: RunMetrics, status: str) -> Check:
     return _check("completes", False, status, True, reason)
 
 
-def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> Verdict:
-    """Check every target the scenario sets; ``status`` defaults to ``metrics.status``."""
+def judge_twin(targets: Targets, twin: MetricsRecord) -> list[Check]:
+    """The scenario's correctness targets on the fault-free twin's own figures: its data
+    (each sample once per epoch, as its own reports show), each catalogue metric marked
+    ``correctness`` it measured (its checkpoints against its own step digests), and its
+    health. A target the twin could not measure is left to the faulted run's check, which
+    says why; a miss is the job's own bug, found before any fault."""
+    checks: list[Check] = []
+    if targets.data is not None and twin.data_lost is not None and twin.data_duplicated is not None:
+        beyond = _beyond_padding(twin)
+        checks.append(_data(targets, beyond))
+        if beyond.data_duplicated != twin.data_duplicated:
+            checks[-1].reason = (f"{checks[-1].reason} (not counting up to {(twin.world_size or 1) - 1} per "
+                                 "epoch: a sampler's padding)")
+    checks.extend(_metric_check(spec, bound, twin, None) for spec, bound in _targeted(targets, "run")
+                  if spec.correctness and twin.value(spec.key) is not None)
+    if twin.healthy is False:
+        checks.append(_check("training_health", False, twin.first_nonfinite_step, "finite",
+                             f"training is not healthy: {twin.health_problem}"))
+    for c in checks:
+        c.twin = True
+        c.reason = f"fault-free twin: {c.reason}" + (
+            "" if c.ok else "; the job's own bug before any fault (the twin ran none)")
+    return checks
+
+
+def _beyond_padding(twin: MetricsRecord) -> MetricsRecord:
+    """The twin's duplicates less a sampler's padding: a DistributedSampler repeats up to
+    world size - 1 samples per epoch so that every rank gets as many (the faulted run is
+    held to the twin's repeats; the twin alone to this)."""
+    padding = max((twin.world_size or 1) - 1, 0)
+    epochs = [dict(r, duplicated=max(int(r.get("duplicated") or 0) - padding, 0)) for r in twin.data_epochs or []]
+    return twin.model_copy(update={"data_epochs": epochs,
+                                   "data_duplicated": sum(int(r["duplicated"]) for r in epochs)})
+
+
+def _against_wrong_reference(checks: list[Check], misses: list[Check]) -> None:
+    """Flag each comparison that a twin's own miss (``misses``) makes wrong."""
+    for c in checks:
+        why = [m.name for m in misses if c.name in _INVALIDATES.get(m.name, _AGAINST_TWIN)]
+        if why:
+            c.wrong_reference = True
+            c.reason = (f"{c.reason} [against a wrong reference: the fault-free twin itself missed "
+                        f"{', '.join(dict.fromkeys(why))}]")
+
+
+def judge(targets: Targets, metrics: RunMetrics, status: str | None = None,
+          twin: list[Check] | None = None) -> Verdict:
+    """Check every target the scenario sets; ``status`` defaults to ``metrics.status``.
+    ``twin``: the fault-free twin's own checks (``judge_twin``); its misses come first, and
+    every comparison with it is flagged as against a wrong reference."""
     status = status or metrics.status
+    misses = [c.model_copy() for c in twin or () if not c.ok]
     checks: list[Check] = []
 
     judge_unfired = _has_fault_targets(targets)
@@ -246,4 +319,7 @@ def judge(targets: Targets, metrics: RunMetrics, status: str | None = None) -> V
         # Always checked: a run that trains to NaN fails whatever targets it set.
         checks.append(_check("training_health", False, metrics.first_nonfinite_step, "finite",
                             f"training is not healthy: {metrics.health_problem}"))
+    if misses:
+        _against_wrong_reference(checks, misses)
+    checks = misses + checks
     return Verdict(passed=all(c.ok for c in checks), checks=checks)

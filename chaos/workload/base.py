@@ -30,6 +30,8 @@ What a kind declares, and who asks:
   ``chaos.runner.crashsweep``): which checkpoints a crash left complete, torn, pointed at;
 - ``launch`` (the runner): what the launcher runs per rank, and the launcher itself;
 - ``progress`` (the runner): the reader of its progress that the probe does not report;
+- ``detection_sources`` (the metrics): where its detections can come from, so that a fault
+  nobody could have reported is detection ``unknown``, not ``undetected``;
 - ``finished`` (the runner): whether the job ended its training, given what it reported.
 """
 
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import Field
 
 from chaos.ckptformat.records import CheckpointAudit, CheckpointImage
+from chaos.metrics.records import DetectionSources
 from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
@@ -265,3 +268,9 @@ class Workload(ABC):
         """Whether the job completed its training when every node exited 0. ``reported_end``:
         the probe reported ``run_end``."""
         return reported_end
+
+    def detection_sources(self) -> DetectionSources:
+        """Where the run's detections can come from (docs/metrics.md, "Unknown"). By default
+        the job reports every detector it runs through the probe (the bundled harness): no
+        fault is ever unseen."""
+        return DetectionSources()

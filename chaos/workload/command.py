@@ -20,17 +20,24 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, Field
 
 from chaos import contract
+from chaos.metrics.records import DetectionSources
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.logprogress import LogProgress
 from chaos.workload.torchrun import TorchrunPerNode
 
-__all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "CommandWorkload", "check_checkpoint_dir",
+__all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "PROBE_DETECTION_CALL", "CommandWorkload", "check_checkpoint_dir",
            "check_progress_regex", "fill_placeholders", "script_from_here"]
 
 MAX_COMMAND_STEPS = 10_000_000
 """More steps than any run of this tool could train in its timeout; a bound keeps a typo
 from turning into a number the progress display and metrics would carry around."""
+
+
+PROBE_DETECTION_CALL = ('report what the script notices through the probe: `chaos.probe.emit("detected", '
+                        'by=chaos.probe.src(), suspect="rank-N", failure_class=..., reason=...)` '
+                        '(docs/metrics.md, "Unknown")')
+"""The fix for a command whose detections trainchaos cannot see (``DetectionSources.fix``)."""
 
 
 def check_progress_regex(value: str) -> str:
@@ -183,3 +190,30 @@ class CommandWorkload(Workload):
     def finished(self, reported_end: bool) -> bool:
         """A command ends by its exit code: 0 everywhere is done, probe or not."""
         return True
+
+    def detection_sources(self) -> DetectionSources:
+        """The torchrun agents see a worker die; what the script notices without a process
+        ending is seen only when it reports through the probe."""
+        return DetectionSources(in_job="probe", agent=self.progress_agent(), node_loss_seen=self.node_loss_seen,
+                                fix=self.detection_fix(), progress_from_logs=self.progress_regex is not None,
+                                progress_fix=self.progress_fix())
+
+    @property
+    def progress_regex(self) -> str | None:
+        """The regular expression its step lines are read by; None: the probe only."""
+        return self.spec.progress_regex
+
+    def progress_fix(self) -> str:
+        """What gives a run of it with no step source one."""
+        return ("give workload.progress_regex for its step lines, or call "
+                "`chaos.probe.step_end(step, loss)` after each optimizer step")
+    node_loss_seen: ClassVar[bool] = True
+    """Whether a lost node shows in the other nodes' agents (``DetectionSources.node_loss_seen``)."""
+
+    def progress_agent(self) -> bool:
+        """Whether the agents' reports of a dead worker count as detections (``LogProgress``)."""
+        return True
+
+    def detection_fix(self) -> str:
+        """What gives a run of it with no detection source one."""
+        return PROBE_DETECTION_CALL

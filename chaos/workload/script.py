@@ -101,6 +101,9 @@ class ScriptWorkload(CommandWorkload):
     kind_hint: ClassVar[str] = ""  # its name says it (not command's "your own training command")
     env: ClassVar[dict[str, str]] = {"PYTHONUNBUFFERED": "1"}
     """Environment every rank gets (unbuffered: log lines reach the node log as written)."""
+    adapter_line: ClassVar[str] = ""
+    """The stack's adapter line (``chaos/adapters/<stack>.py``) as a script adds it: the fix
+    named when a run of a script without it could not see a detection; empty: the probe call."""
 
     def __init__(self, spec: records.Workload) -> None:
         super().__init__(spec)
@@ -253,7 +256,23 @@ class ScriptWorkload(CommandWorkload):
                       steps_target=steps or 0, env={**self.env, **self.ckpt_env(run_dir)})
 
     def progress(self, events_dir: str) -> LogProgress:
-        return LogProgress(self.options.progress_regex, events_dir, report_exit_codes=True)
+        return LogProgress(self.progress_regex, events_dir, report_exit_codes=True,
+                           agent_detections=self.progress_agent())
+
+    def detection_fix(self) -> str:
+        if not self.adapter_line:
+            return super().detection_fix()
+        return f"add the adapter line to the script: `{self.adapter_line}`"
+
+    @property
+    def progress_regex(self) -> str | None:
+        return self.options.progress_regex
+
+    def progress_fix(self) -> str:
+        if not self.adapter_line:
+            return super().progress_fix()
+        return (f"add the adapter line to the script (`{self.adapter_line}`), or give "
+                f"workload.{self.kind}.progress_regex for its step lines")
 
 
 def _fields(options_class: type[ScriptOptions] = ScriptOptions) -> list[str]:

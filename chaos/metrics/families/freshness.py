@@ -92,7 +92,7 @@ FAMILY = MetricFamily(
     "freshness",
     specs=(
         MetricSpec("stale_checkpoints", "stale checkpoints", "count", tolerance=Tolerance(rel=0.0, abs=0),
-                   title="Stale checkpoints",
+                   title="Stale checkpoints", correctness=True,
                    meaning="checkpoints not holding the twin's state at the step they claim",
                    target="bound",
                    target_doc="Checkpoints whose model state is not the fault-free twin's at the step they\n"

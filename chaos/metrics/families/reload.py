@@ -145,7 +145,7 @@ FAMILY = MetricFamily(
     specs=(
         MetricSpec("reload_nonfinite", "restarts that reloaded non-finite weights", "count",
                    tolerance=Tolerance(rel=0.0, abs=0), title="Reloads with non-finite weights",
-                   meaning="restarts whose reloaded weights hold NaN or Inf", target="bound",
+                   meaning="restarts whose reloaded weights hold NaN or Inf", target="bound", correctness=True,
                    target_doc="Restarts whose reloaded weights hold NaN or Inf (the job's `reload` event). {max: 0}:\n"
                               "every restart resumed from finite weights."),
         MetricSpec("reload_loss_dev", "reload loss deviation", "fraction", title="Reload loss deviation",
@@ -156,7 +156,7 @@ FAMILY = MetricFamily(
         MetricSpec("silent_rollback_steps", "silent rollback", "count", "steps",
                    tolerance=Tolerance(rel=0.0, abs=0), title="Silent rollback",
                    meaning="steps a restart resumed before the newest durable checkpoint, unexplained",
-                   target="bound", detail=_rollback_detail,
+                   target="bound", detail=_rollback_detail, correctness=True,
                    target_doc="Steps a restart went back beyond the newest checkpoint durable before it, without\n"
                               "the load reporting it unusable. {max: 0}: no restart ignores a good checkpoint."),
     ),

@@ -27,6 +27,7 @@ class AccelerateOptions(ScriptOptions):
 class AccelerateWorkload(ScriptWorkload):
     kind: ClassVar[str] = "accelerate"
     stack: ClassVar[str] = "accelerate"
+    adapter_line: ClassVar[str] = "chaos.adapters.accelerate.instrument(accelerator, model=model, optimizer=optimizer)"
     extra: ClassVar[str] = "accelerate"
     options_class: ClassVar[type[ScriptOptions]] = AccelerateOptions
     summary: ClassVar[str] = ("an Accelerate training loop run per rank by torchrun, resuming with "

@@ -29,6 +29,8 @@ class DcpOptions(ScriptOptions):
 class DcpWorkload(ScriptWorkload):
     kind: ClassVar[str] = "dcp"
     stack: ClassVar[str] = "torch"  # DCP is torch's own: its presence is torch's
+    adapter_line: ClassVar[str] = ("from chaos.adapters import dcp as chaos_dcp; "
+                                   "chaos_dcp.started(); chaos_dcp.step_end(step, loss)")
     extra: ClassVar[str] = "dev"
     options_class: ClassVar[type[ScriptOptions]] = DcpOptions
     summary: ClassVar[str] = ("a DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, "

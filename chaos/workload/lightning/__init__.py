@@ -27,6 +27,7 @@ class LightningOptions(ScriptOptions):
 class LightningWorkload(ScriptWorkload):
     kind: ClassVar[str] = "lightning"
     stack: ClassVar[str] = "lightning"
+    adapter_line: ClassVar[str] = "lightning.Trainer(..., callbacks=[chaos.adapters.lightning.ChaosCallback()])"
     extra: ClassVar[str] = "lightning"
     options_class: ClassVar[type[ScriptOptions]] = LightningOptions
     summary: ClassVar[str] = ("a Lightning Trainer script (DDP) run per rank by torchrun, resuming "

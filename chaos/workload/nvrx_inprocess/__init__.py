@@ -33,6 +33,7 @@ class NvrxInprocessOptions(ScriptOptions):
 class NvrxInprocessWorkload(ScriptWorkload):
     kind: ClassVar[str] = "nvrx_inprocess"
     stack: ClassVar[str] = "nvidia_resiliency_ext"
+    adapter_line: ClassVar[str] = "with chaos.adapters.nvrx.iteration(call_wrapper): around the wrapped function's body"
     extra: ClassVar[str] = "nvrx"
     options_class: ClassVar[type[ScriptOptions]] = NvrxInprocessOptions
     summary: ClassVar[str] = ("a training function wrapped by NVIDIA's in-process restart "

@@ -33,7 +33,6 @@ from chaos.runfiles.rundir import RunDir
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.command import fill_placeholders
-from chaos.workload.logprogress import LogProgress
 from chaos.workload.script import ScriptOptions, ScriptWorkload
 from chaos.workload.torchft.launcher import TorchrunPerGroup
 from chaos.workload.torchft.lighthouse import free_port, lighthouse_resource
@@ -143,6 +142,8 @@ def _numbers(cls: type, raw: dict[str, Any], where: Location) -> tuple[dict[str,
 class TorchftWorkload(ScriptWorkload):
     kind: ClassVar[str] = "torchft"
     stack: ClassVar[str] = "torchft"
+    adapter_line: ClassVar[str] = "manager = chaos.adapters.torchft.instrument(manager, model=model)"
+    node_loss_seen: ClassVar[bool] = False  # the other groups train on: no worker of theirs exits
     extra: ClassVar[str] = "torchft"
     options_class: ClassVar[type[ScriptOptions]] = TorchftOptions
     summary: ClassVar[str] = ("a torchft job: a lighthouse and one torchrun per replica group (a "
@@ -224,13 +225,12 @@ class TorchftWorkload(ScriptWorkload):
         return Launch(launcher, steps_target=self.steps or 0, env={**self.env, **self.ckpt_env(run_dir)},
                       resources=(resource,))
 
-    def progress(self, events_dir: str) -> LogProgress:
-        """Step lines by ``progress_regex`` when given, with every worker exit the agents
-        report as a detection. Without it, the adapter reports torchft's own view: the quorum
-        that drops a group is the detection, not the dead group's agent noticing its worker
-        (the survivors learn of a death only from the quorum)."""
-        regex = self.options.progress_regex
-        return LogProgress(regex, events_dir, report_exit_codes=True, agent_detections=regex is not None)
+    def progress_agent(self) -> bool:
+        """Every worker exit the agents report counts only for a script read by
+        ``progress_regex`` (one without the adapter line). With the line, the adapter reports
+        torchft's own view: the quorum that drops a group is the detection, not the dead
+        group's agent noticing its worker (the survivors learn of a death only from it)."""
+        return self.options.progress_regex is not None
 
 
 def importlib_ok() -> bool:
