@@ -73,7 +73,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     # boundary and each file operation (bytes: a close's) of the watched save (trace), and
     # the point it froze at
     "storage_boundary": ("seq", "op", "path"),
-    "storage_op": ("seq", "op", "path", "bytes", "written_before", "own"),
+    "storage_op": ("seq", "op", "path", "bytes", "written_before", "own", "opened"),
     "crash_point": ("after", "op", "path", "where", "boundaries"),
     # a rank's DataLoader worker processes (children of the rank, never its target)
     "data_workers": ("pids",),

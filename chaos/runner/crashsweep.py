@@ -91,6 +91,8 @@ class SweepPoint:
     path: str = ""
     cut: int = 0
     """A torn point's byte."""
+    opened: int = 0
+    """A torn point's file: the operation that created it (0: known by its path only)."""
 
 
 def process_points(ops: Sequence[dict[str, Any]]) -> list[SweepPoint]:
@@ -101,7 +103,8 @@ def process_points(ops: Sequence[dict[str, Any]]) -> list[SweepPoint]:
     for index, op in enumerate(ops):
         seq, name, path = int(op["seq"]), str(op["op"]), str(op["path"])
         if name == "close" and int(op.get("bytes") or 0) >= 2:
-            points.append(SweepPoint("process", f"t{seq}", seq, "torn", name, path, int(op["bytes"]) // 2))
+            points.append(SweepPoint("process", f"t{seq}", seq, "torn", name, path, int(op["bytes"]) // 2,
+                                     int(op.get("opened") or 0)))
         points.append(SweepPoint("process", f"b{seq}", seq, "before", name, path))
         following = ops[index + 1] if index + 1 < len(ops) else None
         if following is None or int(following.get("written_before") or 0) > 0:
@@ -255,7 +258,8 @@ def _trace(save_step: int, model: str, prev_step: int | None) -> dict[str, Any]:
 def _arm_point(save_step: int, point: SweepPoint, prev_step: int | None) -> dict[str, Any]:
     if point.model == "power":
         return _arm(save_step, point.at)
-    extra: dict[str, Any] = {"path": point.path, "cut": point.cut} if point.when == "torn" else {}
+    extra: dict[str, Any] = ({"path": point.path, "cut": point.cut, "opened": point.opened}
+                             if point.when == "torn" else {})
     return _arm(save_step, -1, model="process", op=point.at, when=point.when, prev_step=prev_step, **extra)
 
 
@@ -387,7 +391,7 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
                                       os.path.join(out_dir, "trace"), scenario.seed, twin, progress)
     traced = read_events(RunDir(str(trace_journal.run_dir)).events)
     boundaries = [{k: e[k] for k in ("seq", "op", "path")} for e in traced if e.get("kind") == "storage_boundary"]
-    ops = own_ops([{k: e.get(k) for k in ("seq", "op", "path", "bytes", "written_before", "own")}
+    ops = own_ops([{k: e.get(k) for k in ("seq", "op", "path", "bytes", "written_before", "own", "opened")}
                    for e in traced if e.get("kind") == "storage_op"], look_back=prev_step is not None)
     note(f"trace: {trace_journal.status}, {len(boundaries)} durability boundaries"
          + (f", {len(ops)} file operations" if model != "power" else "") + f" in the save of step {save_step}")

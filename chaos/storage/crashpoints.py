@@ -78,6 +78,9 @@ class CrashPoint:
         self.op = int(spec.get("op", -1))
         self.when = str(spec.get("when") or "before")
         self.torn_path = str(spec.get("path") or "")
+        self.torn_opened = int(spec.get("opened") or 0)
+        """A torn point's file as the operation that created it (its seq): a temporary name
+        drawn at random differs from run to run, the operation does not."""
         self.cut = int(spec.get("cut") or 0)
         prev = spec.get("prev")
         self.prev: tuple[str, ...] | None = None if prev is None else tuple(map(str, prev))
@@ -95,6 +98,8 @@ class CrashPoint:
         self._since_op = 0
         """Bytes written in the save since its last file operation counted."""
         self._written: dict[int, int] = {}
+        self._fh_seq: dict[int, int] = {}
+        """The operation (seq) that created each open file handle of the save."""
         """Bytes written per open file handle since its last close."""
         self._current = threading.local()
         self._lock = threading.Lock()
@@ -123,8 +128,10 @@ class CrashPoint:
                 self.state = "done"  # the next save began: this one's window is closed
             if op in FILE_OPS and (self.state == "open" or (self.state == "waiting" and self._looking_back)):
                 self._current.seq = len(self.ops) + 1
+                opened = getattr(self._current, "opened", None) if op == "close" else None
                 self.ops.append({"seq": self._current.seq, "op": op, "path": relpath, "bytes": 0,
-                                 "written_before": self._since_op, "own": self._in_save(relpath)})
+                                 "written_before": self._since_op, "own": self._in_save(relpath),
+                                 "opened": opened})
                 self._since_op = 0
                 if self.model == "process" and self.when == "before" and self._current.seq == self.op:
                     self._freeze(op, relpath, self.op)
@@ -149,6 +156,7 @@ class CrashPoint:
         with self._lock:
             seq = getattr(self._current, "seq", None)
             self._current.seq = None
+            self._current.done = seq
             if seq is not None and seq <= len(self.ops):
                 counted = self.ops[seq - 1]
                 counted.update(path=relpath, bytes=nbytes, own=counted["own"] or self._in_save(relpath))
@@ -170,10 +178,20 @@ class CrashPoint:
             return False
 
     # -- the writes of a file: its close, and a torn crash -----------------------------------
-    def write_cut(self, relpath: str, offset: int, length: int) -> int | None:
+    def opened(self, fh: int) -> None:
+        """The file handle the operation that just completed on this thread opened."""
+        seq = getattr(self._current, "done", None)
+        if seq is not None:
+            with self._lock:
+                self._fh_seq[fh] = seq
+
+    def write_cut(self, fh: int, relpath: str, offset: int, length: int) -> int | None:
         """Of a write about to happen, how many bytes go through before a torn crash freezes
-        the layer (``torn``: the first write of ``path`` that crosses ``cut``); None: all."""
-        if self.model != "process" or self.when != "torn" or relpath != self.torn_path:
+        the layer (``torn``: the first write crossing ``cut`` of the file the operation
+        ``opened`` created, else of ``path``); None: all."""
+        if self.model != "process" or self.when != "torn":
+            return None
+        if (self._fh_seq.get(fh) != self.torn_opened) if self.torn_opened else relpath != self.torn_path:
             return None
         with self._lock:
             counting = self.state == "open" or (self.state == "waiting" and self._looking_back)
@@ -191,7 +209,14 @@ class CrashPoint:
     def closing(self, fh: int) -> int | None:
         """Bytes written through ``fh`` since its last close (None: none; it is no ``close``)."""
         with self._lock:
+            self._current.opened = self._fh_seq.get(fh)
             return self._written.pop(fh, None)
+
+    def released(self, fh: int) -> None:
+        """The handle is gone (its number may be used again for another file)."""
+        with self._lock:
+            self._fh_seq.pop(fh, None)
+            self._written.pop(fh, None)
 
     def _freeze(self, op: str, relpath: str, at: int) -> None:
         self.state = "frozen"

@@ -335,6 +335,9 @@ class FaultFS:
         self._paths[fd] = _rel(path)
         if op is not None:
             self._op_done(op, path)
+            crash = self.crash
+            if crash is not None:
+                crash.opened(fd)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         buf = bytearray(size)
@@ -352,7 +355,7 @@ class FaultFS:
         decision = self._gate("write", path, len(data))
         crash = self.crash
         if crash is not None:
-            cut = crash.write_cut(path and _rel(path) or self._paths.get(fh, ""), offset, len(data))
+            cut = crash.write_cut(fh, path and _rel(path) or self._paths.get(fh, ""), offset, len(data))
             if cut is not None:
                 # A torn crash: the part before the cut lands, the caller's retry waits frozen.
                 if self.tracker is not None and cut:
@@ -411,6 +414,9 @@ class FaultFS:
 
     def release(self, path: str | None, fh: int) -> int:
         self._paths.pop(fh, None)
+        crash = self.crash
+        if crash is not None:
+            crash.released(fh)
         with contextlib.suppress(OSError):
             os.close(fh)
         return 0

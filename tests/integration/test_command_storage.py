@@ -2,10 +2,11 @@
 script of the test's own, saving with ``torch.save`` into the checkpoint directory the
 workload declares (``$TRAINCHAOS_CKPT_DIR``, ``{ckpt_dir}``), with the FUSE fault layer
 mounted over it. EIO on its writes reaches its saves (the layer counts the hits; the script
-surfaces the failures; a later save succeeds), and ``run --crash-points`` loses power at each
-durability boundary of one of its saves and audits each crash image by the torch.save format:
+surfaces the failures; a later save succeeds), and ``run --crash-points`` loses power at
+durability boundaries of one of its saves and audits each crash image by the torch.save format:
 a save that fsyncs before its rename survives every power loss, one that does not leaves its
-checkpoints torn. Nothing is left mounted after either."""
+checkpoints torn; a save straight to the final name (no fsync, no rename: no boundary at all)
+gets process-crash points, and its torn file is flagged. Nothing is left mounted after any."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ SCRIPT = textwrap.dedent(
     parser.add_argument("--every", type=int, required=True)
     parser.add_argument("--sleep", type=float, default=0.05)
     parser.add_argument("--fsync", action="store_true")  # make each save durable before its rename
+    parser.add_argument("--direct", action="store_true")  # save straight to the final name
     args = parser.parse_args()
     assert args.ckpt == os.environ["TRAINCHAOS_CKPT_DIR"], "the declared directory, both ways"
     root = args.ckpt
@@ -69,8 +71,12 @@ SCRIPT = textwrap.dedent(
         path = os.path.join(root, f"step-{step}.pt")
         probe.emit("ckpt_save_start", step=step, tier="shared", path=path)
         try:
-            torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step},
-                       path + ".tmp")
+            state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}
+            if args.direct:  # the classic bug: no temporary name, no fsync, no rename
+                torch.save(state, path)
+                probe.emit("ckpt_save_end", step=step, tier="shared", path=path)
+                return
+            torch.save(state, path + ".tmp")
             if args.fsync:
                 fd = os.open(path + ".tmp", os.O_RDONLY)
                 try:
@@ -172,15 +178,15 @@ def test_eio_on_a_commands_own_torch_save_hits_its_saves_and_a_later_save_succee
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("fsync", "points"), [(True, None), (False, "1")], ids=["fsync", "no-fsync"])
+@pytest.mark.parametrize(("fsync", "points"), [(True, "1,2"), (False, "1")], ids=["fsync", "no-fsync"])
 def test_the_crash_point_sweep_of_a_commands_torch_save(tmp_path, fsync, points):
     """The save of step 20 (the second, by the declared cadence of 10): with an fsync before
-    its rename every power loss resumes from a complete checkpoint on the twin's weights;
-    without it, a power loss after the rename leaves every checkpoint torn in the crash image
-    and the restart starts over."""
+    its rename a power loss at either boundary (one of each kind: the fsync, the rename)
+    resumes from a complete checkpoint on the twin's weights; without it, a power loss after
+    the rename leaves every checkpoint torn in the crash image and the restart starts over."""
     scenario = _scenario(tmp_path, "command-crash", "--fsync" if fsync else "", steps=30, every=10)
     out = tmp_path / "sweep"
-    argv = ["run", "--crash-points", scenario, "--out", str(out)] + (["--crash-after", points] if points else [])
+    argv = ["run", "--crash-points", scenario, "--out", str(out), "--crash-after", points]
     proc = run_trainchaos(argv, env=cli_env(tmp_path / "state"), timeout=580)
     output = proc.stdout + proc.stderr
     sweep = json.loads((out / "command-crash" / "crash_points.json").read_text())
@@ -194,13 +200,13 @@ def test_the_crash_point_sweep_of_a_commands_torch_save(tmp_path, fsync, points)
     results = {r["after"]: r for r in sweep["results"]}
     if fsync:
         assert proc.returncode == 0, output
-        assert {k: r["outcomes"] for k, r in results.items()} == {0: ["ok"], 1: ["ok"], 2: ["ok"]}, output
-        # Audited by the torch.save format: after the fsync the step-20 file reads whole (as
-        # step-20.pt.tmp: the audit counts what reads, whatever its name), but only once
-        # renamed does the script's loader take it; before, it took step 10's.
+        assert {k: r["outcomes"] for k, r in results.items()} == {1: ["ok"], 2: ["ok"]}, output
+        # Audited by the torch.save format: after the fsync the step-20 file reads whole, but
+        # as step-20.pt.tmp, which the script's loader never takes (nor the audit: a name of a
+        # write in progress); only once renamed is it complete and loaded.
         assert {k: (r["complete"], r["torn"], r["resumed_from"]) for k, r in results.items()} == {
-            0: ([10], {}, 10), 1: ([10, 20], {}, 10), 2: ([10, 20], {}, 20)}, output
-        assert "3/3 boundaries ok" in proc.stdout
+            1: ([10], {}, 10), 2: ([10, 20], {}, 20)}, output
+        assert "2/2 boundaries ok" in proc.stdout
     else:
         assert proc.returncode == 1, output
         (result,) = results.values()
@@ -209,3 +215,30 @@ def test_the_crash_point_sweep_of_a_commands_torch_save(tmp_path, fsync, points)
         assert result["outcomes"] == ["torn", "lost_saved", "lost_interval"], result
         assert result["complete"] == [] and sorted(map(int, result["torn"])) == [10, 20], result
         assert "torn under a finished name: step 10, step 20" in proc.stdout
+
+
+@pytest.mark.timeout(400)
+def test_a_save_with_no_fsync_and_no_rename_gets_process_crash_points_and_its_torn_file_is_flagged(tmp_path):
+    """``torch.save`` straight to ``step-20.pt``: no durability boundary at all (the power
+    model has nothing to sweep), two file operations (its create and its close). A process
+    crash before the create resumes from step 10, fine; one half-way through its bytes leaves
+    a torn step-20.pt under its finished name (the script skips it: no loaded_torn)."""
+    scenario = _scenario(tmp_path, "command-process", "--direct", steps=30, every=10)
+    out = tmp_path / "sweep"
+    argv = ["run", "--crash-points", scenario, "--out", str(out), "--crash-model", "process",
+            "--crash-after", "b1,t2"]
+    proc = run_trainchaos(argv, env=cli_env(tmp_path / "state"), timeout=380)
+    output = proc.stdout + proc.stderr
+    sweep = json.loads((out / "command-process" / "crash_points.json").read_text())
+    for result in sweep["results"]:
+        run_id = json.loads((Path(result["run_dir"]) / "journal.json").read_text())["run_id"]
+        _assert_nothing_left(run_id)
+    assert sweep["model"] == "process" and sweep["boundaries"] == [], output
+    assert [(o["seq"], o["op"], o["path"]) for o in sweep["ops"]] == [
+        (1, "create", "step-20.pt"), (2, "close", "step-20.pt")], output
+    assert proc.returncode == 1, output
+    results = {r["point"]: r for r in sweep["results"]}
+    assert {p: (r["model"], r["outcomes"], r["resumed_from"]) for p, r in results.items()} == {
+        "b1": ("process", ["ok"], 10), "t2": ("process", ["torn"], 10)}, output
+    assert list(map(int, results["t2"]["torn"])) == [20] and results["t2"]["complete"] == [10], results["t2"]
+    assert "1/2 crash points ok; problems at t2" in proc.stdout

@@ -300,13 +300,15 @@ def test_the_process_trace_looks_back_to_a_pointer_written_before_the_data(fs):
     for step in (10, 20, 30):
         _pointer_first_save(fs, step)
     assert [kind for kind, _ in events] == ["storage_op"] * 6
-    traced = [{k: f[k] for k in ("seq", "op", "path", "bytes", "written_before", "own")} for _, f in events]
+    traced = [{k: f[k] for k in ("seq", "op", "path", "bytes", "written_before", "own", "opened")} for _, f in events]
+    assert [o["opened"] for o in traced[:4]] == [None, 1, None, 3]  # each close: the create of its file
     # the next save's pointer, written before step-30.pt opens the next window, is its own
     ops = own_ops(traced, look_back=True)
     assert [o["path"] for o in traced[4:]] == ["latest", "latest"] and ops == traced[:4]
     assert [(o["op"], o["path"], o["bytes"]) for o in ops] == [
         ("create", "latest", 0), ("close", "latest", 2), ("create", "step-20.pt", 0), ("close", "step-20.pt", 100)]
     labels = [(p.label, p.when, p.path, p.cut) for p in process_points(ops)]
+    assert [p.opened for p in process_points(ops) if p.when == "torn"] == [1, 3]
     # a1 = b2's files but for the bytes between them; a2 = b3 (nothing written between)
     assert labels == [("b1", "before", "latest", 0), ("a1", "after", "latest", 0),
                       ("t2", "torn", "latest", 1), ("b2", "before", "latest", 0),
@@ -347,8 +349,10 @@ def _frozen_state(fs: FaultFS, spec: dict, tmp_path) -> tuple[dict, dict[str, by
     ({"op": 1, "when": "after"}, {"latest": b"", "step-10.pt": b"D" * 100}),
     ({"op": 4, "when": "torn", "path": "step-20.pt", "cut": 50},
      {"latest": b"20", "step-10.pt": b"D" * 100, "step-20.pt": b"D" * 50}),
+    ({"op": 2, "when": "torn", "path": "a-name-drawn-at-random", "opened": 1, "cut": 1},
+     {"latest": b"2", "step-10.pt": b"D" * 100}),
     ({"op": 4, "when": "after"}, {"latest": b"20", "step-10.pt": b"D" * 100, "step-20.pt": b"D" * 100}),
-], ids=["before-pointer", "after-pointer-emptied", "torn-data", "after-data"])
+], ids=["before-pointer", "after-pointer-emptied", "torn-data", "torn-by-its-create", "after-data"])
 def test_a_process_crash_point_freezes_at_its_operation_and_keeps_every_write(fs, tmp_path, spec, files):
     crash, image = _frozen_state(fs, spec, tmp_path)
     assert crash["model"] == "process" and crash["after"] == spec["op"]
@@ -402,7 +406,7 @@ def test_each_process_crash_run_arms_its_point_and_crashes_the_process_not_the_n
     arm = _arm_point(20, SweepPoint("process", "t4", 4, "torn", "close", "step-20.pt", 50), 10)
     assert arm["type"] == sweep.arm_type and arm["params"] == {
         "tier": "shared", "save_step": 20, "after": -1, "model": "process", "op": 4, "when": "torn",
-        "prev_step": 10, "path": "step-20.pt", "cut": 50}
+        "prev_step": 10, "path": "step-20.pt", "cut": 50, "opened": 0}
     crash = _crash("process")
     assert (crash["type"], crash["trigger"]) == ("process_crash", {"after_event": {"event": sweep.event}})
     assert _crash("power")["type"] == sweep.power_loss_type

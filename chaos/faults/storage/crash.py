@@ -140,6 +140,8 @@ class CrashPointParams(FaultParams):
     """Process model: freeze right before or right after that operation, or torn: half-way through the writes of the file it closes (path, cut)."""
     path: str | None = None
     """A torn point's file, relative to the tier (as the trace reported its close)."""
+    opened: int = Field(0, ge=0)
+    """A torn point's file as the file operation that created it (its seq; 0: by path): a temporary name drawn at random differs from run to run, the operation does not."""
     cut: int = Field(0, ge=0)
     """A torn point's byte: the write crossing it lands up to it, then the layer freezes."""
     prev_step: int | None = Field(None, ge=0, le=MAX_STEPS)
@@ -192,7 +194,8 @@ class CrashPoint(FaultType):
         spec = {"save": save_globs(step), "after": int(self.params.get("after", -1)),
                 "model": self.params.get("model", "power"), "op": int(self.params.get("op", -1)),
                 "when": self.params.get("when", "before"), "path": self.params.get("path"),
-                "cut": int(self.params.get("cut") or 0), "trace_ops": bool(self.params.get("trace_ops")),
+                "cut": int(self.params.get("cut") or 0), "opened": int(self.params.get("opened") or 0),
+                "trace_ops": bool(self.params.get("trace_ops")),
                 "prev": None if prev is None else save_globs(int(prev)) if prev else [],
                 "events_dir": rundir.events, "image_dir": rundir.crash_image}
         controls = mount_controls(ctx, self)
