@@ -247,8 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join("reports", "ckpt-chaos-compare"))
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
-    rows = [compare(target, out) for target in args.targets.split(",")]
-    (out / "compare.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    rows: list[Comparison] = []
+    for target in args.targets.split(","):
+        rows.append(compare(target, out))
+        # each target's result kept as it comes: a long run cut short keeps what it measured
+        (out / "compare.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     for r in rows:
         print(f"\n## {r.target}")
         for t in (r.ckpt_chaos, r.trainchaos):
