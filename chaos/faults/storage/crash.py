@@ -140,9 +140,9 @@ class CrashPointParams(FaultParams):
     """Process model: freeze right before or right after that operation, or torn: half-way through the writes of the file it closes (path, cut)."""
     path: str | None = None
     """A torn point's file, relative to the tier (as the trace reported its close)."""
-    opened: int = Field(0, ge=0)
+    opened: int = Field(0, ge=0, le=10_000)
     """A torn point's file as the file operation that created it (its seq; 0: by path): a temporary name drawn at random differs from run to run, the operation does not."""
-    cut: int = Field(0, ge=0)
+    cut: int = Field(0, ge=0, le=1 << 50)
     """A torn point's byte: the write crossing it lands up to it, then the layer freezes."""
     prev_step: int | None = Field(None, ge=0, le=MAX_STEPS)
     """Process model: the previous save's step, whose last file operation the look-back starts after (0: the first save, from the mount); null: no look-back."""
