@@ -37,6 +37,7 @@ Writes ``<out>/compare.json`` and prints the markdown table docs/checkers.md car
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -73,6 +74,9 @@ class ToolRun:
     setup_s: float = 0.0
     wall_s: float = 0.0
     note: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+    """trainchaos: where a crash run's time goes (median s): job start to the crash point,
+    the crash to the restarted rank's first step, that step to the job's end."""
 
 
 @dataclass
@@ -162,7 +166,27 @@ def run_trainchaos(target: str, work: Path) -> tuple[ToolRun, dict[str, Any]]:
     run.flagged = [f"{r['model']} {r['point']}" for r in results if not r["ok"]]
     run.per_point_s = statistics.median(sweep["crash_s"]) if sweep.get("crash_s") else None
     run.setup_s = wall - sum(sweep.get("crash_s") or [])
+    run.phases = _phases([r["run_dir"] for r in results if r.get("run_dir")])
     return run, sweep
+
+
+def _phases(run_dirs: list[str]) -> dict[str, float]:
+    from chaos.runfiles.events import read_events
+
+    spans: dict[str, list[float]] = {"to_crash": [], "restart": [], "to_end": []}
+    for run_dir in run_dirs:
+        events = read_events(os.path.join(run_dir, "events"))
+        first = {kind: next((float(e["t"]) for e in events if e.get("kind") == kind), None)
+                 for kind in ("job_start", "crash_point", "job_end")}
+        if None in first.values():
+            continue
+        after = [float(e["t"]) for e in events if e.get("kind") == "step_end" and int(e.get("incarnation") or 0) >= 1]
+        if not after:
+            continue
+        spans["to_crash"].append(first["crash_point"] - first["job_start"])  # type: ignore[operator]
+        spans["restart"].append(after[0] - first["crash_point"])  # type: ignore[operator]
+        spans["to_end"].append(first["job_end"] - after[0])  # type: ignore[operator]
+    return {k: round(statistics.median(v), 1) for k, v in spans.items() if v}
 
 
 # -- matching -------------------------------------------------------------------------------
@@ -200,6 +224,9 @@ def trainchaos_point(label: str, ops: list[dict[str, Any]]) -> str | None:
 def compare(target: str, out: Path) -> Comparison:
     shutil.rmtree(out / target, ignore_errors=True)
     (out / target).mkdir(parents=True)
+    if target == "hf_trainer" and importlib.util.find_spec("transformers") is None:
+        why = "not run: transformers is not installed here (the target's only dependency beyond torch)"
+        return Comparison(target, ToolRun("ckpt-chaos", note=why), ToolRun("trainchaos", note=why))
     print(f"[{target}] ckpt-chaos ...", flush=True)
     cc, events = run_ckpt_chaos(target, out / target / "ckpt-chaos")
     print(f"[{target}] trainchaos ...", flush=True)
@@ -257,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n## {r.target}")
         for t in (r.ckpt_chaos, r.trainchaos):
             print(f"{t.tool}: {t.note or ''} {t.points} points, {len(t.flagged)} flagged, wall {t.wall_s:.0f} s, "
-                  f"setup {t.setup_s:.0f} s, per point {t.per_point_s}")
+                  f"setup {t.setup_s:.0f} s, per point {t.per_point_s}" + (f", phases {t.phases}" if t.phases else ""))
             for label, verdict in t.labels.items():
                 print(f"    {label}: {verdict}")
         for label, point in r.matched.items():
