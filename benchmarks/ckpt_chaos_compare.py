@@ -142,6 +142,7 @@ def _scenario(target: str, into: Path) -> Path:
            "workload": {"command": f"{sys.executable} {script} --out {{ckpt_dir}} --steps {steps} --every {every}",
                         "steps": steps, "checkpoint_dir": "ckpt", "checkpoint_every_steps": every},
            "topology": {"nodes": 1, "ranks_per_node": 1}, "timeout_s": 180}
+    into.mkdir(parents=True, exist_ok=True)
     path = into / f"compare-{target}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

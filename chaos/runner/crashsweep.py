@@ -350,7 +350,8 @@ def _points(boundaries: list[dict[str, Any]], ops: list[dict[str, Any]], model: 
     """The points a sweep runs, in order: every one of its models' (or those ``chosen``; a
     chosen one the trace did not find stays as it was given: not run)."""
     found: list[SweepPoint] = []
-    if "power" in _models(model):
+    if "power" in _models(model) and (boundaries or model == "power"):
+        # both models and no boundary: no power loss to place (the process points cover it)
         found += _power_points(boundaries)
     if "process" in _models(model):
         found += process_points(ops)

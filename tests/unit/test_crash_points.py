@@ -410,3 +410,15 @@ def test_each_process_crash_run_arms_its_point_and_crashes_the_process_not_the_n
     crash = _crash("process")
     assert (crash["type"], crash["trigger"]) == ("process_crash", {"after_event": {"event": sweep.event}})
     assert _crash("power")["type"] == sweep.power_loss_type
+
+
+def test_a_sweep_of_both_models_places_no_power_loss_in_a_save_without_boundaries():
+    from chaos.runner.crashsweep import _points
+
+    ops = [{"seq": 1, "op": "create", "path": "step-20.pt", "bytes": 0, "written_before": 0},
+           {"seq": 2, "op": "close", "path": "step-20.pt", "bytes": 10, "written_before": 10}]
+    assert [p.label for p in _points([], ops, "both", None)] == ["b1", "a1", "t2", "b2", "a2"]
+    assert [p.label for p in _points([], ops, "power", None)] == ["0"]  # as ever: reported not_reached
+    boundaries = [{"seq": 1, "op": "rename", "path": "a -> b"}]
+    assert [(p.model, p.label) for p in _points(boundaries, ops, "both", [1, "t2"])] == [
+        ("power", "1"), ("process", "t2")]
