@@ -16,6 +16,9 @@ For each target, on this machine, one tool after the other (never both at once):
 - ``lightning_trainer``: ``ckpt-chaos bench lightning_trainer``, and trainchaos on
   ``benchmarks/ckpt_compare/lightning_loop.py`` (ModelCheckpoint every epoch of 5 steps,
   ``save_last``, resume from ``last``).
+- ``loop_ddp_rename``: ``ckpt-chaos bench loop_ddp --strategy tmp_rename_rank0`` (the
+  protocol right for a process crash: a temporary folder renamed into place, no fsync), and
+  trainchaos's power model on ``loop_direct.py --tmp-rename``: the case only a power loss shows.
 - ``hf_trainer``: ``ckpt-chaos bench hf_trainer`` needs ``transformers``; where it is not
   installed, neither tool can run an HF Trainer here, and the row says so.
 
@@ -55,8 +58,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "ckpt_compare"
 BIN = Path(sys.executable).parent
-SCRIPTS = {"plain": "plain_loop.py", "loop_ddp": "loop_direct.py", "lightning_trainer": "lightning_loop.py"}
-CADENCE = {"plain": (30, 10), "loop_ddp": (30, 5), "lightning_trainer": (30, 5)}
+SCRIPTS = {"plain": "plain_loop.py", "loop_ddp": "loop_direct.py", "loop_ddp_rename": "loop_direct.py",
+           "lightning_trainer": "lightning_loop.py"}
+CADENCE = {"plain": (30, 10), "loop_ddp": (30, 5), "loop_ddp_rename": (30, 5), "lightning_trainer": (30, 5)}
+BENCH = {"loop_ddp": ["loop_ddp"], "loop_ddp_rename": ["loop_ddp", "--strategy", "tmp_rename_rank0"],
+         "lightning_trainer": ["lightning_trainer"], "hf_trainer": ["hf_trainer"]}
+"""How ckpt-chaos's bench runs each built-in target."""
+MODEL = {"loop_ddp_rename": ("power", ["--tmp-rename"])}
+"""trainchaos's crash model and the script's options where not ``both`` and none: the
+rename protocol is right for a process crash (ckpt-chaos's points show it), what it lacks
+is an fsync, which only the power model sees."""
 """(steps, save every): trainchaos sweeps the second save, as ckpt-chaos's targets arm at it."""
 EVENT_OPS = {"os.mkdir": "mkdir", "os.rename": "rename", "os.remove": "unlink", "os.rmdir": "rmdir",
              "shutil.rmtree": "rmdir"}
@@ -107,7 +118,7 @@ def run_ckpt_chaos(target: str, work: Path) -> tuple[ToolRun, list[tuple[int, st
                 "--step-regex", r"resumed from step (\d+)", "--checkpoint-glob", "{out}/step-*.pt",
                 "--", sys.executable, str(script), "--out", "{out}", "--sleep", "0"]
     else:
-        argv = [cli, "bench", target, "--jobs", "1", "--work", str(work)]
+        argv = [cli, "bench", *BENCH[target], "--jobs", "1", "--work", str(work)]
     started = time.monotonic()
     proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
@@ -138,8 +149,10 @@ def run_ckpt_chaos(target: str, work: Path) -> tuple[ToolRun, list[tuple[int, st
 def _scenario(target: str, into: Path) -> Path:
     steps, every = CADENCE[target]
     script = HERE / SCRIPTS[target]
+    options = " ".join(MODEL.get(target, ("both", []))[1])
     doc = {"name": f"compare-{target}", "seed": 1,
-           "workload": {"command": f"{sys.executable} {script} --out {{ckpt_dir}} --steps {steps} --every {every}",
+           "workload": {"command": f"{sys.executable} {script} --out {{ckpt_dir}} --steps {steps} --every {every} "
+                                   f"{options}".strip(),
                         "steps": steps, "checkpoint_dir": "ckpt", "checkpoint_every_steps": every},
            "topology": {"nodes": 1, "ranks_per_node": 1}, "timeout_s": 180}
     into.mkdir(parents=True, exist_ok=True)
@@ -150,7 +163,8 @@ def _scenario(target: str, into: Path) -> Path:
 
 def run_trainchaos(target: str, work: Path) -> tuple[ToolRun, dict[str, Any]]:
     scenario = _scenario(target, work)
-    argv = [str(BIN / "trainchaos"), "run", "--crash-points", str(scenario), "--crash-model", "both",
+    argv = [str(BIN / "trainchaos"), "run", "--crash-points", str(scenario), "--crash-model",
+            MODEL.get(target, ("both", []))[0],
             "--out", str(work / "sweep")]
     started = time.monotonic()
     proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, check=False)
@@ -271,7 +285,7 @@ def markdown(rows: list[Comparison]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--targets", default="plain,loop_ddp,lightning_trainer,hf_trainer")
+    parser.add_argument("--targets", default="plain,loop_ddp_rename,loop_ddp,lightning_trainer,hf_trainer")
     parser.add_argument("--out", default=os.path.join("reports", "ckpt-chaos-compare"))
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()

@@ -3,7 +3,9 @@ run, for ``benchmarks/ckpt_chaos_compare.py``: the same save protocol, written h
 copied. Every 5 steps it writes straight into ``step-N/`` (``model.pt``, ``optim.pt``,
 ``rank_0.pt``, then ``state.json`` last; the target names the folder ``checkpoint-N``, which
 trainchaos's save window does not match), and the resume takes the highest-numbered folder
-with no completeness check. SGD with momentum on an 8-16-1 MLP, 30 steps, as the target."""
+with no completeness check. SGD with momentum on an 8-16-1 MLP, 30 steps, as the target.
+``--tmp-rename``: the target's ``tmp_rename_rank0`` strategy instead (written into
+``step-N.tmp/``, then renamed into place: right for a process crash, no fsync anywhere)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--sleep", type=float, default=0.05)
+    parser.add_argument("--tmp-rename", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     probe.emit("rank_start", rank=0, world_size=1, pid=os.getpid(), node=int(os.environ.get("TRAINCHAOS_NODE", 0)))
@@ -51,15 +54,18 @@ def main() -> None:
         probe.step_end(step, loss.item())
         probe.state_digest(step, model=model)
         if step % args.every == 0:
-            folder = os.path.join(args.out, f"step-{step}")
-            probe.emit("ckpt_save_start", step=step, tier="shared", path=folder)
+            final = os.path.join(args.out, f"step-{step}")
+            folder = final + ".tmp" if args.tmp_rename else final
+            probe.emit("ckpt_save_start", step=step, tier="shared", path=final)
             os.makedirs(folder, exist_ok=True)
             torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
             torch.save(opt.state_dict(), os.path.join(folder, "optim.pt"))
             torch.save({"step": step}, os.path.join(folder, "rank_0.pt"))
             with open(os.path.join(folder, "state.json"), "w", encoding="utf-8") as fh:
                 json.dump({"step": step}, fh)
-            probe.emit("ckpt_save_end", step=step, tier="shared", path=folder)
+            if args.tmp_rename:
+                os.rename(folder, final)
+            probe.emit("ckpt_save_end", step=step, tier="shared", path=final)
         time.sleep(args.sleep)
     probe.final_state(step, model=model)
 
