@@ -18,7 +18,7 @@ from chaos.ckptformat.records import CheckpointAudit, CheckpointImage, LoadedSta
 from chaos.probe.digest import state_dict_digest
 
 __all__ = ["MODEL_KEYS", "POINTER_FILES", "STEP_KEYS", "CheckpointFormat", "files_with", "model_state",
-           "recorded_step", "step_from_name", "text_pointer", "unusable"]
+           "recorded_step", "step_from_name", "temporary_name", "text_pointer", "unusable"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,16 @@ _NAME_STEP = (
     re.compile(r"^checkpoint-(\d+)$"),  # HF Trainer's checkpoint-<global_step>
     re.compile(r"^iter_(\d+)$"),  # Megatron's iter_0000040
 )
+
+
+_TEMPORARY_PARTS = ("tmp", "temp", "partial", "part", "incomplete")
+"""Name parts (after a dot) of a write in progress: ``step-20.pt.tmp``, ``ckpt.partial``."""
+
+
+def temporary_name(name: str) -> bool:
+    """Whether a name says its entry is still being written: a loader that trusts names
+    never takes it, whether its bytes happen to read whole or not."""
+    return name.endswith("~") or any(part in _TEMPORARY_PARTS for part in name.lower().split(".")[1:])
 
 
 def step_from_name(path: str) -> int | None:
@@ -176,14 +186,16 @@ class CheckpointFormat(ABC):
         """Every entry of ``directory`` this format detects, read whole: complete (the step it
         records or its name carries) or torn (a finished name, one carrying a step, that does
         not read; an entry with no step in its name that does not read is a write in progress
-        under a temporary name, not counted); and the pointer."""
+        under a temporary name, not counted); and the pointer. An entry whose name says it is
+        a write in progress (``temporary_name``: ``step-20.pt.tmp``) is not counted even when
+        it reads whole: the job's loader never takes it, so a pointer naming its step dangles."""
         complete: list[int] = []
         torn: dict[int, str] = {}
         steps_by_name: dict[str, int] = {}
         skip = set(self.pointer_names())
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
-            if name.startswith(".") or name in skip or not self.detect(path):
+            if name.startswith(".") or name in skip or temporary_name(name) or not self.detect(path):
                 continue
             named_step = step_from_name(name)
             try:

@@ -45,21 +45,29 @@ __all__ = ["bench_stacks", "run"]
               help="A scenario that expects to fail (expect: {fail: ...}) but met every target "
                    "(XPASS) fails the run too (exit 1), as pytest's xfail_strict.")
 @click.option("--crash-points", is_flag=True,
-              help="Instead of the scenario's faults: one power loss (unfsynced writes lost) at each "
-                   "durability boundary (fsync, rename) of one checkpoint save, each in a run of "
-                   "its own; lists every boundary and its outcome (docs/checkers.md).")
+              help="Instead of the scenario's faults: one crash at each point of one checkpoint save, "
+                   "each in a run of its own (--crash-model: a power loss, unfsynced writes lost, "
+                   "at each durability boundary, fsync or rename; a process crash before and after "
+                   "each file operation and half-way through each file); lists every point and its "
+                   "outcome (docs/checkers.md).")
 @click.option("--crash-save-step", type=click.IntRange(1), default=None, metavar="N",
               help="With --crash-points: the save whose boundaries are swept [default: the "
                    "workload's second, 2 x its declared cadence: the harness's "
                    "checkpoint.every_steps, checkpoint_every_steps of the others].")
 @click.option("--crash-after", "crash_after", default=None, metavar="K,K,...",
-              help="With --crash-points: lose power only after these boundaries (0: before the "
-                   "first), e.g. to re-check the ones a sweep found wrong [default: every one].")
+              help="With --crash-points: crash only at these points: power losses after these "
+                   "boundaries (0: before the first), process crashes at bK, aK, tK (before, after, "
+                   "torn at file operation K), e.g. to re-check the ones a sweep found wrong "
+                   "[default: every one].")
+@click.option("--crash-model", "crash_model", type=click.Choice(["power", "process", "both"]), default=None,
+              help="With --crash-points: power (a power loss at each durability boundary), process "
+                   "(a process crash at each file operation: for a checkpointer with no fsync or "
+                   "rename), or both, from one trace [default: power].")
 def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: int | None,
         junit_path: str | None, fail_fast: bool, dry_run: bool, baseline_dir: str | None,
         update_baseline: bool, tolerances_path: str | None, compare_spec: str | None,
         check_host: bool, strict: bool, crash_points: bool, crash_save_step: int | None,
-        crash_after: str | None) -> None:
+        crash_after: str | None, crash_model: str | None) -> None:
     """Run scenarios (files, directories or suite files) and print a verdict table."""
     from chaos.runner.suite import preflight, run_suite
     from chaos.scenario.load import load_suite
@@ -67,11 +75,13 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
 
     if (update_baseline or tolerances_path) and not baseline_dir:
         raise click.UsageError("--update-baseline and --tolerances need --baseline-from DIR")
-    for given, option in ((crash_save_step, "--crash-save-step"), (crash_after, "--crash-after")):
+    for given, option in ((crash_save_step, "--crash-save-step"), (crash_after, "--crash-after"),
+                          (crash_model, "--crash-model")):
         if given is not None and not crash_points:
             raise click.UsageError(f"{option} needs --crash-points")
     if crash_points:
-        _crash_points(paths, out_dir, crash_save_step, _boundaries(crash_after), dry_run, check_host)
+        _crash_points(paths, out_dir, crash_save_step, _boundaries(crash_after), dry_run, check_host,
+                      crash_model or "power")
         return
     try:
         variation = parse_variation(compare_spec) if compare_spec else None
@@ -110,26 +120,29 @@ def run(paths: tuple[str, ...], repeat: int | None, out_dir: str | None, seed: i
     sys.exit(code)
 
 
-def _boundaries(text: str | None) -> list[int] | None:
-    """``--crash-after 0,3,4``: boundary numbers, 0 or more."""
+def _boundaries(text: str | None) -> list[int | str] | None:
+    """``--crash-after 0,3,b4``: boundary numbers, 0 or more, and process points (bK, aK, tK)."""
+    from chaos.runner.crashsweep import parse_points
+
     if text is None:
         return None
-    items = [item.strip() for item in text.split(",")]
-    if not all(item.isdigit() for item in items):
-        raise click.UsageError(f"--crash-after {text!r}: give boundary numbers (0 or more) separated by "
-                               "commas, e.g. 0,3,4")
-    return [int(item) for item in items]
+    try:
+        return parse_points(text)
+    except ValueError:
+        raise click.UsageError(f"--crash-after {text!r}: give boundary numbers (0 or more) or process points "
+                               "(bK, aK, tK: before, after, torn at file operation K) separated by commas, "
+                               "e.g. 0,3,4 or b1,t2") from None
 
 
 def _crash_points(paths: tuple[str, ...], out_dir: str | None, save_step: int | None,
-                  points: list[int] | None, dry_run: bool, check_host: bool) -> None:
+                  points: list[int | str] | None, dry_run: bool, check_host: bool, model: str) -> None:
     """``run --crash-points``: the durability sweep of each scenario (chaos.runner.crashsweep)."""
     from chaos.runner.crashsweep import run_sweeps
     from chaos.util.interrupts import installed
 
     out_dir = out_dir or os.path.join("reports", _suite_name(paths) + "-crash-points")
     with installed():
-        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points, check_host))
+        sys.exit(run_sweeps(list(paths), out_dir, save_step, dry_run, click.echo, points, check_host, model))
 
 
 def _exit_code(outcome: SuiteOutcome) -> int:

@@ -65,14 +65,18 @@ a user wrote for the family's types to be suggested, each with one line of why."
 @dataclass(frozen=True)
 class CrashSweep:
     """The fault types of the checkpoint durability sweep (``chaos.runner.crashsweep``): one arms
-    the fault layer to freeze right after one durability boundary of a save and report it as
-    the event ``event``; the other, triggered by that event, is the power loss there."""
+    the fault layer to freeze at one point of a save (right after a durability boundary, or
+    at a file operation) and report it as the event ``event``; the others, triggered by that
+    event, are the crash there: a power loss, or a process crash."""
 
     arm_type: str
-    """Params ``tier``, ``save_step``, ``after`` (-1: count the boundaries, freeze at none)."""
+    """Params ``tier``, ``save_step``, ``after`` (-1: count the boundaries, freeze at none);
+    process points: ``model``, ``op``, ``when``, ``path``, ``cut``, ``prev_step``, ``trace_ops``."""
     power_loss_type: str
     """Params ``tier``; a node target."""
     event: str
+    process_crash_type: str = ""
+    """Params ``tier``; a node target; empty: the family offers no process crash."""
 
 
 @dataclass(frozen=True)

@@ -70,8 +70,10 @@ KINDS: dict[str, tuple[str, ...]] = {
     # it claims, the digest of the model state it holds; error: why it could not be read
     "ckpt_image": ("step", "tier", "path", "digest", "error"),
     # the storage fault layer (src "storage") at an armed crash point: each durability
-    # boundary of the watched save (trace), and the one it froze at
+    # boundary and each file operation (bytes: a close's) of the watched save (trace), and
+    # the point it froze at
     "storage_boundary": ("seq", "op", "path"),
+    "storage_op": ("seq", "op", "path", "bytes", "written_before", "own", "opened"),
     "crash_point": ("after", "op", "path", "where", "boundaries"),
     # a rank's DataLoader worker processes (children of the rank, never its target)
     "data_workers": ("pids",),

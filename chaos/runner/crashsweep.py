@@ -1,6 +1,10 @@
-"""The checkpoint durability sweep (``trainchaos run --crash-points``): one power loss at each
-durability boundary of one save, the ALICE / LazyFS method applied to a training job's
-checkpointer (docs/checkers.md).
+"""The checkpoint durability sweep (``trainchaos run --crash-points``): one crash at each
+point of one save, the ALICE / LazyFS method applied to a training job's checkpointer
+(docs/checkers.md). Two crash models (``--crash-model``): **power**, one power loss after
+each durability boundary (unfsynced writes lost); **process**, one process crash before and
+after each file operation of the save and half-way through each file it writes (the page
+cache kept), what a checkpointer with no fsync and no rename still has to get right;
+``both``, the two from one trace.
 
 1. The fault-free twin (the reference for the final digest and checkpoint freshness).
 2. A trace run: the fault layer over the shared checkpoint tier counts the boundaries of the
@@ -12,6 +16,11 @@ checkpointer (docs/checkers.md).
    keeps the crash image; the job restarts and trains on to the end. ``points`` narrows
    this to chosen boundaries (``--crash-after``: re-check the ones a full sweep found wrong,
    or one boundary of each kind where the full sweep costs too much); the trace is whole.
+   The process model's points (``chaos.storage.crashpoints``) are ``bK`` / ``aK``, right
+   before / after file operation K of the save (an ``aK`` that leaves the same files as
+   ``bK+1``, no byte written between the two, is not run twice), and ``tK``, the file that
+   operation K closes torn half-way; each is a run with a ``process_crash`` of the writer's
+   node, triggered by the ``crash_point`` event.
 
 Each boundary's outcome (``ok`` or what went wrong, several at once possible):
 
@@ -37,7 +46,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -53,18 +62,89 @@ from chaos.runner.state import RunProgress
 from chaos.scenario.load import parse_scenario
 from chaos.workload import workload_for
 
-__all__ = ["BoundaryOutcome", "SweepResult", "classify", "crash_point_sweep", "default_save_step", "run_sweeps",
-           "sweep_plan", "sweep_table"]
+__all__ = ["CRASH_MODELS", "BoundaryOutcome", "CrashModel", "SweepPoint", "SweepResult", "classify",
+           "crash_point_sweep", "default_save_step", "own_ops", "parse_points", "process_points", "run_sweeps", "sweep_plan",
+           "sweep_table"]
 
 SWEEP_FILE = "crash_points.json"
 WRITER_NODE = 0
 """The node of rank 0, which writes the harness's (replicated DDP) checkpoints."""
 
+CrashModel = Literal["power", "process", "both"]
+CRASH_MODELS: tuple[str, ...] = ("power", "process", "both")
+_WHEN_OF = {"b": "before", "a": "after", "t": "torn"}
+Point = int | str
+"""A power point (boundaries completed before the power loss) or a process point's label (``b3``)."""
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One crash point of a sweep: where the layer freezes, and which crash follows."""
+
+    model: str
+    label: str
+    """Power: the boundaries completed (``3``); process: ``b3``, ``a3``, ``t3``."""
+    at: int
+    """Power: boundaries completed; process: the file operation (1: the first)."""
+    when: str = "after"
+    op: str = ""
+    path: str = ""
+    cut: int = 0
+    """A torn point's byte."""
+    opened: int = 0
+    """A torn point's file: the operation that created it (0: known by its path only)."""
+
+
+def process_points(ops: Sequence[dict[str, Any]]) -> list[SweepPoint]:
+    """The process crash points of a traced save: before each file operation, the file each
+    ``close`` ends torn half-way, and after an operation where that leaves other files than
+    before the next (bytes written between the two, or the last operation)."""
+    points: list[SweepPoint] = []
+    for index, op in enumerate(ops):
+        seq, name, path = int(op["seq"]), str(op["op"]), str(op["path"])
+        if name == "close" and int(op.get("bytes") or 0) >= 2:
+            points.append(SweepPoint("process", f"t{seq}", seq, "torn", name, path, int(op["bytes"]) // 2,
+                                     int(op.get("opened") or 0)))
+        points.append(SweepPoint("process", f"b{seq}", seq, "before", name, path))
+        following = ops[index + 1] if index + 1 < len(ops) else None
+        if following is None or int(following.get("written_before") or 0) > 0:
+            points.append(SweepPoint("process", f"a{seq}", seq, "after", name, path))
+    return points
+
+
+def own_ops(ops: list[dict[str, Any]], look_back: bool) -> list[dict[str, Any]]:
+    """The traced operations that are the save's: with a look-back, not those after its last
+    operation on its own paths (the next save's look-back takes them: each operation between
+    two saves is a point once)."""
+    if not look_back:
+        return ops
+    last = max((i for i, op in enumerate(ops) if op.get("own")), default=len(ops) - 1)
+    return ops[:last + 1]
+
+
+def parse_points(text: str) -> list[Point]:
+    """``--crash-after 0,3,b2,t4``: power boundaries (numbers) and process points (``bK``,
+    ``aK``, ``tK``: before, after, torn at file operation K). ValueError: not such a list."""
+    points: list[Point] = []
+    for item in (part.strip() for part in text.split(",")):
+        if item.isdigit():
+            points.append(int(item))
+        elif item[:1] in _WHEN_OF and item[1:].isdigit() and int(item[1:]) >= 1:
+            points.append(item)
+        else:
+            raise ValueError(item)
+    return points
+
+
+def _models(model: str) -> tuple[str, ...]:
+    return ("power", "process") if model == "both" else (model,)
+
 
 @dataclass
 class BoundaryOutcome:
     after: int
-    """Boundaries completed before the power loss (0: before the first)."""
+    """Power: boundaries completed before the power loss (0: before the first); process: the
+    file operation of the point."""
     op: str
     path: str
     outcomes: list[str]
@@ -74,10 +154,18 @@ class BoundaryOutcome:
     complete: list[int] = field(default_factory=list)
     torn: dict[int, str] = field(default_factory=dict)
     run_dir: str = ""
+    model: str = "power"
+    """The crash model of the point: power (a power loss), process (a process crash)."""
+    point: str = ""
+    """The point's label (``3``, ``b3``...: ``--crash-after`` takes it)."""
 
     @property
     def ok(self) -> bool:
         return self.outcomes == ["ok"]
+
+    @property
+    def key(self) -> Point:
+        return self.after if self.model == "power" else self.point
 
 
 @dataclass
@@ -90,16 +178,23 @@ class SweepResult:
     wall_s: float
     twin_status: str
     trace_status: str
+    model: str = "power"
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    """The trace's file operations of the save (process model)."""
+    crash_s: list[float] = field(default_factory=list)
+    """Each crash run's wall time (the cost per crash point)."""
 
     @property
     def problems(self) -> list[BoundaryOutcome]:
         return [r for r in self.results if not r.ok]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "save_step": self.save_step, "boundaries": self.boundaries,
+        return {"scenario": self.scenario, "save_step": self.save_step, "model": self.model,
+                "boundaries": self.boundaries, "ops": self.ops,
                 "results": [{**asdict(r), "ok": r.ok} for r in self.results], "wall_s": round(self.wall_s, 1),
+                "crash_s": [round(t, 2) for t in self.crash_s],
                 "twin_status": self.twin_status, "trace_status": self.trace_status,
-                "problems": [r.after for r in self.problems]}
+                "problems": [r.key for r in self.problems]}
 
 
 def default_save_step(scenario: Scenario) -> int | None:
@@ -149,15 +244,50 @@ def _sweep() -> CrashSweep:
     return sweep
 
 
-def _arm(save_step: int, after: int) -> dict[str, Any]:
+def _arm(save_step: int, after: int, **process: Any) -> dict[str, Any]:
     return {"type": _sweep().arm_type, "target": {"node": WRITER_NODE}, "trigger": {"at_step": 1},
-            "params": {"tier": "shared", "save_step": save_step, "after": after}}
+            "params": {"tier": "shared", "save_step": save_step, "after": after, **process}}
+
+
+def _trace(save_step: int, model: str, prev_step: int | None) -> dict[str, Any]:
+    if model == "power":
+        return _arm(save_step, -1)
+    return _arm(save_step, -1, trace_ops=True, prev_step=prev_step)
+
+
+def _arm_point(save_step: int, point: SweepPoint, prev_step: int | None) -> dict[str, Any]:
+    if point.model == "power":
+        return _arm(save_step, point.at)
+    extra: dict[str, Any] = ({"path": point.path, "cut": point.cut, "opened": point.opened}
+                             if point.when == "torn" else {})
+    return _arm(save_step, -1, model="process", op=point.at, when=point.when, prev_step=prev_step, **extra)
 
 
 def _power_loss() -> dict[str, Any]:
     sweep = _sweep()
     return {"type": sweep.power_loss_type, "target": {"node": WRITER_NODE},
             "trigger": {"after_event": {"event": sweep.event}}, "params": {"tier": "shared"}}
+
+
+def _crash(model: str) -> dict[str, Any]:
+    """The crash a point's freeze triggers: a power loss, or a process crash."""
+    if model == "power":
+        return _power_loss()
+    sweep = _sweep()
+    if not sweep.process_crash_type:
+        raise ToolError("the crash-point sweep's family offers no process crash (CrashSweep.process_crash_type)")
+    return {"type": sweep.process_crash_type, "target": {"node": WRITER_NODE},
+            "trigger": {"after_event": {"event": sweep.event}}, "params": {"tier": "shared"}}
+
+
+def previous_save(scenario: Scenario, save_step: int) -> int | None:
+    """The step of the save before ``save_step`` by the declared cadence (0: it is the first),
+    where the process model's look-back starts; None: no cadence, no look-back."""
+    layout = workload_for(scenario.workload).storage()
+    every = layout.every_steps if layout is not None else None
+    if not every or save_step % every:
+        return None
+    return save_step - every
 
 
 def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
@@ -215,51 +345,93 @@ def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
     return outcomes, "; ".join(notes), resumed
 
 
+def _points(boundaries: list[dict[str, Any]], ops: list[dict[str, Any]], model: str,
+            chosen: Sequence[Point] | None) -> list[SweepPoint | Point]:
+    """The points a sweep runs, in order: every one of its models' (or those ``chosen``; a
+    chosen one the trace did not find stays as it was given: not run)."""
+    found: list[SweepPoint] = []
+    if "power" in _models(model) and (boundaries or model == "power"):
+        # both models and no boundary: no power loss to place (the process points cover it)
+        found += _power_points(boundaries)
+    if "process" in _models(model):
+        found += process_points(ops)
+    if chosen is None:
+        return list(found)
+    by_key: dict[Point, SweepPoint] = {(p.at if p.model == "power" else p.label): p for p in found}
+    return [by_key.get(k, k) for k in sorted(set(chosen), key=_point_order)]
+
+
+def _point_order(point: Point) -> tuple[bool, int, str]:
+    """Power points first, by number; then process points by file operation (``b3`` ``a3``)."""
+    return (True, int(point[1:]), point) if isinstance(point, str) else (False, point, "")
+
+
+def _power_points(boundaries: list[dict[str, Any]]) -> list[SweepPoint]:
+    points = []
+    for k in range(len(boundaries) + 1):
+        where = boundaries[k - 1] if k else (boundaries[0] if boundaries else {"op": "", "path": ""})
+        op = ("before " if k == 0 and boundaries else "") + str(where["op"])
+        points.append(SweepPoint("power", str(k), k, "after", op, str(where["path"])))
+    return points
+
+
 def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
                       note: Callable[[str], None] = lambda _text: None,
-                      points: Sequence[int] | None = None) -> SweepResult:
-    """Twin, trace, one crash run per boundary (each of ``points`` only, when given: 0 is
-    before the first); writes ``<out_dir>/crash_points.json``."""
+                      points: Sequence[Point] | None = None, model: str = "power") -> SweepResult:
+    """Twin, trace, one crash run per point of ``model`` (each of ``points`` only, when
+    given: power 0 is before the first boundary); writes ``<out_dir>/crash_points.json``."""
     started = time.monotonic()
     check_format_env()  # the auditor's format, before a run is spent on it
     workload = workload_for(scenario.workload)
     progress = RunProgress(on_note=None)
+    prev_step = previous_save(scenario, save_step)
     base = _variant(scenario, scenario.name, [])
     twin, twin_journal = run_baseline(base, os.path.join(out_dir, "baseline"), scenario.seed, progress)
     note(f"twin: {twin_journal.status} ({len(twin.digests)} step digests)")
-    trace_journal = run_scenario_once(_variant(scenario, f"{scenario.name}-trace", [_arm(save_step, -1)]),
+    trace_journal = run_scenario_once(_variant(scenario, f"{scenario.name}-trace", [_trace(save_step, model, prev_step)]),
                                       os.path.join(out_dir, "trace"), scenario.seed, twin, progress)
-    boundaries = [{k: e[k] for k in ("seq", "op", "path")}
-                  for e in read_events(RunDir(str(trace_journal.run_dir)).events)
-                  if e.get("kind") == "storage_boundary"]
-    note(f"trace: {trace_journal.status}, {len(boundaries)} durability boundaries in the save of "
-         f"step {save_step}")
+    traced = read_events(RunDir(str(trace_journal.run_dir)).events)
+    boundaries = [{k: e[k] for k in ("seq", "op", "path")} for e in traced if e.get("kind") == "storage_boundary"]
+    ops = own_ops([{k: e.get(k) for k in ("seq", "op", "path", "bytes", "written_before", "own", "opened")}
+                   for e in traced if e.get("kind") == "storage_op"], look_back=prev_step is not None)
+    note(f"trace: {trace_journal.status}, {len(boundaries)} durability boundaries"
+         + (f", {len(ops)} file operations" if model != "power" else "") + f" in the save of step {save_step}")
     results: list[BoundaryOutcome] = []
-    for after in (range(0, len(boundaries) + 1) if points is None else sorted(set(points))):
-        if after > len(boundaries):
-            results.append(BoundaryOutcome(after=after, op="", path="", outcomes=["not_reached"],
-                                           detail=f"not run: the trace found {len(boundaries)} boundaries"))
-            note(f"crash after boundary {after}: not run, the save has {len(boundaries)} boundaries")
+    crash_s: list[float] = []
+    for point in _points(boundaries, ops, model, points):
+        if not isinstance(point, SweepPoint):
+            found = (f"the trace found {len(boundaries)} boundaries" if isinstance(point, int)
+                     else f"the trace found {len(ops)} file operations" + ("" if model != "power" else
+                                                                           " (none: --crash-model power)"))
+            results.append(BoundaryOutcome(after=point if isinstance(point, int) else int(point[1:]), op="", path="",
+                                           outcomes=["not_reached"], detail=f"not run: {found}",
+                                           model="power" if isinstance(point, int) else "process", point=str(point)))
+            note(f"crash point {point}: not run, {found}")
             continue
-        name = f"{scenario.name}-crash-{after:02d}"
-        journal = run_scenario_once(_variant(scenario, name, [_arm(save_step, after), _power_loss()]),
-                                    os.path.join(out_dir, f"crash-{after:02d}"), scenario.seed, twin, progress)
+        name = f"{scenario.name}-crash-{point.label.zfill(2)}"
+        began = time.monotonic()
+        journal = run_scenario_once(_variant(scenario, name, [_arm_point(save_step, point, prev_step),
+                                                              _crash(point.model)]),
+                                    os.path.join(out_dir, f"crash-{point.label.zfill(2)}"), scenario.seed, twin,
+                                    progress)
+        crash_s.append(time.monotonic() - began)
         rundir = RunDir(str(journal.run_dir))
         events = read_events(rundir.events)
         audit = (workload.audit_checkpoints(rundir.crash_image)
                  if os.path.isdir(rundir.crash_image) else None)
         outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest)
-        where = boundaries[after - 1] if after else (boundaries[0] if boundaries else {"op": "", "path": ""})
-        outcome = BoundaryOutcome(after=after, op=("before " if after == 0 else "") + str(where["op"]),
-                                  path=str(where["path"]), outcomes=outcomes, detail=detail, resumed_from=resumed,
-                                  pointer=audit.pointer if audit else None,
+        op = point.op if point.model == "power" else f"{point.when} {point.op}"
+        outcome = BoundaryOutcome(after=point.at, op=op, path=point.path, outcomes=outcomes, detail=detail,
+                                  resumed_from=resumed, pointer=audit.pointer if audit else None,
                                   complete=list(audit.complete) if audit else [],
-                                  torn=dict(audit.torn) if audit else {}, run_dir=str(journal.run_dir))
+                                  torn=dict(audit.torn) if audit else {}, run_dir=str(journal.run_dir),
+                                  model=point.model, point=point.label)
         results.append(outcome)
-        note(f"crash after boundary {after} ({outcome.op} {outcome.path}): {', '.join(outcomes)}: {detail}")
+        where = f"after boundary {point.at}" if point.model == "power" else f"process crash {point.label}"
+        note(f"crash {where} ({outcome.op} {outcome.path}): {', '.join(outcomes)}: {detail}")
     result = SweepResult(scenario=scenario.name, save_step=save_step, boundaries=boundaries, results=results,
                          wall_s=time.monotonic() - started, twin_status=twin_journal.status,
-                         trace_status=trace_journal.status)
+                         trace_status=trace_journal.status, model=model, ops=ops, crash_s=crash_s)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, SWEEP_FILE), "w", encoding="utf-8") as fh:
         json.dump(result.to_dict(), fh, indent=1)
@@ -267,41 +439,69 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
 
 
 def sweep_table(result: SweepResult) -> list[str]:
-    """The sweep as text: one row per boundary tried, its outcome."""
-    every = len(result.boundaries) + 1
-    losses = f"{len(result.results)}" + ("" if len(result.results) == every else f" of {every}")
-    rows = [f"crash-point sweep of {result.scenario}: the save of step {result.save_step}, "
-            f"{len(result.boundaries)} boundaries, {losses} power losses, {result.wall_s:.0f} s",
-            f"{'after':>5}  {'boundary':<42} {'outcome':<22} detail"]
+    """The sweep as text: one row per point tried, its model and outcome."""
+    if all(r.model == "power" for r in result.results) and result.model == "power":
+        every = len(result.boundaries) + 1
+        losses = f"{len(result.results)}" + ("" if len(result.results) == every else f" of {every}")
+        head = (f"crash-point sweep of {result.scenario}: the save of step {result.save_step}, "
+                f"{len(result.boundaries)} boundaries, {losses} power losses, {result.wall_s:.0f} s")
+        noun = "boundaries"
+    else:
+        power = sum(r.model == "power" for r in result.results)
+        head = (f"crash-point sweep of {result.scenario} ({result.model}): the save of step {result.save_step}, "
+                f"{len(result.boundaries)} boundaries, {len(result.ops)} file operations; "
+                f"{power} power losses, {len(result.results) - power} process crashes, {result.wall_s:.0f} s")
+        noun = "crash points"
+    rows = [head, f"{'point':>5}  {'model':<7} {'where':<42} {'outcome':<22} detail"]
     for r in result.results:
         where = f"{r.op} {r.path}"
-        rows.append(f"{r.after:>5}  {where[:42]:<42} {','.join(r.outcomes)[:22]:<22} {r.detail}")
+        rows.append(f"{r.point or r.after:>5}  {r.model:<7} {where[:42]:<42} {','.join(r.outcomes)[:22]:<22} {r.detail}")
     bad = result.problems
-    rows.append(f"{len(result.results) - len(bad)}/{len(result.results)} boundaries ok"
-                + (f"; problems after boundaries {', '.join(str(r.after) for r in bad)}" if bad else ""))
+    after = "after boundaries" if noun == "boundaries" else "at"
+    rows.append(f"{len(result.results) - len(bad)}/{len(result.results)} {noun} ok"
+                + (f"; problems {after} {', '.join(str(r.key) for r in bad)}" if bad else ""))
     return rows
 
 
 def sweep_plan(scenarios: Sequence[Scenario], save_step: int | None,
-               points: Sequence[int] | None = None) -> tuple[dict[str, int], list[Scenario]]:
+               points: Sequence[Point] | None = None, model: str = "power"
+               ) -> tuple[dict[str, int], list[Scenario]]:
     """The one judge of what a sweep can serve, asked by ``--dry-run`` and by the real run
     before anything starts: each scenario's save step, and the scenarios of its trace and
     crash runs, each validated as the real run builds it (a backend or workload the storage
-    layer cannot serve is refused here, not after the twin). Raises ScenarioError (exit 2)
-    with every problem, located in the scenario's file."""
+    layer cannot serve is refused here, not after the twin; a point of a model not swept,
+    a crash model not known). Raises ScenarioError (exit 2) with every problem, located in
+    the scenario's file."""
     from chaos.errors import ScenarioError, ValidationIssue
 
     steps: dict[str, int] = {}
     runs: list[Scenario] = []
     issues: list[ValidationIssue] = []
     for sc in scenarios:
+        if model not in CRASH_MODELS:
+            issues.append(ValidationIssue(sc.path, "--crash-model",
+                                          f"unknown crash model {model!r}; allowed: {', '.join(CRASH_MODELS)}"))
+            continue
+        swept = _models(model)
+        wrong = [p for p in points or () if ("power" if isinstance(p, int) else "process") not in swept]
+        if wrong:
+            issues.append(ValidationIssue(sc.path, "--crash-after", (
+                f"{', '.join(map(str, wrong))}: not a point of --crash-model {model} (numbers are power "
+                f"boundaries; bK, aK, tK process points)")))
+            continue
         step = save_step or default_save_step(sc)
         if step is None or workload_for(sc.workload).storage() is None:
             issues.append(ValidationIssue(sc.path, *_no_default_save(sc)))
             continue
         steps[sc.name] = step
-        faults = [[_arm(step, -1)]] + [[_arm(step, after), _power_loss()]
-                                       for after in sorted(set(points if points is not None else [1]))]
+        prev = previous_save(sc, step)
+        # Each point chosen as its run is built (the trace decides the rest: one of each kind).
+        chosen = sorted(set(points if points is not None else
+                            ([1] if "power" in swept else []) + (["b1", "t1"] if "process" in swept else [])),
+                        key=_point_order)
+        sample = [SweepPoint("power", str(p), p) if isinstance(p, int) else
+                  SweepPoint("process", p, int(p[1:]), _WHEN_OF[p[0]], path="f", cut=1) for p in chosen]
+        faults = [[_trace(step, model, prev)]] + [[_arm_point(step, p, prev), _crash(p.model)] for p in sample]
         try:
             runs += [_variant(sc, f"{sc.name}-sweep", run) for run in faults]
         except ScenarioError as exc:
@@ -324,34 +524,45 @@ def _sweep_location(location: str, faults: list[dict[str, Any]]) -> str:
 
 
 def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: bool,
-               echo: Callable[[str], None], points: Sequence[int] | None = None,
-               check_host: bool = True) -> int:
-    """``trainchaos run --crash-points PATHS``: each scenario's sweep (of ``points`` only,
-    ``--crash-after``, when given), its table; the exit code (1 when a boundary is not
-    ``ok``; 2, nothing started, when ``sweep_plan`` or the host refuses). ``check_host``:
-    with ``dry_run``, the preflight too (the real run always does it)."""
+               echo: Callable[[str], None], points: Sequence[Point] | None = None,
+               check_host: bool = True, model: str = "power") -> int:
+    """``trainchaos run --crash-points PATHS``: each scenario's sweep of ``model``'s points
+    (of ``points`` only, ``--crash-after``, when given), its table; the exit code (1 when a
+    point is not ``ok``; 2, nothing started, when ``sweep_plan`` or the host refuses).
+    ``check_host``: with ``dry_run``, the preflight too (the real run always does it)."""
     from chaos.errors import EXIT_OK, EXIT_TARGET_MISSED
     from chaos.runner.suite import preflight
     from chaos.scenario.load import load_suite
 
     scenarios = load_suite(paths)
-    steps, runs = sweep_plan(scenarios, save_step, points)
+    steps, runs = sweep_plan(scenarios, save_step, points, model)
     if check_host or not dry_run:
         preflight(runs)  # the runs the sweep starts: their backend, the sweep's faults
     if dry_run:
-        where = ("per durability boundary of it" if points is None else
-                 "after each of its durability boundaries " + ", ".join(map(str, sorted(set(points)))))
+        sweep = _sweep()
+        power = [p for p in points or () if isinstance(p, int)]
+        process = [str(p) for p in points or () if isinstance(p, str)]
         for sc in scenarios:
-            echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then one power "
-                 f"loss ({_sweep().power_loss_type}) {where}")
+            crashes = []
+            if "power" in _models(model) and (points is None or power):
+                where = ("per durability boundary of it" if points is None else
+                         "after each of its durability boundaries " + ", ".join(map(str, sorted(set(power)))))
+                crashes.append(f"one power loss ({sweep.power_loss_type}) {where}")
+            if "process" in _models(model) and (points is None or process):
+                where = ("before and after each file operation of it and half-way through each file it writes"
+                         if points is None else "at its points " + ", ".join(sorted(set(process))))
+                crashes.append(f"one process crash ({sweep.process_crash_type}) {where}")
+            echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then "
+                 + "; ".join(crashes))
         return EXIT_OK
     code = EXIT_OK
     for sc in scenarios:
         result = crash_point_sweep(sc, os.path.join(out_dir, sc.name), steps[sc.name],
-                                   note=lambda text: echo(f"  {text}"), points=points)
+                                   note=lambda text: echo(f"  {text}"), points=points, model=model)
         for line in sweep_table(result):
             echo(line)
         echo(f"journal: {os.path.join(out_dir, sc.name, SWEEP_FILE)}")
-        if result.problems or result.twin_status != "completed" or not result.boundaries:
+        found = result.boundaries if model == "power" else result.boundaries or result.ops
+        if result.problems or result.twin_status != "completed" or not found:
             code = EXIT_TARGET_MISSED
     return code

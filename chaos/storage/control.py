@@ -1,8 +1,9 @@
 """The control channel of one mount: two small JSON files in its control directory.
 
 ``rules.json`` (written by the injector, atomically: a temp file renamed over it) holds a
-``version``, the active ``rules`` and a ``drop`` counter (raised by one per crash whose
-unfsynced data must be dropped). The daemon polls it every 20 ms and answers in
+``version``, the active ``rules``, a ``drop`` counter (raised by one per crash whose
+unfsynced data must be dropped) and a ``release`` counter (raised by one per process crash:
+the page cache stays, an armed crash point takes its image and thaws). The daemon polls it every 20 ms and answers in
 ``state.json`` with the version it applied, the drops it performed, and how often each rule
 hit. A writer waits for that answer, so a fault counts as injected only once the layer
 applies it, and a dead daemon is a tool error instead of a fault that silently did nothing.
@@ -87,9 +88,15 @@ class MountControl:
         return self._publish(doc, timeout_s)
 
     def arm_crash_point(self, spec: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
-        """Arm a power loss at one durability boundary of one save (chaos.storage.crashpoints)."""
+        """Arm a crash at one point of one save (chaos.storage.crashpoints)."""
         doc = self.current()
         doc["crash_point"] = spec
+        return self._publish(doc, timeout_s)
+
+    def process_crashed(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The writer's processes were killed, the node was not: nothing is dropped."""
+        doc = self.current()
+        doc["release"] = int(doc.get("release", 0)) + 1
         return self._publish(doc, timeout_s)
 
     def drop_unfsynced(self, timeout_s: float = 10.0, torn: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class _Controller(threading.Thread):
         self.version = 0
         self.drops = 0
         self.dropped_files = 0
+        self.releases = 0
         self.ready = False
         self._mtime: int | None = None
         self._publishing = threading.Lock()
@@ -97,6 +98,7 @@ class _Controller(threading.Thread):
     def _publish(self) -> None:
         write_json_atomic(os.path.join(self.dir, STATE_FILE), {
             "version": self.version, "drop": self.drops, "dropped_files": self.dropped_files,
+            "release": self.releases,
             "hits": dict(self.fs.hits), "pid": os.getpid(), "ready": self.ready, "t": time.time(),
             "unfsynced_files": self.fs.tracker.pending() if self.fs.tracker else 0,
             "crash_point": self.fs.crash.status() if self.fs.crash is not None else None,
@@ -135,6 +137,9 @@ class _Controller(threading.Thread):
             while self.drops < wanted:
                 self.dropped_files += self.fs.drop_unfsynced(doc.get("torn"))
                 self.drops += 1
+            while self.releases < int(doc.get("release", 0)):
+                self.fs.process_crashed()
+                self.releases += 1
             self.version = int(doc["version"])
         self.publish()
         self._mtime = mtime  # only once answered: a failed publish is retried next poll

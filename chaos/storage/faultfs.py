@@ -133,7 +133,9 @@ class FaultFS:
         self._changed = threading.Condition()
         self._closing = False
         self.crash: CrashPoint | None = None
-        """A power loss armed at one durability boundary (``chaos.storage.crashpoints``)."""
+        """A crash armed at one point of one save (``chaos.storage.crashpoints``)."""
+        self._paths: dict[int, str] = {}
+        """The path each open file handle was opened by (a write or flush may come without one)."""
         self._thaws = 0
         self.kcache = KernelCache()
         """The kernel's entry/attribute cache: on only while nothing is armed (``chaos.storage.kcache``)."""
@@ -168,7 +170,7 @@ class FaultFS:
             self._changed.notify_all()
 
     def arm_crash_point(self, spec: dict[str, Any] | None, emit: Callable[..., None]) -> None:
-        """Arm (or, with None, disarm) a power loss at one boundary of one save."""
+        """Arm (or, with None, disarm) a crash at one point of one save."""
         if spec is None:
             self.crash = None
         elif self.crash is None or self.crash.spec != spec:
@@ -185,14 +187,17 @@ class FaultFS:
                 self._changed.wait_for(lambda: self._closing or self._thaws != thaws)
         raise OSError(errno.EIO, "the node lost power here (crash point)")
 
-    def _boundary_done(self, op: str, path: str | None) -> None:
+    def _op_done(self, op: str, path: str | None, nbytes: int = 0) -> None:
         crash = self.crash
         if crash is not None:
-            crash.after_op(op, _rel(path))
+            crash.after_op(op, _rel(path), nbytes)
 
-    def _gate(self, op: str, path: str | None, nbytes: int = 0) -> Decision:
+    def _gate(self, op: str, path: str | None, nbytes: int = 0, crash_op: str | None = None) -> Decision:
+        """The crash point's and the rules' say on one operation (``crash_op``: its name as a
+        crash point counts it, where that is not the rules' name: a flush that ends a file's
+        writes is a ``close``)."""
         crash = self.crash
-        if crash is not None and (crash.frozen or crash.before(op, _rel(path))):
+        if crash is not None and (crash.frozen or crash.before(crash_op or op, _rel(path))):
             self._frozen_wait()
         rules = self.rules
         if not rules.rules:
@@ -253,28 +258,31 @@ class FaultFS:
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
         self._gate("fsync", path)
         os.fsync(fh)
-        self._boundary_done("fsync", path)
+        self._op_done("fsync", path)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
         self._gate("mkdir", path)
         os.mkdir(_rel(path), mode, dir_fd=self.fd)
+        self._op_done("mkdir", path)
         return 0
 
     def rmdir(self, path: str) -> int:
         self._gate("rmdir", path)
         os.rmdir(_rel(path), dir_fd=self.fd)
+        self._op_done("rmdir", path)
         return 0
 
     def unlink(self, path: str) -> int:
         self._gate("unlink", path)
         os.unlink(_rel(path), dir_fd=self.fd)
+        self._op_done("unlink", path)
         return 0
 
     def rename(self, old: str, new: str) -> int:
         self._gate("rename", new)
         os.rename(_rel(old), _rel(new), src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        self._boundary_done("rename", f"{_rel(old)} -> {_rel(new)}")
+        self._op_done("rename", f"{_rel(old)} -> {_rel(new)}")
         return 0
 
     def chmod(self, path: str, mode: int) -> int:
@@ -306,17 +314,30 @@ class FaultFS:
 
     # -- files --------------------------------------------------------------------------
     def open(self, path: str, flags: int) -> int:
-        self._gate("open", path)
+        # Opening a file emptied is a create as a crash point counts it (its old bytes are gone).
+        self._gate("open", path, crash_op="create" if flags & os.O_TRUNC else None)
         if self.tracker is None or not flags & os.O_TRUNC:
-            return os.open(_rel(path), flags & ~os.O_CREAT, dir_fd=self.fd)
-        # O_TRUNC drops data too: through the tracker, so a crash can bring it back.
-        fd = os.open(_rel(path), flags & ~(os.O_CREAT | os.O_TRUNC), dir_fd=self.fd)
-        self._truncate_fd(fd, 0)
+            fd = os.open(_rel(path), flags & ~os.O_CREAT, dir_fd=self.fd)
+        else:
+            # O_TRUNC drops data too: through the tracker, so a crash can bring it back.
+            fd = os.open(_rel(path), flags & ~(os.O_CREAT | os.O_TRUNC), dir_fd=self.fd)
+            self._truncate_fd(fd, 0)
+        self._opened(fd, path, "create" if flags & os.O_TRUNC else None)
         return fd
 
     def create(self, path: str, mode: int, flags: int = os.O_WRONLY) -> int:
         self._gate("create", path)
-        return os.open(_rel(path), flags | os.O_CREAT, mode, dir_fd=self.fd)
+        fd = os.open(_rel(path), flags | os.O_CREAT, mode, dir_fd=self.fd)
+        self._opened(fd, path, "create")
+        return fd
+
+    def _opened(self, fd: int, path: str, op: str | None) -> None:
+        self._paths[fd] = _rel(path)
+        if op is not None:
+            self._op_done(op, path)
+            crash = self.crash
+            if crash is not None:
+                crash.opened(fd)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         buf = bytearray(size)
@@ -332,6 +353,14 @@ class FaultFS:
 
     def write(self, path: str | None, data: bytes | memoryview, offset: int, fh: int) -> int:
         decision = self._gate("write", path, len(data))
+        crash = self.crash
+        if crash is not None:
+            cut = crash.write_cut(fh, path and _rel(path) or self._paths.get(fh, ""), offset, len(data))
+            if cut is not None:
+                # A torn crash: the part before the cut lands, the caller's retry waits frozen.
+                if self.tracker is not None and cut:
+                    self.tracker.before_write(fh, offset, cut)
+                return os.pwrite(fh, data[:cut], offset) if cut else 0
         if decision.allow_bytes is not None:
             if decision.allow_bytes == 0:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -340,18 +369,22 @@ class FaultFS:
             data = flip(data, decision.flip_bits, decision.rng)
         if self.tracker is not None:
             self.tracker.before_write(fh, offset, len(data))
-        return os.pwrite(fh, data, offset)
+        written = os.pwrite(fh, data, offset)
+        if crash is not None:
+            crash.wrote(fh, written)
+        return written
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
         self._gate("truncate", path)
         if fh is not None:
             self._truncate_fd(fh, length)
-            return 0
-        fd = os.open(_rel(path), os.O_WRONLY, dir_fd=self.fd)
-        try:
-            self._truncate_fd(fd, length)
-        finally:
-            os.close(fd)
+        else:
+            fd = os.open(_rel(path), os.O_WRONLY, dir_fd=self.fd)
+            try:
+                self._truncate_fd(fd, length)
+            finally:
+                os.close(fd)
+        self._op_done("truncate", path)
         return 0
 
     def _truncate_fd(self, fd: int, length: int) -> None:
@@ -360,7 +393,12 @@ class FaultFS:
         os.ftruncate(fd, length)
 
     def flush(self, path: str | None, fh: int) -> int:
-        self._gate("flush", path)
+        crash = self.crash
+        written = crash.closing(fh) if crash is not None else None
+        relpath = path if path is not None else self._paths.get(fh)
+        self._gate("flush", relpath, crash_op=None if written is None else "close")
+        if written is not None:
+            self._op_done("close", relpath, written)
         return 0
 
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:
@@ -371,10 +409,14 @@ class FaultFS:
             os.fsync(fh)
         if self.tracker is not None:
             self.tracker.synced(fh)
-        self._boundary_done("fsync", path)
+        self._op_done("fsync", path)
         return 0
 
     def release(self, path: str | None, fh: int) -> int:
+        self._paths.pop(fh, None)
+        crash = self.crash
+        if crash is not None:
+            crash.released(fh)
         with contextlib.suppress(OSError):
             os.close(fh)
         return 0
@@ -382,14 +424,22 @@ class FaultFS:
     def drop_unfsynced(self, torn: dict[str, Any] | None = None) -> int:
         dropped = self.tracker.drop(torn) if self.tracker is not None else 0
         self.kcache.forget(self.fd)  # the files changed behind the kernel's cache
+        self._crash_passed()
+        return dropped
+
+    def process_crashed(self) -> None:
+        """The writer's processes died, the node did not: the page cache (every write the
+        layer passed on) stays; an armed crash point keeps its image and thaws."""
+        self._crash_passed()
+
+    def _crash_passed(self) -> None:
         crash = self.crash
         if crash is not None and crash.frozen:
-            # The power loss of an armed crash point: keep the image the crash left, then
-            # let the restarted job in (what waited through the crash fails: its caller died).
+            # The crash of an armed crash point: keep the image the crash left, then let the
+            # restarted job in (what waited through the crash fails: its caller died).
             try:
                 crash.crashed(self.fd)
             finally:
                 with self._changed:
                     self._thaws += 1
                     self._changed.notify_all()
-        return dropped

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,8 +31,10 @@ import yaml
 from chaos.contract import AGENT_ZYGOTE_KEEPER_ENV, STATE_DIR_ENV
 from chaos.model.scenario import Scenario
 
-__all__ = ["CAPABILITIES", "REPO", "TRAINCHAOS", "agent_zygote_keeper_name", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock",
-           "missing", "popen_trainchaos", "run_trainchaos", "state_dir_env", "warm_copy"]
+__all__ = ["CAPABILITIES", "DDP_TORCH_SAVE_SCRIPT", "REPO", "TRAINCHAOS", "agent_zygote_keeper_name",
+           "assert_no_storage_left", "cli_env", "harness_copy", "load_warm", "machine_cleanup_lock", "missing",
+           "popen_trainchaos", "run_trainchaos", "state_dir_env", "storage_daemons_of", "warm_copy",
+           "write_ddp_torch_save_script"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +59,136 @@ def state_dir_env(path: Path) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(STATE_DIR_ENV, str(path))
         yield path
+
+
+# ----------------------------------------------------------------------------- a user's own DDP script
+# The `command` workload's tests (storage faults and crash points, checkpoint formats and
+# freshness) run one plain DDP script of their own that saves with torch.save into the
+# directory it is given; each test chooses the save's protocol by its options.
+DDP_TORCH_SAVE_SCRIPT = textwrap.dedent(
+    """
+    import argparse, os, time
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from chaos import probe
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt", required=True)  # {ckpt_dir}, or a directory of the test's
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--every", type=int, required=True)
+    parser.add_argument("--sleep", type=float, default=0.05)
+    parser.add_argument("--declared", action="store_true")  # --ckpt is the workload's checkpoint_dir
+    parser.add_argument("--per-run", action="store_true")  # a directory per run (the twin's apart)
+    parser.add_argument("--fsync", action="store_true")  # make each save durable before its rename
+    parser.add_argument("--direct", action="store_true")  # save straight to the final name
+    parser.add_argument("--late", action="store_true")  # the bug: step N's save after step N+1's update
+    args = parser.parse_args()
+    if args.declared:
+        assert args.ckpt == os.environ["TRAINCHAOS_CKPT_DIR"], "the declared directory, both ways"
+    root = os.path.join(args.ckpt, os.environ["TRAINCHAOS_RUN_ID"]) if args.per_run else args.ckpt
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    probe.emit("rank_start", rank=rank, world_size=dist.get_world_size(), pid=os.getpid(),
+               node=int(os.environ["TRAINCHAOS_NODE"]))
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    os.makedirs(root, exist_ok=True)
+    step = 0
+    # Newest first; a checkpoint that does not load (torn by a crash) is passed over.
+    names = [n for n in os.listdir(root) if n.startswith("step-") and n.endswith(".pt")]
+    for name in sorted(names, key=lambda n: -int(n[5:-3])):
+        path = os.path.join(root, name)
+        try:
+            state = torch.load(path)
+        except Exception:
+            continue
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step = state["step"]
+        probe.emit("ckpt_load", step=step, tier="shared", verified=False, path=path)
+        break
+
+    def save(step):
+        path = os.path.join(root, f"step-{step}.pt")
+        probe.emit("ckpt_save_start", step=step, tier="shared", path=path)
+        try:
+            state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}
+            if args.direct:  # the classic bug: no temporary name, no fsync, no rename
+                torch.save(state, path)
+            else:
+                torch.save(state, path + ".tmp")
+                if args.fsync:
+                    fd = os.open(path + ".tmp", os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                os.replace(path + ".tmp", path)
+        except Exception as exc:  # a failed save is reported and training goes on without it
+            probe.emit("ckpt_save_failed", step=step, tier="shared", error=str(exc), abandoned=True)
+            return
+        probe.emit("ckpt_save_end", step=step, tier="shared", path=path)
+
+    pending = None
+    while step < args.steps:
+        step += 1
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(8, 4, generator=gen)
+        loss = ((model(x) - x[:, :2].sin()) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        probe.step_end(step, loss.item())
+        if rank == 0:
+            probe.state_digest(step, model=model)  # the twin's reference, a no-op elsewhere
+            if pending is not None:
+                save(pending)
+                pending = None
+            if step % args.every == 0:
+                if args.late and step < args.steps:
+                    pending = step
+                else:
+                    save(step)
+        time.sleep(args.sleep)
+    if rank == 0:
+        probe.final_state(step, model=model)
+    dist.destroy_process_group()
+    """
+)
+
+
+def write_ddp_torch_save_script(into: Path) -> Path:
+    """``DDP_TORCH_SAVE_SCRIPT`` as ``into/train.py``."""
+    script = into / "train.py"
+    script.write_text(DDP_TORCH_SAVE_SCRIPT)
+    return script
+
+
+def storage_daemons_of(run_id: str) -> list[int]:
+    from chaos.contract import STORAGE_RUN_ID_ENV
+
+    needle = f"{STORAGE_RUN_ID_ENV}={run_id}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if needle in fh.read().split(b"\0"):
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def assert_no_storage_left(run_id: str) -> None:
+    """Nothing of a run with the storage fault layer is left: no mount, no daemon, no process."""
+    from chaos.cluster.mounts import fuse_mounts
+    from chaos.util.procs import find_run_processes
+
+    assert not [m for m in fuse_mounts() if m[0].startswith(run_id)], "a fault-layer mount was left"
+    assert not storage_daemons_of(run_id), "a fault-layer daemon was left"
+    assert not find_run_processes(run_id), "processes of the run left behind"
 
 
 # ----------------------------------------------------------------------------- warm starts

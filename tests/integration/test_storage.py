@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from chaos.cluster.mounts import fuse_mounts
-from chaos.contract import STORAGE_RUN_ID_ENV
 from chaos.runfiles.events import read_events
 from chaos.runner.run import run_scenario_once
-from chaos.util.procs import find_run_processes
 from tests.integration._support import (
     REPO,
+    assert_no_storage_left,
     cli_env,
     load_warm,
     popen_trainchaos,
     run_trainchaos,
     state_dir_env,
+    storage_daemons_of,
 )
 
 STORAGE = REPO / "scenarios" / "storage"
@@ -43,30 +43,10 @@ def workdir(tmp_path_factory):
         yield root
 
 
-def _daemons_of(run_id: str) -> list[int]:
-    needle = f"{STORAGE_RUN_ID_ENV}={run_id}".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as fh:
-                    if needle in fh.read().split(b"\0"):
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
-def _assert_nothing_left(run_id: str) -> None:
-    assert not [m for m in fuse_mounts() if m[0].startswith(run_id)], "a fault-layer mount was left"
-    assert not _daemons_of(run_id), "a fault-layer daemon was left"
-    assert not find_run_processes(run_id), "processes of the run left behind"
-
-
 def _run(name: str, workdir) -> tuple[dict, list[dict]]:
     scenario = load_warm(STORAGE / f"{name}.yaml")
     journal = run_scenario_once(scenario, str(workdir / name), scenario.seed).to_dict()
-    _assert_nothing_left(journal["run_id"])
+    assert_no_storage_left(journal["run_id"])
     assert journal["status"] == "completed", journal["error"]
     return journal, read_events(os.path.join(journal["run_dir"], "events"))
 
@@ -194,7 +174,7 @@ def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
     mounts = [m for m in fuse_mounts() if str(run_dir) in m[1]]
     assert mounts, "the SIGKILLed controller's mount must still be there before cleanup"
     run_id = mounts[0][0].split("-shared")[0]
-    assert _daemons_of(run_id)
+    assert storage_daemons_of(run_id)
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return run_trainchaos(list(argv), env=env, cwd=tmp_path, timeout=60)
@@ -203,7 +183,7 @@ def test_controller_killed_mid_stall_then_cleanup_unmounts(tmp_path):
     assert check.returncode == 1 and "fuse_mount" in check.stdout, check.stdout + check.stderr
     result = cli("cleanup")
     assert result.returncode == 0, result.stdout + result.stderr
-    _assert_nothing_left(run_id)
+    assert_no_storage_left(run_id)
     clean = cli("cleanup", "--check")
     assert clean.returncode == 0, clean.stdout + clean.stderr
 

@@ -504,3 +504,17 @@ def test_trainchaos_run_refuses_a_bad_format_before_anything_starts(tmp_path, mo
     assert isinstance(result.exception, ScenarioError) and result.exception.exit_code == 2, result.output
     assert "TRAINCHAOS_CHECKPOINT_FORMAT: checkpoint hook 'no_such_module_here:read'" in str(result.exception)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_whole_file_under_a_temporary_name_is_no_complete_checkpoint_so_a_pointer_to_it_dangles(tmp_path):
+    """``step-20.pt.tmp`` reads whole (the save wrote it all, the rename never came): the
+    job's loader never takes it, so it is not complete, and ``latest`` naming step 20 dangles."""
+    model = _model()
+    torch.save({"model": model.state_dict(), "step": 10}, tmp_path / "step-10.pt")
+    torch.save({"model": model.state_dict(), "step": 20}, tmp_path / "step-20.pt.tmp")
+    (tmp_path / "latest").write_text("20")
+    audit = _audit(tmp_path)
+    assert (audit.complete, audit.torn, audit.pointer, audit.dangling) == ((10,), {}, 20, True)
+    os.rename(tmp_path / "step-20.pt.tmp", tmp_path / "step-20.pt")
+    audit = _audit(tmp_path)
+    assert (audit.complete, audit.pointer, audit.dangling) == ((10, 20), 20, False)

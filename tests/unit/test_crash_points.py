@@ -11,9 +11,10 @@ import time
 import pytest
 
 from chaos.errors import ScenarioError
+from chaos.faults.storage.crash import save_globs
 from chaos.model.scenario import Workload as WorkloadSpec
 from chaos.runfiles.record import RunRecord
-from chaos.runner.crashsweep import classify
+from chaos.runner.crashsweep import classify, own_ops, parse_points, process_points
 from chaos.storage.crashpoints import CrashPoint
 from chaos.storage.faultfs import FaultFS
 from chaos.storage.rules import Caller
@@ -276,3 +277,148 @@ def test_each_crash_run_arms_the_boundary_and_loses_power_with_the_storage_famil
     assert (arm.type, arm.params["after"], arm.params["save_step"]) == (sweep.arm_type, 3, 20)
     assert loss.type == sweep.power_loss_type and loss.trigger.event == sweep.event
     assert arm.target == loss.target == {"node": 0}
+
+
+# -- the process model: every file operation of a save, and a torn file --------------------
+
+def _pointer_first_save(fs: FaultFS, step: int) -> None:
+    """The classic bugs: the "latest" pointer written before the data, the data written under
+    its final name, no fsync, no rename."""
+    for name, data in (("latest", str(step).encode()), (f"step-{step}.pt", b"D" * 100)):
+        fh = fs.create(f"/{name}", 0o644, os.O_WRONLY | os.O_TRUNC)
+        fs.write(f"/{name}", data, 0, fh)
+        fs.flush(f"/{name}", fh)
+        fs.release(f"/{name}", fh)
+
+
+def test_the_process_trace_looks_back_to_a_pointer_written_before_the_data(fs):
+    """No boundary at all, yet four file operations: the pointer's create and close (after
+    step 10's last operation, so this save's), the data file's create and close."""
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": save_globs(20), "after": -1, "trace_ops": True, "prev": save_globs(10)},
+                       lambda kind, **f: events.append((kind, f)))
+    for step in (10, 20, 30):
+        _pointer_first_save(fs, step)
+    assert [kind for kind, _ in events] == ["storage_op"] * 6
+    traced = [{k: f[k] for k in ("seq", "op", "path", "bytes", "written_before", "own", "opened")} for _, f in events]
+    assert [o["opened"] for o in traced[:4]] == [None, 1, None, 3]  # each close: the create of its file
+    # the next save's pointer, written before step-30.pt opens the next window, is its own
+    ops = own_ops(traced, look_back=True)
+    assert [o["path"] for o in traced[4:]] == ["latest", "latest"] and ops == traced[:4]
+    assert [(o["op"], o["path"], o["bytes"]) for o in ops] == [
+        ("create", "latest", 0), ("close", "latest", 2), ("create", "step-20.pt", 0), ("close", "step-20.pt", 100)]
+    labels = [(p.label, p.when, p.path, p.cut) for p in process_points(ops)]
+    assert [p.opened for p in process_points(ops) if p.when == "torn"] == [1, 3]
+    # a1 = b2's files but for the bytes between them; a2 = b3 (nothing written between)
+    assert labels == [("b1", "before", "latest", 0), ("a1", "after", "latest", 0),
+                      ("t2", "torn", "latest", 1), ("b2", "before", "latest", 0),
+                      ("b3", "before", "step-20.pt", 0), ("a3", "after", "step-20.pt", 0),
+                      ("t4", "torn", "step-20.pt", 50), ("b4", "before", "step-20.pt", 0),
+                      ("a4", "after", "step-20.pt", 0)]
+
+
+def _frozen_state(fs: FaultFS, spec: dict, tmp_path) -> tuple[dict, dict[str, bytes]]:
+    """Run three pointer-first saves with ``spec`` armed; the crash_point event and the files
+    as the process crash left them (the page cache kept: nothing dropped)."""
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": save_globs(20), "prev": save_globs(10), "image_dir": str(tmp_path / "image"),
+                        "model": "process", **spec}, lambda kind, **f: events.append((kind, f)))
+
+    def writer() -> None:
+        try:
+            for step in (10, 20, 30):
+                _pointer_first_save(fs, step)
+        except OSError:
+            pass  # the killed writer's operation that waited through the crash
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not fs.crash.frozen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fs.crash.frozen, "the layer never froze"
+    fs.process_crashed()
+    thread.join(10)
+    image = tmp_path / "image"
+    files = {p.name: p.read_bytes() for p in image.iterdir()}
+    return events[-1][1], files
+
+
+@pytest.mark.parametrize(("spec", "files"), [
+    ({"op": 1, "when": "before"}, {"latest": b"10", "step-10.pt": b"D" * 100}),
+    ({"op": 1, "when": "after"}, {"latest": b"", "step-10.pt": b"D" * 100}),
+    ({"op": 4, "when": "torn", "path": "step-20.pt", "cut": 50},
+     {"latest": b"20", "step-10.pt": b"D" * 100, "step-20.pt": b"D" * 50}),
+    ({"op": 2, "when": "torn", "path": "a-name-drawn-at-random", "opened": 1, "cut": 1},
+     {"latest": b"2", "step-10.pt": b"D" * 100}),
+    ({"op": 4, "when": "after"}, {"latest": b"20", "step-10.pt": b"D" * 100, "step-20.pt": b"D" * 100}),
+], ids=["before-pointer", "after-pointer-emptied", "torn-data", "torn-by-its-create", "after-data"])
+def test_a_process_crash_point_freezes_at_its_operation_and_keeps_every_write(fs, tmp_path, spec, files):
+    crash, image = _frozen_state(fs, spec, tmp_path)
+    assert crash["model"] == "process" and crash["after"] == spec["op"]
+    assert image == files
+    # Unfsynced, yet kept: a process crash drops nothing; the layer thawed for the restart.
+    assert fs.tracker.pending() > 0 and not fs.crash.frozen
+
+
+def test_the_power_model_finds_nothing_in_a_save_without_fsync_or_rename(fs):
+    events: list[tuple[str, dict]] = []
+    fs.arm_crash_point({"save": save_globs(20), "after": -1}, lambda kind, **f: events.append((kind, f)))
+    for step in (10, 20):
+        _pointer_first_save(fs, step)
+    assert events == []
+
+
+def test_process_points_on_the_command_line_and_the_model_they_need(tmp_path):
+    from click.testing import CliRunner
+
+    from chaos.cli import cli
+
+    assert parse_points("0,3,b1,a2,t4") == [0, 3, "b1", "a2", "t4"]
+    for bad in ("x1", "b0", "b", "1.5"):
+        with pytest.raises(ValueError):
+            parse_points(bad)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {harness: {steps: 30, checkpoint: {every_steps: 10}}}\n"
+                        "topology: {nodes: 1, ranks_per_node: 2}\nfaults: []\n")
+    run = ["run", "--crash-points", "--dry-run", "--no-preflight", str(scenario)]
+    result = CliRunner().invoke(cli, run + ["--crash-model", "process"])
+    assert result.exit_code == 0, result.output
+    assert ("a trace of the save of step 20, then one process crash (process_crash) before and after each "
+            "file operation of it and half-way through each file it writes") in result.output
+    result = CliRunner().invoke(cli, run + ["--crash-model", "both", "--crash-after", "2,t3"])
+    assert result.exit_code == 0, result.output
+    assert "one power loss (lose_unfsynced) after each of its durability boundaries 2; one process crash " \
+           "(process_crash) at its points t3" in result.output
+    result = CliRunner().invoke(cli, run + ["--crash-after", "b1"])
+    assert isinstance(result.exception, ScenarioError)
+    assert "--crash-after: b1: not a point of --crash-model power" in str(result.exception)
+    result = CliRunner().invoke(cli, ["run", "--crash-model", "process", str(scenario)])
+    assert result.exit_code == 2 and "--crash-model needs --crash-points" in result.output
+
+
+def test_each_process_crash_run_arms_its_point_and_crashes_the_process_not_the_node():
+    from chaos.faults.family import crash_sweep
+    from chaos.runner.crashsweep import SweepPoint, _arm_point, _crash
+
+    sweep = crash_sweep()
+    assert sweep is not None and sweep.process_crash_type == "process_crash"
+    arm = _arm_point(20, SweepPoint("process", "t4", 4, "torn", "close", "step-20.pt", 50), 10)
+    assert arm["type"] == sweep.arm_type and arm["params"] == {
+        "tier": "shared", "save_step": 20, "after": -1, "model": "process", "op": 4, "when": "torn",
+        "prev_step": 10, "path": "step-20.pt", "cut": 50, "opened": 0}
+    crash = _crash("process")
+    assert (crash["type"], crash["trigger"]) == ("process_crash", {"after_event": {"event": sweep.event}})
+    assert _crash("power")["type"] == sweep.power_loss_type
+
+
+def test_a_sweep_of_both_models_places_no_power_loss_in_a_save_without_boundaries():
+    from chaos.runner.crashsweep import _points
+
+    ops = [{"seq": 1, "op": "create", "path": "step-20.pt", "bytes": 0, "written_before": 0},
+           {"seq": 2, "op": "close", "path": "step-20.pt", "bytes": 10, "written_before": 10}]
+    assert [p.label for p in _points([], ops, "both", None)] == ["b1", "a1", "t2", "b2", "a2"]
+    assert [p.label for p in _points([], ops, "power", None)] == ["0"]  # as ever: reported not_reached
+    boundaries = [{"seq": 1, "op": "rename", "path": "a -> b"}]
+    assert [(p.model, p.label) for p in _points(boundaries, ops, "both", [1, "t2"])] == [
+        ("power", "1"), ("process", "t2")]

@@ -1,5 +1,5 @@
 """Storage faults through the FUSE fault layer over the checkpoint tiers (stall, slow IO,
-errors, a full disk, corruption, lost unfsynced data, crash points), the mounts they need
+errors, a full disk, corruption, lost unfsynced data, process crashes, crash points), the mounts they need
 and their metrics (rejected and corrupt checkpoints).
 
 The family's ``FamilySpec`` (``chaos.faults.family``); the types are in ``faults``.
@@ -38,6 +38,9 @@ MEANINGS: tuple[Meaning, ...] = (
     ((("torn",),), (
         ("torn_write", "of each file's unfsynced writes only a first part persists"),
     )),
+    ((("process", "crash", "save"), ("kill", "save"), ("crash", "checkpoint")), (
+        ("process_crash", "the writer's ranks are killed mid-save and every write they made stays"),
+    )),
     ((("unfsynced",), ("storage", "loss")), (
         ("lose_unfsynced", "the node crashes and every write not fsynced is dropped"),
     )),
@@ -64,5 +67,6 @@ FAMILY = register_family(FamilySpec(
     metrics=METRICS,
     mounts=_plan_mounts,
     # the layer's crash point (chaos.storage.crashpoints) reports the event it is named after
-    crash_sweep=CrashSweep(arm_type="crash_point", power_loss_type="lose_unfsynced", event="crash_point"),
+    crash_sweep=CrashSweep(arm_type="crash_point", power_loss_type="lose_unfsynced", event="crash_point",
+                           process_crash_type="process_crash"),
     docs="storage.md"))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["STORAGE_TYPES", "plan_mounts", "storage_plan"]
 
 STORAGE_TYPES: frozenset[str] = frozenset({"io_stall", "io_slow", "io_error", "disk_full", "io_corrupt",
-                                           "lose_unfsynced", "torn_write", "crash_point"})
+                                           "lose_unfsynced", "torn_write", "crash_point", "process_crash"})
 """Fault types that need the fault layer mounted (``storage_plan``)."""
 
 
