@@ -17,9 +17,9 @@ Two checks, two moments:
   container, node, domain or rank that is not the run's is refused (``TargetRefused``,
   exit 2) and never touched;
 - preconditions, just before each inject (and in ``--dry-run``): the target's nodes exist
-  and run (not paused, suspended, exited, down or gone), its ranks have live processes. An unmet one
-  stops the exercise with one located line (exit 2) or, with ``skip_if_absent``, skips the
-  step; either way the fault is never handed to the engine.
+  and run (not paused, suspended, exited, down or gone), its ranks have live processes. An
+  unmet one stops the exercise with one located line (exit 2) or, with ``skip_if_absent``,
+  skips the step; either way the fault is never handed to the engine.
 """
 
 from __future__ import annotations

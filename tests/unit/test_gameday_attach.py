@@ -140,6 +140,12 @@ def test_a_container_target_on_a_run_whose_nodes_are_not_containers_is_refused(
         "node 1 is paused: its stand node 1 is paused, not running"]
 
 
+def test_plan_hosts_for_a_run_whose_backend_takes_none_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match=r"the plan's hosts \(ssh://gpu1\) name engines of a run's containers; "
+                                        r"run trainchaos-att runs on the slurm backend, which takes no hosts"):
+        attach.AttachedRun(_entry(tmp_path, "slurm"), hosts=["ssh://gpu1"])
+
+
 @pytest.mark.parametrize(("fault", "backend", "works_on"), [
     ("node_down", "docker", "slurm"), ("container_pause", "slurm", "docker")])
 def test_a_fault_type_the_runs_backend_lacks_is_a_located_error(tmp_path: Path, fault: str, backend: str,
