@@ -141,12 +141,12 @@ def compare(baseline: str, current: str, tolerances_path: str | None, out_path: 
 @cli.command()
 @click.argument("plan_path", metavar="PLAN.yaml")
 @click.option("--dry-run", is_flag=True, help="Print what each step would touch, resolved against the "
-              "live containers; change nothing.")
+              "run's live nodes (containers, Slurm tasks); change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask before disruptive steps.")
 @click.option("--out", "out_dir", default=None, help="Report directory [default: reports/gameday/<plan>-<time>].")
 def gameday(plan_path: str, dry_run: bool, yes: bool, out_dir: str | None) -> None:
     """Run a game-day exercise (ordered steps, confirmation, stop conditions, revert, report)
-    against a live run on the docker backend."""
+    against a live run on a backend that can be attached to (docker, slurm)."""
     from chaos.gameday import run_gameday
 
     def ask(prompt: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "PowerControl",
+__all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "NodeHandle", "PowerControl",
            "PowerCut", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
 
 
@@ -153,6 +153,24 @@ class StorageLayer(Protocol):
         """Where the injector talks to the mount of ``label`` (``shared``, ``local-node-1``)."""
 
 
+@dataclass(frozen=True)
+class NodeHandle:
+    """A node of an attached run as the operator knows it on its infrastructure: what a game
+    day's dry run, preconditions and live panel name (``container trainchaos-x-n1``,
+    ``Slurm task of job 17 on n2``)."""
+
+    kind: str
+    """What a node is there, in a word or two (``container``, ``Slurm task``)."""
+    name: str
+    """Which one (``trainchaos-x-n1``, ``of job 17 on n2``): ``f"{kind} {name}"`` reads."""
+    absent: str
+    """Why a node without one counts as down, as the rest of "node 1 is down: ..." (``it has
+    no container (no trainchaos-x-n1 on unix:///var/run/docker.sock)``)."""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
 class Attachable(Protocol):
     """attach to a live run another controller started (a game day's faults act on it)"""
 
@@ -163,8 +181,12 @@ class Attachable(Protocol):
         removed."""
 
     def rescan(self) -> dict[int, str]:
-        """Node -> its state as the infrastructure says now (``running``, ``paused``,
-        ``exited``...); a node with nothing left: absent."""
+        """Node -> its state as the infrastructure says now: ``running`` (a fault may act on
+        it), ``paused`` (frozen), ``exited`` (ended, or taken ``down`` by the scheduler)...; a
+        node with nothing left: absent."""
+
+    def node_handle(self, node: int) -> NodeHandle:
+        """The node as the infrastructure calls it (for the operator's lines)."""
 
 
 

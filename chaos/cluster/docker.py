@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from chaos import contract
 from chaos.cluster import register_backend
 from chaos.cluster.base import ClusterBackend, NodeStatus
-from chaos.cluster.capabilities import Attachable, ContainerHost, LocalDisk, PowerControl
+from chaos.cluster.capabilities import (
+    Attachable,
+    ContainerHost,
+    LocalDisk,
+    NodeHandle,
+    PowerControl,
+)
 from chaos.cluster.docker_engine import (
     LABEL_NODE,
     LABEL_RUN,
@@ -175,6 +181,10 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                     net = client(self.host_of(min(states))).networks.get(self.network_name())
                     self.subnet = ipaddress.ip_network(net.attrs["IPAM"]["Config"][0]["Subnet"])
         return states
+
+    def node_handle(self, node: int) -> NodeHandle:
+        name = self.container_name(node)
+        return NodeHandle("container", name, f"it has no container (no {name} on {', '.join(self.hosts)})")
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from chaos import contract, probe
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, NodeStatus
-from chaos.cluster.capabilities import LocalDisk, PowerControl, Scheduler
+from chaos.cluster.capabilities import Attachable, LocalDisk, NodeHandle, PowerControl, Scheduler
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.slurm_cli import (
     ACTIVE_STATES,
@@ -64,7 +64,7 @@ from chaos.errors import ToolError
 from chaos.model.types import StrictModel
 from chaos.runfiles.resources import HelperProcess
 from chaos.runfiles.rundir import RunDir
-from chaos.util.procs import controller_tag, find_run_processes, kill_pids
+from chaos.util.procs import controller_tag, find_run_processes, kill_pids, process_state
 
 __all__ = ["SlurmCluster"]
 
@@ -77,7 +77,7 @@ class SlurmCluster(LocalCluster):
     summary: ClassVar[str] = ("a run is one Slurm job (sbatch + srun, one torchrun agent per node); "
                               "scheduler faults: node DOWN, drain, preemption (requeue)")
     options_model: ClassVar[type[StrictModel]] = SlurmOptions
-    capabilities: ClassVar[tuple[type, ...]] = (Scheduler, PowerControl, LocalDisk)
+    capabilities: ClassVar[tuple[type, ...]] = (Scheduler, PowerControl, LocalDisk, Attachable)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -96,11 +96,90 @@ class SlurmCluster(LocalCluster):
         self._restarts = 0
         self._exited: set[int] = set()
         self._spares_go = os.path.join(spec.run_dir, "slurm", "spares.go")
+        self._attached = False
 
     # -- before anything starts -----------------------------------------------------------
     @classmethod
     def preflight(cls, scenario) -> list[str]:  # noqa: ANN001 (Scenario)
         return preflight_problems(scenario)
+
+    # -- a live run another controller started (``trainchaos gameday``) ------------------
+    @classmethod
+    def attach(cls, spec: Any) -> SlurmCluster:
+        """The backend of a live run whose job another controller submitted: bound to that
+        job (found from its tasks' node files, else by the run's job name) and to the
+        tasks it runs now; nothing is submitted, cancelled or released (no spares) here."""
+        cluster = cls(spec, None)
+        cluster._attached = True
+        cluster.job_id = cluster._find_job()
+        cluster.rescan()
+        return cluster
+
+    def _find_job(self) -> str | None:
+        if self.options.jobid is not None:
+            return str(self.options.jobid)
+        for node in range(self.topology.total_nodes):
+            with contextlib.suppress(OSError, ValueError):
+                with open(node_file(self.spec.run_dir, node, "json"), encoding="utf-8") as fh:
+                    job = str(json.load(fh).get("job_id") or "")
+                if job:
+                    return job
+        result = slurm(["squeue", "-h", f"--name={self.spec.run_id}", "-o", "%i"], self.conf, timeout=10)
+        return next(iter(result.stdout.split()), None) if result.returncode == 0 else None
+
+    def rescan(self) -> dict[int, str]:
+        """Node -> its task's state, Slurm's word first: ``exited`` (the task ended: its exit
+        code written, or its wrapper gone), ``down`` / ``drained`` (its Slurm node out of
+        service), ``suspended`` (the job suspended, or the node's agent stopped: frozen),
+        else ``running``. A node without a task of the job's current run (not started, or
+        the job ended or requeued): absent."""
+        result = slurm(["scontrol", "show", "job", str(self.job_id), "-o"], self.conf, timeout=5) \
+            if self.job_id else None
+        fields = parse_kv(result.stdout.splitlines()[0]) if result and result.returncode == 0 and result.stdout.strip() else {}
+        job_state = fields.get("JobState", "GONE")
+        restarts = int(fields.get("Restarts", "0") or 0)
+        if restarts > self._restarts:  # requeued: the tasks of before are no longer the run's
+            self._restarts = restarts
+            self._node_names.clear()
+            self._returncodes.clear()
+            self.lost.clear()
+        if job_state not in ACTIVE_STATES:
+            return {}
+        names = self.node_names()
+        scheduler = node_states(sorted(set(names.values())), self.conf)
+        states = {}
+        for node in range(self.topology.total_nodes):
+            info = self._node_info(node)
+            if not info.get("wrapper_pid"):
+                continue
+            slurm_state = scheduler.get(names.get(node, ""), ("", ""))[0]
+            agent = int(info.get("agent_pid") or 0)
+            if self._task_ended(node):
+                states[node] = "exited"
+            elif any(s in slurm_state for s in ("DOWN", "FAIL")):
+                states[node] = "down"
+            elif "DRAIN" in slurm_state:
+                states[node] = "drained"
+            elif job_state == "SUSPENDED" or (info.get("host") == socket.gethostname() and process_state(agent) == "T"):
+                states[node] = "suspended"
+            else:
+                states[node] = "running"
+        return states
+
+    def _task_ended(self, node: int) -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            with open(node_file(self.spec.run_dir, node, "rc"), encoding="utf-8") as fh:
+                _, _, restart = fh.read().strip().partition(" ")
+                if int(restart or 0) == self._restarts:  # not one of before a requeue
+                    return True
+        return self._wrapper_gone(node)
+
+    def node_handle(self, node: int) -> NodeHandle:
+        job = f"job {self.job_id}" if self.job_id else "the run's job"
+        name = self.node_names().get(node)
+        return NodeHandle("Slurm task", f"of {job} on {name}" if name else f"of {job} for node {node}",
+                          f"it has no Slurm task ({job} runs none for node {node} now: not started yet, "
+                          "or ended)")
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -401,7 +480,7 @@ class SlurmCluster(LocalCluster):
         start only once the first round has formed, as on ``local``: the rendezvous takes
         whichever agents come first, and a spare must not take a node's place."""
         ClusterBackend.note_event(self, event)  # not local's: it starts spares as processes
-        if (self.topology.spares and len(self._live) >= self.topology.world_size
+        if (not self._attached and self.topology.spares and len(self._live) >= self.topology.world_size
                 and not os.path.exists(self._spares_go)):
             with open(self._spares_go, "w", encoding="utf-8") as fh:
                 fh.write("the job's first round formed: spares may join\n")

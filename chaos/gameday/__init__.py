@@ -1,6 +1,6 @@
-"""``trainchaos gameday PLAN.yaml``: a guided exercise against a live run on the docker
-backend: ordered steps, a dry run, the operator's confirmation, stop conditions, guaranteed
-revert and a report. ``run_gameday`` is what the CLI calls."""
+"""``trainchaos gameday PLAN.yaml``: a guided exercise against a live run on a backend that
+can be attached to (docker, slurm): ordered steps, a dry run, the operator's confirmation,
+stop conditions, guaranteed revert and a report. ``run_gameday`` is what the CLI calls."""
 
 from __future__ import annotations
 

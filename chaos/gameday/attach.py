@@ -1,22 +1,25 @@
 """The live run a game day exercises: found by its id (or the newest live run of a backend
-that can be attached to), its node containers found by the run's labels, and every plan
-target resolved to them.
+that can be attached to), its nodes found as its backend knows them (the docker run's
+containers by the run's labels, the Slurm run's tasks of its job), and every plan target
+resolved to them.
 
 ``AttachedRun`` holds the backend the run's record names, attached to nodes it did not start
-through its ``Attachable`` capability (``chaos.cluster.capabilities``: the docker backend
-has it; nothing here names a concrete backend): the fault types see the same backend as in
-a scenario (``container``, ``signal_node``, ``power_off``, ``live_ranks`` from the run's
-``rank_start`` events...).
+through its ``Attachable`` capability (``chaos.cluster.capabilities``: the docker and slurm
+backends have it; nothing here names a concrete backend): the fault types see the same
+backend as in a scenario (``container``, ``signal_node``, ``take_node_out``, ``live_ranks``
+from the run's ``rank_start`` events...). What a node is there (a container, a Slurm task)
+and its state (``running``, ``paused``, ``suspended``, ``exited``, ``down``...) are the
+backend's words (``Attachable.node_handle``, ``Attachable.rescan``).
 
 Two checks, two moments:
 
 - the blast-radius guard, on the whole plan before any step runs: a target naming a
   container, node, domain or rank that is not the run's is refused (``TargetRefused``,
   exit 2) and never touched;
-- preconditions, just before each inject (and in ``--dry-run``): the target's containers
-  exist and run (not paused, exited or gone), its ranks have live processes. An unmet one
-  stops the exercise with one located line (exit 2) or, with ``skip_if_absent``, skips the
-  step; either way the fault is never handed to the engine.
+- preconditions, just before each inject (and in ``--dry-run``): the target's nodes exist
+  and run (not paused, suspended, exited, down or gone), its ranks have live processes. An
+  unmet one stops the exercise with one located line (exit 2) or, with ``skip_if_absent``,
+  skips the step; either way the fault is never handed to the engine.
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.cluster import backend_as, known_backends
+from chaos.cluster import backend_as, known_backends, lookup_backend
 from chaos.cluster.base import RunSpec
-from chaos.cluster.capabilities import Attachable, describe, providers
+from chaos.cluster.capabilities import (
+    Attachable,
+    ContainerHost,
+    NodeHandle,
+    describe,
+    has,
+    providers,
+)
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
 from chaos.model.scenario import Topology
 from chaos.model.targets import ResolvedTarget, parse_target
@@ -38,12 +48,15 @@ from chaos.runfiles.telemetry import EventTailer
 __all__ = ["AttachedRun", "Resolution", "TargetRefused", "find_run"]
 
 APPLIES_TO = "running"
-"""The container state every docker fault applies to: a paused one cannot be paused again
-or given packet loss through its frozen processes, an exited one has nothing to act on."""
+"""The node state every fault applies to: a paused container or suspended task cannot be
+frozen again or given packet loss through its frozen processes, an exited one has nothing to
+act on, a node the scheduler took down or drained is out of the job's service."""
+DOWN_STATES = ("exited", "dead", "created", "removing", "down")
+"""States in which a node is down (its processes gone or about to be)."""
 
 
 class TargetRefused(ChaosError):
-    """A plan target outside the run (the blast-radius guard), or one whose containers or
+    """A plan target outside the run (the blast-radius guard), or one whose nodes or
     processes are not there now (a precondition): nothing is touched."""
 
     exit_code = EXIT_BAD_INPUT
@@ -91,13 +104,13 @@ class Resolution:
     """What one inject step would touch, now, and what keeps it from applying."""
 
     target: ResolvedTarget
-    containers: list[tuple[int, str, str]]
-    """(node, container name, state) per node hit."""
+    nodes: list[tuple[int, NodeHandle, str]]
+    """(node, what it is on the infrastructure, state) per node hit."""
     unmet: list[str] = field(default_factory=list)
     """Preconditions that do not hold now (empty: the step may run)."""
 
     def describe(self) -> str:
-        parts = [f"node {n} = container {name} ({state})" for n, name, state in self.containers]
+        parts = [f"node {n} = {handle} ({state})" for n, handle, state in self.nodes]
         if self.target.ranks:
             parts.append(f"ranks {', '.join(map(str, self.target.ranks))}")
         return "; ".join(parts)
@@ -105,8 +118,8 @@ class Resolution:
     def precondition(self) -> str:
         """The preconditions in words, with whether they hold now (the dry run's line)."""
         what = []
-        if self.containers:
-            what.append(f"container{'s' if len(self.containers) > 1 else ''} {APPLIES_TO}")
+        if self.nodes:
+            what.append(f"{self.nodes[0][1].kind}{'s' if len(self.nodes) > 1 else ''} {APPLIES_TO}")
         if self.target.ranks:
             what.append("ranks live")
         state = "met" if not self.unmet else "NOT MET: " + "; ".join(self.unmet)
@@ -114,8 +127,8 @@ class Resolution:
 
 
 class AttachedRun:
-    """A live docker run as a game day sees it: its backend (attached), its containers'
-    states and its events since the last refresh."""
+    """A live run as a game day sees it: its backend (attached), its nodes' states and its
+    events since the last refresh."""
 
     def __init__(self, entry: dict[str, Any], hosts: list[str]) -> None:
         record = entry["record"]
@@ -124,26 +137,29 @@ class AttachedRun:
         for key in ("racks", "power_domains"):
             topo[key] = {k: tuple(v) for k, v in (topo.get(key) or {}).items()}
         options = dict((scenario.get("backend") or {}).get("options") or {})
+        backend = str(record["backend"]["name"])
         if hosts:
+            if "hosts" not in lookup_backend(backend).options_model.model_fields:
+                raise ToolError(f"the plan's hosts ({', '.join(hosts)}) name engines of a run's containers; "
+                                f"run {record['run_id']} runs on the {backend} backend, which takes no hosts")
             options["hosts"] = list(hosts)
         self.spec = RunSpec(run_id=record["run_id"], run_dir=entry["run_dir"], topology=Topology(**topo),
                             worker_argv=[], options=options)
         self.topology = self.spec.topology
         # No resources: an attached game day creates nothing of the run's (its faults are
         # journaled by the session), and a dry run writes nothing at all.
-        backend = str(record["backend"]["name"])
         attachable = backend_as(backend, Attachable)
         if attachable is None:
             raise ToolError(_not_attachable(self.spec.run_id, backend))
         self.backend = attachable.attach(self.spec)
         self.states: dict[int, str] = {}
-        """Node -> its container's state at the last refresh (a node without one: absent)."""
+        """Node -> its state at the last refresh (a node with nothing left: absent)."""
         self._tailer = EventTailer(RunDir(entry["run_dir"]).events)
         self.backlog = self.refresh()
         """The run's events up to the attach (the observer starts from them)."""
 
     def refresh(self) -> list[dict[str, Any]]:
-        """Container states from the engines, ranks from the run's events; returns the new
+        """Node states from the infrastructure, ranks from the run's events; returns the new
         events."""
         self.states = self.backend.rescan()
         return self.poll_events()
@@ -158,15 +174,20 @@ class AttachedRun:
     def status_of(self, node: int) -> str:
         return self.states.get(node, "gone")
 
-    def containers_running(self) -> int:
-        return sum(1 for s in self.states.values() if s == "running")
+    def nodes_running(self) -> int:
+        return sum(1 for s in self.states.values() if s == APPLIES_TO)
+
+    @property
+    def node_kind(self) -> str:
+        """What the run's nodes are on its infrastructure (``container``, ``Slurm task``)."""
+        return self.backend.node_handle(0).kind
 
     # -- targets ----------------------------------------------------------------------------
     def resolve_step(self, target: dict[str, Any], live: bool = True) -> Resolution:
-        """A plan target -> the run's containers (and ranks) it means now. Anything outside
-        the run is refused (TargetRefused) before it is touched; what is the run's but not
-        there or not running now is listed in ``unmet``. ``live``: ask the containers which
-        ranks live (an exec per node); else only the recorded states are used."""
+        """A plan target -> the run's nodes (and ranks) it means now. Anything outside the run
+        is refused (TargetRefused) before it is touched; what is the run's but not there or
+        not running now is listed in ``unmet``. ``live``: ask the backend which ranks live
+        (on docker an exec per node); else only the recorded states are used."""
         if "container" in target:
             target = {"node": self._node_of_container(str(target["container"]))}
         try:
@@ -189,11 +210,11 @@ class AttachedRun:
         if outside:
             raise TargetRefused(f"node {', '.join(map(str, outside))} is not one of the run's nodes "
                                 f"(0..{self.topology.total_nodes - 1})")
-        containers, unmet = self._node_states(nodes)
+        hit, unmet = self._node_states(nodes)
         on = {r: lr for r, lr in (self.backend.live_ranks() if live else {}).items() if lr.node in nodes}
         resolved = ResolvedTarget(ranks=tuple(sorted(on)), nodes=tuple(nodes),
                                   pids={r: lr.pid for r, lr in sorted(on.items())})
-        return Resolution(resolved, containers, unmet)
+        return Resolution(resolved, hit, unmet)
 
     def _resolve_ranks(self, ranks: tuple[int, ...], live: bool) -> Resolution:
         outside = [r for r in ranks if not 0 <= r < self.topology.world_size]
@@ -204,29 +225,32 @@ class AttachedRun:
             return Resolution(ResolvedTarget(ranks=ranks), [])
         live_ranks = self.backend.live_ranks()
         missing = [r for r in ranks if r not in live_ranks]
-        unmet = [f"rank {', '.join(map(str, missing))} has no live process in the run's containers "
+        unmet = [f"rank {', '.join(map(str, missing))} has no live process in the run's {self.node_kind}s "
                  f"(live ranks: {', '.join(map(str, sorted(live_ranks))) or 'none'})"] if missing else []
         here = [r for r in ranks if r in live_ranks]
         nodes = tuple(sorted({live_ranks[r].node for r in here}))
-        containers, more = self._node_states(nodes)
+        hit, more = self._node_states(nodes)
         resolved = ResolvedTarget(ranks=ranks, pids={r: live_ranks[r].pid for r in here})
-        return Resolution(resolved, containers, unmet + more)
+        return Resolution(resolved, hit, unmet + more)
 
-    def _node_states(self, nodes: tuple[int, ...]) -> tuple[list[tuple[int, str, str]], list[str]]:
+    def _node_states(self, nodes: tuple[int, ...]) -> tuple[list[tuple[int, NodeHandle, str]], list[str]]:
         out, unmet = [], []
         for node in nodes:
-            name = self.backend.container_name(node)
+            handle = self.backend.node_handle(node)
             state = self.status_of(node)
-            out.append((node, name, state))
+            out.append((node, handle, state))
             if state == "gone":
-                unmet.append(f"node {node} is down: it has no container (no {name} on "
-                             f"{', '.join(self.backend.hosts)})")
+                unmet.append(f"node {node} is down: {handle.absent}")
             elif state != APPLIES_TO:
-                down = "down" if state in ("exited", "dead", "created", "removing") else state
-                unmet.append(f"node {node} is {down}: its container {name} is {state}, not {APPLIES_TO}")
+                down = "down" if state in DOWN_STATES else state
+                unmet.append(f"node {node} is {down}: its {handle} is {state}, not {APPLIES_TO}")
         return out, unmet
 
     def _node_of_container(self, name: str) -> int:
+        if not has(type(self.backend), ContainerHost):
+            raise TargetRefused(f"refusing to touch container {name!r}: run {self.spec.run_id}'s nodes are "
+                                f"{self.node_kind}s, not containers (its backend has no {describe(ContainerHost)}); "
+                                "name a node or a rank")
         ours = {self.backend.container_name(n): n for n in self.states}
         if name not in ours:
             raise TargetRefused(f"refusing to touch container {name!r}: it is not one of run "

@@ -1,4 +1,4 @@
-"""A game day's watch: a thread that re-reads the run's events and containers every
+"""A game day's watch: a thread that re-reads the run's events and nodes' states every
 ``MONITOR_EVERY_S`` and interrupts the exercise (as Ctrl-C does) once a stop condition has
 held for its ``for``; and the state the live panel draws. A mixin of
 ``chaos.gameday.session.GameDay``.
@@ -45,7 +45,8 @@ class StopMonitor:
                  for c in self.stop_conditions]
         step, since = self._current
         return LiveStatus(plan=self.plan.name, run_id=self.run.spec.run_id, elapsed_s=time.time() - self.t0,
-                          metrics=snap, containers=dict(self.run.states), stops=stops, step=step,
+                          metrics=snap, containers=dict(self.run.states), node_kind=f"{self.run.node_kind}s",
+                          stops=stops, step=step,
                           step_s=now - since)
 
     def _monitor(self) -> None:

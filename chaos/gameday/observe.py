@@ -48,7 +48,8 @@ class Observer:
         self.reference_pace: float | None = None
         self.t_plan = time.time()
         """Since when ``detections`` counts: the start of the exercise."""
-        self.containers_running = 0
+        self.nodes_running = 0
+        """The run's nodes in a state a fault applies to (``running``), at the last refresh."""
         self.t_start = time.time()
 
     def take(self, events: list[dict[str, Any]]) -> None:
@@ -119,7 +120,9 @@ class Observer:
                 "goodput": round(min(pace / ref, 10.0), 3) if ref else 1.0,
                 "dead_s": round(dead, 2),
                 "detections": float(detections),
-                "containers_running": float(self.containers_running),
+                "nodes_running": float(self.nodes_running),
+                # Its name on docker, where each node is a container (plans written for it).
+                "containers_running": float(self.nodes_running),
             }
 
 

@@ -1,4 +1,4 @@
-"""A game-day plan: the exercise as ordered steps against a live run's containers.
+"""A game-day plan: the exercise as ordered steps against a live run's nodes.
 
 ```yaml
 name: freeze-a-node
@@ -39,7 +39,8 @@ METRICS: dict[str, str] = {
     "goodput": "steps_per_s now / steps_per_s before the first inject (1.0 until then)",
     "dead_s": "seconds since the last step_end of any rank",
     "detections": "detected events since the plan started (a check or wait with since: STEP: since that inject began)",
-    "containers_running": "the run's node containers running (not paused, not exited)",
+    "nodes_running": "the run's nodes running (a container or Slurm task not paused, suspended, exited or down)",
+    "containers_running": "nodes_running by its docker name (each node a container)",
 }
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
         "!=": operator.ne}
@@ -75,10 +76,11 @@ def parse_condition(text: str) -> Condition:
 
 class InjectStep(StrictModel):
     type: str
-    """A fault type (``trainchaos faults``) that works on the docker backend."""
+    """A fault type (``trainchaos faults``) that works on a backend a game day attaches to (the
+    run's own: checked once the run is found)."""
     target: dict[str, Any]
     """``{node: N}``, ``{nodes: [..]}``, ``{rank: N}``, ``{power_domain: NAME}``, ``{rack: NAME}``,
-    or ``{container: NAME}`` (must be one of the run's containers)."""
+    or ``{container: NAME}`` (a run whose nodes are containers: one of them)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """The fault type's parameters."""
 
@@ -143,7 +145,8 @@ class Plan(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     run: str = "latest"
-    """The run to exercise: ``latest`` (the newest live run on the docker backend) or its id."""
+    """The run to exercise: ``latest`` (the newest live run on a backend that can be attached
+    to: docker, slurm) or its id."""
     hosts: list[str] = Field(default_factory=list)
     """Docker engines the run's containers are on; empty: the run's own, else ``DOCKER_HOST``."""
     window_s: float = Field(10.0, gt=0)
@@ -193,10 +196,13 @@ def _issues(path: str, exc: ValidationError, prefix: str = "") -> list[Validatio
 
 
 def _semantic_issues(path: str, stop_when: list[str], steps: list[tuple[int, Step]]) -> list[ValidationIssue]:
+    from chaos.cluster import known_backends
+    from chaos.cluster.capabilities import Attachable, providers
     from chaos.faults.base import known_types
 
     issues = []
     types = known_types()
+    attachable = providers((Attachable,), known_backends())
     names: set[str] = set()
     for i, cond in enumerate(stop_when):
         try:
@@ -210,9 +216,10 @@ def _semantic_issues(path: str, stop_when: list[str], steps: list[tuple[int, Ste
             if cls is None:
                 issues.append(ValidationIssue(path, f"{where}.inject.type", f"unknown fault type "
                                               f"{step.inject.type!r}; known: {', '.join(types)}"))
-            elif cls.in_process or "docker" not in cls.supported_backends():
+            elif cls.in_process or not set(cls.supported_backends()) & set(attachable):
                 issues.append(ValidationIssue(path, f"{where}.inject.type", f"{step.inject.type} does not work "
-                                              "on a live docker run (in-process or another backend's)"))
+                                              f"on a live {' or '.join(attachable)} run (in-process or another "
+                                              "backend's)"))
             else:
                 try:
                     cls.params_model.model_validate(step.inject.params)

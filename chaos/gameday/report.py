@@ -63,9 +63,9 @@ def _markdown(d: dict[str, Any]) -> str:
                      f"{f['suspect'] or '-'} | {f['detections']} |")
     if d["detections_before_faults"]:
         lines.append(f"| (before any inject) | | | | | | | {d['detections_before_faults']} |")
-    lines += ["", "## Metrics", "", "| when | step | steps/s | goodput | dead s | detections | containers running |",
+    lines += ["", "## Metrics", "", "| when | step | steps/s | goodput | dead s | detections | nodes running |",
               "|---|---|---|---|---|---|---|"]
     for m in d["metrics"]:
         lines.append(f"| {m['label']} ({_iso(m['t'])}) | {m['step']:g} | {m['steps_per_s']:g} | {m['goodput']:g} | "
-                     f"{m['dead_s']:g} | {m['detections']:g} | {m['containers_running']:g} |")
+                     f"{m['dead_s']:g} | {m['detections']:g} | {m['nodes_running']:g} |")
     return "\n".join(lines) + "\n"

@@ -1,15 +1,16 @@
 """One game-day exercise: the plan's steps against a live run, one at a time, with the
 operator in the loop and every fault reverted whatever happens.
 
-Order of business: the plan is validated, the run found, every inject target resolved
-against the live containers (a target outside the run's labels refuses the whole plan with
-exit 2 before the first step); ``--dry-run`` prints that, with each inject's precondition
-as it stands now, and stops. Then each step runs; an inject's precondition (its containers
-running, its ranks live) is checked just before it: unmet, the exercise stops with one
+Order of business: the plan is validated, the run found (on any backend that declares
+``Attachable``: docker, slurm) and every inject's fault type checked against that backend,
+every inject target resolved against the run's live nodes (a target outside the run refuses
+the whole plan with exit 2 before the first step); ``--dry-run`` prints that, with each
+inject's precondition as it stands now, and stops. Then each step runs; an inject's
+precondition (its nodes running, its ranks live) is checked just before it: unmet, the exercise stops with one
 located line and exit 2 (or the step is skipped, ``skip_if_absent``), and the fault never
 reaches the engine. A disruptive step (inject) waits for the operator's yes unless
 ``--yes``. A monitor thread
-re-reads the run's events and containers every 0.5 s and checks the stop conditions; one
+re-reads the run's events and nodes' states every 0.5 s and checks the stop conditions; one
 that holds interrupts the exercise, exactly as Ctrl-C does: every fault still in effect is
 reverted (newest first), the report is written, and the exit code says why (1 stopped by a
 condition or a failed check, 2 refused by the blast-radius guard or a precondition, 130
@@ -41,6 +42,7 @@ from chaos.errors import (
     EXIT_TARGET_MISSED,
     EXIT_TOOL_FAILED,
     ChaosError,
+    ScenarioError,
     ValidationIssue,
 )
 from chaos.faults.base import lookup
@@ -109,9 +111,27 @@ class GameDay(OperatorDialogue, StopMonitor):
         entry = find_run(self.plan.run, self.plan_path)
         self.run = AttachedRun(entry, self.plan.hosts)
         self.observer.take(self.run.backlog)
+        self._check_types(self.run.backend.name)
+
+    def _check_types(self, backend: str) -> None:
+        """Every inject's fault type works on the run's backend (the plan was checked against
+        every attachable one; a ``node_down`` needs a scheduler, a ``container_pause`` a
+        container): a located error each, exit 2, before anything is resolved or touched."""
+        issues = []
+        for i, step in enumerate(self.plan.steps):
+            if step.inject is None:
+                continue
+            works_on = lookup(step.inject.type).supported_backends()
+            if backend not in works_on:
+                issues.append(ValidationIssue(
+                    self.plan_path, f"steps[{i}].inject.type",
+                    f"{step.inject.type} does not work on run {self.run.spec.run_id}'s backend {backend} "
+                    f"(it works on: {', '.join(works_on) or 'none'})"))
+        if issues:
+            raise ScenarioError(issues)
 
     def resolve_all(self, live: bool = False) -> list[tuple[int, Step, Resolution | None]]:
-        """Every inject step's target against the live containers (the guard): raises
+        """Every inject step's target against the run's live nodes (the guard): raises
         TargetRefused for anything outside the run, before any step runs. ``live``: also
         which ranks live now (the preconditions, as they stand)."""
         out = []
@@ -138,7 +158,7 @@ class GameDay(OperatorDialogue, StopMonitor):
             self.echo(f"dry run: {blocking[0]}")
             self.echo("dry run: nothing was touched")
             return EXIT_BAD_INPUT
-        self.echo("dry run: every target resolved to the run's own containers; nothing was touched")
+        self.echo(f"dry run: every target resolved to the run's own {self.run.node_kind}s; nothing was touched")
         return EXIT_OK
 
     def _unmet_line(self, i: int, step: Step, res: Resolution) -> str:
@@ -269,7 +289,7 @@ class GameDay(OperatorDialogue, StopMonitor):
         name = step.name or f"step-{i}"
         what = self._describe(step, res)
         if step.inject is not None:
-            # Re-resolved now: ranks move, containers come and go since the plan was checked.
+            # Re-resolved now: ranks move, nodes come and go since the plan was checked.
             with self._lock:
                 self._refresh()
                 res = self.run.resolve_step(step.inject.target)
@@ -407,7 +427,7 @@ class GameDay(OperatorDialogue, StopMonitor):
     def _refresh(self) -> None:
         events = self.run.refresh()
         self.observer.take(events)
-        self.observer.containers_running = self.run.containers_running()
+        self.observer.nodes_running = self.run.nodes_running()
 
     def _take_events(self) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 ``PlainView``: one line per event (the observe snapshots, injects, reverts, checks), as a
 log; what a pipe, a CI job or a file gets. ``LiveView`` (on a terminal): the same lines,
 scrolling above a panel that rich redraws twice a second: the job's pace, goodput and
-detections, the run's containers, every stop condition with its current value against its
+detections, the run's nodes (containers, Slurm tasks) and their states, every stop condition with its current value against its
 threshold, and the step in progress. The panel steps aside while the operator answers a
 prompt (a prompt under a redrawn region would be overwritten).
 """
@@ -28,12 +28,14 @@ class LiveStatus:
     elapsed_s: float
     metrics: dict[str, float]
     containers: dict[int, str]
-    """Node -> its container's state."""
+    """Node -> its state (its container's, its Slurm task's)."""
     stops: list[tuple[str, float, bool, float]] = field(default_factory=list)
     """Per stop condition: (condition, current value, holds now, seconds it has held)."""
     step: str = ""
     """The step in progress (``2/7 check detections >= 1 ...``), or what happens between."""
     step_s: float = 0.0
+    node_kind: str = "containers"
+    """What the run's nodes are (``containers``, ``Slurm tasks``): the label of their row."""
 
 
 def render_status(s: LiveStatus) -> Any:
@@ -49,7 +51,7 @@ def render_status(s: LiveStatus) -> Any:
     grid.add_row("job", Text(f"steps/s {m.get('steps_per_s', 0):g}   goodput {m.get('goodput', 0):g}   "
                              f"detections {m.get('detections', 0):g}   dead {m.get('dead_s', 0):g} s   "
                              f"step {m.get('step', 0):g}"))
-    grid.add_row("containers", Text("  ".join(f"n{n} {state}" for n, state in sorted(s.containers.items()))
+    grid.add_row(s.node_kind, Text("  ".join(f"n{n} {state}" for n, state in sorted(s.containers.items()))
                                     or "none"))
     stops = Table.grid(padding=(0, 2))
     for cond, value, holds, held_s in s.stops:

@@ -1,21 +1,35 @@
 """A game day attaches to a live run through a capability (``Attachable``), asked of the
-backend the run's record names: the docker backend declares it, any backend that declares
-it can be attached to, and a run on one without it is refused naming those that have it."""
+backend the run's record names: the docker and slurm backends declare it, any backend that
+declares it can be attached to, and a run on one without it is refused naming those that
+have it. Nothing in chaos/gameday names a concrete backend. The slurm backend's side: the
+job found from its tasks' node files, each node's state in Slurm's words (exited, down,
+suspended, running), with fake Slurm answers (the real one: tests/integration/test_gameday_slurm.py)."""
 
 from __future__ import annotations
 
+import ast
+import json
+import os
+import signal
+import socket
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 import chaos.cluster as clusters
 import chaos.gameday.attach as attach
 from chaos.cluster import lookup_backend
-from chaos.cluster.base import ClusterBackend
-from chaos.cluster.capabilities import Attachable, has
+from chaos.cluster import slurm as slurm_backend
+from chaos.cluster.base import ClusterBackend, RunSpec
+from chaos.cluster.capabilities import Attachable, NodeHandle, has
 from chaos.errors import ScenarioError, ToolError
+from chaos.gameday.plan import Plan
+from chaos.gameday.session import GameDay
+from chaos.model.scenario import Topology
 
 
 class _Stand(ClusterBackend):
@@ -32,6 +46,9 @@ class _Stand(ClusterBackend):
 
     def rescan(self) -> dict[int, str]:
         return {0: "running", 1: "paused"}
+
+    def node_handle(self, node: int) -> NodeHandle:
+        return NodeHandle("stand node", str(node), "it has no stand node")
 
     def start(self) -> None: ...
     def poll(self) -> dict: return {}
@@ -60,22 +77,40 @@ def _entry(tmp_path: Path, backend: str) -> dict[str, Any]:
     return {"run_id": "trainchaos-att", "run_dir": str(tmp_path / "run"), "record": record}
 
 
-def test_docker_declares_attachable_and_is_the_one_builtin_that_does() -> None:
-    assert has(lookup_backend("docker"), Attachable)
-    assert attach.attachable_backends() == ["docker"]
+def test_docker_and_slurm_are_the_builtins_that_declare_attachable() -> None:
+    assert has(lookup_backend("docker"), Attachable) and has(lookup_backend("slurm"), Attachable)
+    assert attach.attachable_backends() == ["docker", "slurm"]
+
+
+def test_the_game_day_names_no_concrete_backend() -> None:
+    """No cast to, import of, or name of one backend anywhere in chaos/gameday: what a run
+    can do is asked of its backend as capabilities (issue 45)."""
+    names = set(clusters.known_backends())
+    modules = {cls.__module__ for cls in clusters.known_backends().values()}
+    for path in sorted((Path(attach.__file__).parent).glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module not in modules, f"{path.name}:{node.lineno} imports {node.module}"
+            elif isinstance(node, ast.Import):
+                assert not {a.name for a in node.names} & modules, f"{path.name}:{node.lineno}"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id != "cast", f"{path.name}:{node.lineno} casts"
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in names, f"{path.name}:{node.lineno} names backend {node.value!r}"
 
 
 def test_the_run_is_attached_through_the_backend_its_record_names(tmp_path: Path, stand: type[_Stand]) -> None:
     run = attach.AttachedRun(_entry(tmp_path, "stand"), hosts=[])
     assert isinstance(run.backend, _Stand) and stand.attached[0].run_id == "trainchaos-att"
-    assert run.states == {0: "running", 1: "paused"} and run.containers_running() == 1
+    assert run.states == {0: "running", 1: "paused"} and run.nodes_running() == 1
     assert "stand" in attach.attachable_backends()
 
 
 def test_a_run_on_a_backend_without_it_is_refused_naming_those_with_it(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match=r"run trainchaos-att runs on the local backend, which a game day "
                                         r"cannot attach to: local has no Attachable \(.*\); backends "
-                                        r"that have it: docker"):
+                                        r"that have it: docker, slurm"):
         attach.AttachedRun(_entry(tmp_path, "local"), hosts=[])
 
 
@@ -90,6 +125,95 @@ def test_find_run_refuses_a_live_run_it_cannot_attach_to_and_skips_it_for_latest
         attach.find_run("trainchaos-loc", "plan.yaml")
     assert str(info.value).startswith("plan.yaml: run: run trainchaos-loc runs on the local backend, "
                                       "which a game day cannot attach to")
-    with pytest.raises(ScenarioError, match=r"plan.yaml: run: no live docker run 'latest' \(live runs: "
+    with pytest.raises(ScenarioError, match=r"plan.yaml: run: no live docker or slurm run 'latest' \(live runs: "
                                             r"trainchaos-loc\)"):
         attach.find_run("latest", "plan.yaml")
+
+
+def test_a_container_target_on_a_run_whose_nodes_are_not_containers_is_refused(
+        tmp_path: Path, stand: type[_Stand]) -> None:
+    run = attach.AttachedRun(_entry(tmp_path, "stand"), hosts=[])
+    with pytest.raises(attach.TargetRefused, match=r"refusing to touch container 'x': run trainchaos-att's "
+                                                   r"nodes are stand nodes, not containers"):
+        run.resolve_step({"container": "x"})
+    assert run.resolve_step({"node": 1}, live=False).unmet == [
+        "node 1 is paused: its stand node 1 is paused, not running"]
+
+
+def test_plan_hosts_for_a_run_whose_backend_takes_none_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match=r"the plan's hosts \(ssh://gpu1\) name engines of a run's containers; "
+                                        r"run trainchaos-att runs on the slurm backend, which takes no hosts"):
+        attach.AttachedRun(_entry(tmp_path, "slurm"), hosts=["ssh://gpu1"])
+
+
+@pytest.mark.parametrize(("fault", "backend", "works_on"), [
+    ("node_down", "docker", "slurm"), ("container_pause", "slurm", "docker")])
+def test_a_fault_type_the_runs_backend_lacks_is_a_located_error(tmp_path: Path, fault: str, backend: str,
+                                                                works_on: str) -> None:
+    plan = Plan.model_validate(yaml.safe_load(f"""\
+name: p
+steps:
+  - observe: {{seconds: 1}}
+  - inject: {{type: {fault}, target: {{node: 1}}}}
+"""))
+    gd = GameDay(plan, "plan.yaml", str(tmp_path / "out"))
+    gd.run = SimpleNamespace(spec=SimpleNamespace(run_id="trainchaos-att"))
+    with pytest.raises(ScenarioError) as info:
+        gd._check_types(backend)
+    assert str(info.value) == (f"plan.yaml: steps[1].inject.type: {fault} does not work on run trainchaos-att's "
+                               f"backend {backend} (it works on: {works_on})")
+
+
+# -- the slurm backend, attached, with Slurm's answers faked ---------------------------------
+
+def _slurm_run(tmp_path: Path, nodes: int) -> RunSpec:
+    (tmp_path / "slurm").mkdir()
+    return RunSpec(run_id="trainchaos-sl", run_dir=str(tmp_path), topology=Topology(nodes=nodes, ranks_per_node=1),
+                   worker_argv=[], options={"no_kill": True})
+
+
+def _task(tmp_path: Path, node: int, agent: int, slurm_node: str) -> None:
+    (tmp_path / "slurm" / f"node-{node}.json").write_text(json.dumps({
+        "node": node, "wrapper_pid": os.getpid(), "agent_pid": agent, "host": socket.gethostname(),
+        "slurm_node": slurm_node, "job_id": "17", "restart_count": 0}))
+
+
+def test_an_attached_slurm_run_reads_its_job_and_each_node_in_slurms_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = {"state": "RUNNING"}
+    asked: list[list[str]] = []
+
+    def fake_slurm(argv: list[str], conf: str | None = None, **_: object) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, f"JobId=17 JobState={job['state']} Restarts=0\n", "")
+
+    monkeypatch.setattr(slurm_backend, "slurm", fake_slurm)
+    monkeypatch.setattr(slurm_backend, "node_states", lambda names, conf=None: {
+        "n1": ("MIXED", ""), "n2": ("DOWN+NOT_RESPONDING", "trainchaos:x"), "n3": ("IDLE+DRAIN", "maint"),
+        "n4": ("MIXED", "")})
+    frozen = subprocess.Popen(["sleep", "60"])
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(frozen.pid, signal.SIGSTOP)
+        spec = _slurm_run(tmp_path, nodes=6)
+        _task(tmp_path, 0, frozen.pid, "n1")
+        _task(tmp_path, 1, running.pid, "n2")
+        _task(tmp_path, 2, running.pid, "n3")
+        _task(tmp_path, 3, running.pid, "n4")
+        _task(tmp_path, 4, running.pid, "n4")
+        (tmp_path / "slurm" / "node-4.rc").write_text("0 0")  # node 5: no task at all
+        cluster = slurm_backend.SlurmCluster.attach(spec)
+        assert cluster.job_id == "17" and ["scontrol", "show", "job", "17", "-o"] in asked
+        assert cluster.rescan() == {0: "suspended", 1: "down", 2: "drained", 3: "running", 4: "exited"}
+        assert str(cluster.node_handle(1)) == "Slurm task of job 17 on n2"
+        assert cluster.node_handle(5).absent == ("it has no Slurm task (job 17 runs none for node 5 now: "
+                                                 "not started yet, or ended)")
+        job["state"] = "SUSPENDED"  # scontrol suspend: every task of the job stopped
+        assert cluster.rescan()[3] == "suspended"
+        job["state"] = "COMPLETED"
+        assert cluster.rescan() == {}
+        assert not (tmp_path / "slurm" / "spares.go").exists()
+    finally:
+        for proc in (frozen, running):
+            proc.kill()
+            proc.wait()

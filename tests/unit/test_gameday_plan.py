@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from chaos.cluster.capabilities import Attachable, ContainerHost, NodeHandle
 from chaos.errors import EXIT_INTERRUPTED, ScenarioError
 from chaos.faults.base import FaultParams, FaultType, register
 from chaos.gameday.attach import AttachedRun
@@ -92,7 +93,7 @@ def test_gameday_without_a_live_run_is_exit_2(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(SystemExit) as exc:
         main()
     assert exc.value.code == 2
-    assert f"{path}: run: no live docker run 'latest'" in capsys.readouterr().err
+    assert f"{path}: run: no live docker or slurm run 'latest'" in capsys.readouterr().err
 
 
 # -- the session, with a stand-in run and a recording fault --------------------------------
@@ -150,6 +151,7 @@ class _FakeBackend:
     """The attached backend's side: container names and states, events as they are written."""
 
     hosts: ClassVar[list[str]] = ["unix:///fake.sock"]
+    capabilities: ClassVar[tuple[type, ...]] = (Attachable, ContainerHost)
 
     def __init__(self, states: dict[int, str]) -> None:
         self.states = states
@@ -160,6 +162,10 @@ class _FakeBackend:
 
     def rescan(self) -> dict[int, str]:
         return dict(self.states)
+
+    def node_handle(self, node: int) -> NodeHandle:
+        name = self.container_name(node)
+        return NodeHandle("container", name, f"it has no container (no {name} on {', '.join(self.hosts)})")
 
     def live_ranks(self) -> dict[int, Any]:
         return {}

@@ -1,0 +1,149 @@
+"""``trainchaos gameday`` against a live Slurm job of the local testbed (munge, slurmctld and
+two emulated slurmd, ``chaos.cluster.slurm_testbed``), driven through a pseudo-terminal
+(pexpect) as an operator would: the staging job (``scenarios/gameday/slurm-staging-job.yaml``)
+runs under its own controller; a dry run names node 1's Slurm task and changes nothing; the
+shipped plan ``gamedays/slurm-node-down.yaml`` is confirmed at its prompt, takes node 1 DOWN
+through Slurm, sees the job's detection since, waits for the job to train again on the node
+it has left and RESUMEs the node. After the job's controller is stopped nothing is left on
+the testbed: no trainchaos job queued, every node idle, no process of the run, and
+``cleanup --check`` exits 0.
+
+One test (one job start, the slow part): the game day on Slurm is the same session as on
+docker (tests/integration/test_gameday.py holds the refusals, Ctrl-C, stop conditions and
+SIGKILL cleanup, which nothing here does differently).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.cluster import slurm_testbed
+from chaos.cluster.slurm_testbed import SlurmTestbed
+from chaos.runfiles.rollback import FaultJournal
+from chaos.util.procs import find_run_processes
+from tests.integration._support import (
+    REPO,
+    TRAINCHAOS,
+    cli_env,
+    machine_cleanup_lock,
+    run_trainchaos,
+    warm_copy,
+)
+
+pexpect = pytest.importorskip("pexpect")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+PLAN = REPO / "gamedays" / "slurm-node-down.yaml"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[SlurmTestbed]:
+    bed = SlurmTestbed(nodes=2)
+    bed.start()
+    root = bed.root
+    try:
+        yield bed
+    finally:
+        bed.stop()
+    assert not slurm_testbed.testbed_processes(root), "the test's Slurm daemons must all be stopped"
+
+
+def _slurm(bed: SlurmTestbed, *argv: str) -> str:
+    return subprocess.run(list(argv), env={**os.environ, **bed.env()}, capture_output=True, text=True,
+                          timeout=15, check=True).stdout
+
+
+def _node_states(bed: SlurmTestbed) -> dict[str, str]:
+    return dict(line.split() for line in _slurm(bed, "sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+
+
+def _stepping(run_dir: Path, ranks: int) -> bool:
+    files = list((run_dir / "events").glob("rank-*.jsonl")) if (run_dir / "events").exists() else []
+    return len({p.name.split(".")[0] for p in files}) >= ranks and all('"step_end"' in p.read_text() for p in files)
+
+
+@pytest.mark.timeout(300)
+def test_node_down_game_day_against_a_live_slurm_job(slurm_cluster: SlurmTestbed, tmp_path: Path) -> None:
+    env = {**cli_env(tmp_path / "state", **slurm_cluster.env()), "COLUMNS": "200"}
+    scenario = warm_copy(REPO / "scenarios" / "gameday" / "slurm-staging-job.yaml", tmp_path / "warm")
+    controller = subprocess.Popen([*TRAINCHAOS, "run", str(scenario), "--out", "reports"], env=env, cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    run_dir = tmp_path / "reports" / "gameday-slurm-staging-job" / "0"
+    run_id = None
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not _stepping(run_dir, 2):
+            assert controller.poll() is None, "the staging job's controller died"
+            time.sleep(0.5)
+        assert _stepping(run_dir, 2), "the staging job never stepped on both nodes"
+        run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+        nodes_before = _node_states(slurm_cluster)
+
+        dry = run_trainchaos(["gameday", str(PLAN), "--dry-run"], env=env, cwd=tmp_path, timeout=60)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert "node_down -> node 1 = Slurm task of job " in dry.stdout and "(running)" in dry.stdout, dry.stdout
+        assert "precondition: Slurm task running and ranks live (met)" in dry.stdout, dry.stdout
+        assert _node_states(slurm_cluster) == nodes_before, "a dry run changed a node"
+        assert not (tmp_path / "reports" / "gameday").exists(), "a dry run wrote a report"
+
+        gd = pexpect.spawn(TRAINCHAOS[0], [*TRAINCHAOS[1:], "gameday", str(PLAN), "--out", "gd-down"], env=env,
+                           cwd=str(tmp_path), encoding="utf-8", timeout=60, dimensions=(50, 200))
+        gd.expect("Slurm tasks")  # the live panel (a terminal): the job's nodes as Slurm's tasks
+        gd.expect(r"proceed\? \[y\]es", timeout=60)
+        assert "down" not in " ".join(_node_states(slurm_cluster).values()), "injected before the operator said yes"
+        gd.sendline("y")
+        gd.expect("injected node_down")
+        gd.expect(r"check detections >= 1: (passed|FAILED)", timeout=60)
+        assert gd.match.group(1) == "passed", gd.before
+        gd.expect("reverted down", timeout=150)
+        gd.expect("report: ")
+        gd.expect(pexpect.EOF)
+        gd.close()
+        report = json.loads((tmp_path / "gd-down" / "report.json").read_text())
+        assert gd.exitstatus == 0, (report["status"], report["reason"])
+        assert report["run_id"] == run_id and [d["decision"] for d in report["decisions"]] == ["yes"]
+        [fault] = report["faults"]
+        assert fault["type"] == "node_down" and fault["target"]["nodes"] == [1]
+        assert fault["detections"] >= 1 and fault["t_revert"] is not None and fault["revert_error"] is None
+        wait = next(e for e in report["timeline"] if e["action"] == "wait")
+        assert wait["outcome"] == "held" and wait["metrics"]["steps_per_s"] > 0, wait
+        # The game day's journal: the node Slurm took out, and its RESUME.
+        records = list(FaultJournal(str(tmp_path / "gd-down" / "fault_journal.jsonl")).records())
+        assert records[-1]["op"] == "reverted"
+        (downed,) = {s["slurm_node"] for r in records if r.get("op") == "applied" for s in r["details"]["node_states"]}
+        state = _node_states(slurm_cluster)[downed]
+        assert "down" not in state and "drain" not in state, (downed, state)
+        assert controller.poll() is None, "the job must outlive the loss of a node (no_kill)"
+    finally:
+        if controller.poll() is None:
+            controller.send_signal(signal.SIGTERM)
+            try:
+                controller.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(controller.pid, signal.SIGKILL)
+                controller.wait(timeout=10)
+        if run_id:
+            run_trainchaos(["cleanup", "--run-dir", str(run_dir)], env=env, cwd=tmp_path, timeout=120)
+    # Nothing of the run or of the game day is left on the testbed.
+    assert not [line for line in _slurm(slurm_cluster, "squeue", "-h", "-o", "%j").split() if "trainchaos-" in line]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(_node_states(slurm_cluster).values()) != {"idle"}:
+        time.sleep(0.2)
+    assert set(_node_states(slurm_cluster).values()) == {"idle"}, _node_states(slurm_cluster)
+    assert not find_run_processes(run_id)
+    with machine_cleanup_lock():
+        check = run_trainchaos(["cleanup", "--check"], env=env, cwd=tmp_path, timeout=60)
+    # This run's and this game day's only: the scan also sees what other runs on this
+    # machine left (another test's crashed controller's scratch dir).
+    ours = [line for line in check.stdout.splitlines() if run_id in line or "trainchaos-gd-" in line or "slurm" in line]
+    assert ours == [], check.stdout
