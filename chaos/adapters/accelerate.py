@@ -10,6 +10,12 @@ What it reports, from the loop's own calls into Accelerate:
   optimizer: accumulation steps and skipped steps are not counted), with the loss last given
   to ``accelerator.backward``; the probe's fault points ``step_begin`` (a forward pre-hook on
   the model) and ``after_backward`` (after each backward);
+- with each ``step_end``, the sample indices of the batches its backward passes trained (one
+  fetched batch per ``backward``: the one before the loader's lookahead), labelled with the epoch Accelerate's loader set for the
+  pass that fetched them (``DataLoaderShard.set_epoch``, its ``iteration``): the datasets of
+  the prepared loaders are hooked where batches are fetched (``chaos.adapters.batches``), and
+  so is every loader ``accelerator.skip_first_batches`` returns on a mid-epoch resume, so
+  what is reported is what Accelerate's sampler, skip and epoch handed the step;
 - ``ckpt_save_start``/``ckpt_save_end`` around ``accelerator.save_state`` (main process:
   the one that writes the model and optimizer files) and ``ckpt_load`` after
   ``load_state``. The step of a loaded checkpoint is the trailing number of its folder's
@@ -19,9 +25,10 @@ What it reports, from the loop's own calls into Accelerate:
 - in the fault-free twin only, ``state_digest`` after each optimizer step (process 0): what
   the checkpoint freshness checker compares each ``save_state`` folder's weights with.
 
-It observes and never steers: ``backward``, ``save_state``, ``load_state`` and
-``end_training`` are replaced on this one Accelerator instance by functions that call the
-originals with the same arguments and return their results; the hooks only read (a
+It observes and never steers: ``backward``, ``save_state``, ``load_state``,
+``skip_first_batches`` and ``end_training`` are replaced on this one Accelerator instance by
+functions that call the originals with the same arguments and return their results; the
+loaders' ``set_epoch`` and their datasets' batch fetch likewise; the hooks only read (a
 test trains the example with and without it and compares the digests). Imports only the
 probe; Accelerate and torch are the caller's.
 
@@ -38,6 +45,7 @@ import time
 from typing import Any
 
 from chaos import contract, probe
+from chaos.adapters.batches import BatchRecorder
 
 __all__ = ["instrument", "step_of_checkpoint"]
 
@@ -95,6 +103,10 @@ def instrument(accelerator: Any, *, model: Any = None, optimizer: Any = None) ->
             probe.fault_point("step_begin", step=reporter.step + 1, model=model)
 
         model.register_forward_pre_hook(step_begin)
+    # Fetches while the model is in eval mode (an evaluation pass) train nothing.
+    batches = BatchRecorder(recording=(lambda: bool(model.training)) if model is not None else None)
+    for loader in getattr(accelerator, "_dataloaders", ()):
+        _follow(batches, loader)
     if optimizer is not None:
         # An AcceleratedOptimizer holds the torch optimizer that really steps.
         inner = getattr(optimizer, "optimizer", optimizer)
@@ -104,6 +116,8 @@ def instrument(accelerator: Any, *, model: Any = None, optimizer: Any = None) ->
 
     @functools.wraps(backward)
     def reported_backward(loss: Any, **kwargs: Any) -> Any:
+        # A prepared loader reads one batch ahead, except when it yields its last one.
+        batches.report_trained(ahead=0 if accelerator.gradient_state.end_of_dataloader else 1)
         result = backward(loss, **kwargs)
         try:
             reporter.loss = float(loss.detach())
@@ -151,8 +165,21 @@ def instrument(accelerator: Any, *, model: Any = None, optimizer: Any = None) ->
         probe.emit("rank_exit", code=0, reason="completed")
         return result
 
+    skip_first_batches = accelerator.skip_first_batches
+
+    @functools.wraps(skip_first_batches)
+    def followed_skip_first_batches(*args: Any, **kwargs: Any) -> Any:
+        return _follow(batches, skip_first_batches(*args, **kwargs))
+
     accelerator.backward = reported_backward
+    accelerator.skip_first_batches = followed_skip_first_batches
     accelerator.save_state = reported_save_state
     accelerator.load_state = reported_load_state
     accelerator.end_training = reported_end_training
     return accelerator
+
+
+def _follow(batches: BatchRecorder, loader: Any) -> Any:
+    if batches.hook(loader):
+        batches.follow_epoch(loader)
+    return loader

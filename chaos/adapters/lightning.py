@@ -10,7 +10,11 @@ What it reports, from Lightning's own view:
   (step, bytes, seconds) and ``ckpt_load`` when it reads one (the step it resumes from): the
   strategy's ``CheckpointIO`` is wrapped by one that passes every call through;
 - ``step_end`` after each optimizer step (``trainer.global_step``, the batch's loss), with
-  the probe's fault points at ``step_begin`` and ``after_backward`` (in-process faults);
+  the probe's fault points at ``step_begin`` and ``after_backward`` (in-process faults),
+  and the sample indices of the batches the step trained with ``trainer.current_epoch``
+  (the data exactly-once checker's input): the training dataloader's dataset is hooked
+  where its batches are fetched (``chaos.adapters.batches``), so what is reported is what
+  Lightning's own sampler, and its restore of a mid-epoch checkpoint, handed the step;
 - ``run_end`` with the model digest at the end of ``fit``, from global rank 0.
 
 It observes and never steers: no argument, return value or state of Lightning changes (a
@@ -29,6 +33,7 @@ import lightning.pytorch as pl
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
 from chaos import contract, probe
+from chaos.adapters.batches import BatchRecorder
 
 __all__ = ["ChaosCallback"]
 
@@ -71,6 +76,7 @@ class ChaosCallback(pl.Callback):
     def __init__(self) -> None:
         self._reported_step = -1
         self._started = False
+        self._batches = BatchRecorder()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not self._started:
@@ -87,9 +93,17 @@ class ChaosCallback(pl.Callback):
         self._reported_step = trainer.global_step
         optimizers = trainer.optimizers
         probe.watch(model=pl_module, optimizer=optimizers[0] if optimizers else None)
+        # A sized loader has fetched nothing yet here (Lightning prefetches only unsized ones);
+        # the same dataset may serve validation, which runs with the module in eval mode.
+        self._batches.recording = lambda: bool(pl_module.training)
+        loaders = trainer.train_dataloader
+        for loader in loaders.values() if isinstance(loaders, dict) else \
+                loaders if isinstance(loaders, list | tuple) else [loaders]:
+            self._batches.hook(loader)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        self._batches.report_trained(epoch=trainer.current_epoch)
         probe.fault_point("step_begin", step=trainer.global_step + 1, model=pl_module)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

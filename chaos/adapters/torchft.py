@@ -12,8 +12,12 @@ where torchft notices, not where trainchaos does):
   died, or restarted under a new id): ``suspect`` is this rank's peer in that group, the
   rank the dropped replica's collectives ran with;
 - ``commit_failed`` when a step is abandoned (``should_commit`` said no: a collective failed
-  or timed out, or too few groups took part);
-- ``step_end`` for every committed step, with the Manager's step count (``current_step``);
+  or timed out, or too few groups took part); the sample indices reported for it
+  (``probe.samples``) are dropped, since its batch was not trained;
+- ``step_end`` for every committed step, with the Manager's step count (``current_step``)
+  and the sample indices the script reported for it with ``probe.samples``: torchft hands
+  the Manager no data (a ``torchft.data.DistributedSampler`` is the script's), so the data
+  checker's input is the script's one ``probe.samples`` line (``examples/torchft/train.py``);
 - ``ckpt_load`` (``tier: peer``) when this group heals from a live peer's state;
 - ``run_end`` with the model digest when ``manager.shutdown()`` is called, from group rank 0;
 - the probe's ``step_begin`` fault point after each ``start_quorum`` (in-process faults such
@@ -107,6 +111,7 @@ class _Reporter:
             if committed:
                 probe.step_end(int(self.manager.current_step()))
             else:
+                probe.get().discard_samples()  # the abandoned step's batch was not trained
                 probe.emit("commit_failed", step=int(self.manager.current_step()),
                            errored=str(getattr(self.manager, "_errored", None) or "")[:300] or None)
             return committed

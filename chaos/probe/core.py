@@ -145,6 +145,11 @@ class Probe:
         if epoch is not None:  # the current epoch until the script says another
             self._samples_epoch = epoch
 
+    def discard_samples(self) -> None:
+        """Forget the indices reported since the last ``step_end``: the step was abandoned
+        (a fault-tolerant stack that did not commit it), so nothing it fetched was trained."""
+        self._samples = None
+
     def _pending_ranges(self) -> list[list[int]]:
         """The pending indices as sorted, merged half-open ranges ``[[start, stop], ...]``:
         a contiguous shard of any size is two numbers, and a ``range`` is never expanded."""

@@ -1,6 +1,7 @@
 """A small Accelerate job: an Accelerator on CPU (gloo under torchrun), synthetic data,
 ``save_state`` every few steps into ``step_<N>`` folders, resumed from the newest with
-``load_state`` when it restarts.
+``load_state`` when it restarts, mid-epoch as Accelerate's examples resume: the epoch from
+the step, and ``accelerator.skip_first_batches`` for the batches of it already trained.
 
     torchrun --nproc-per-node 2 examples/accelerate/train.py --steps 40 --ckpt-dir /tmp/ckpt
     python examples/accelerate/train.py --steps 40 --ckpt-dir /tmp/ckpt          # one process
@@ -20,7 +21,7 @@ from datetime import timedelta
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs, set_seed
+from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -49,6 +50,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default="checkpoints", help="where checkpoints go and resume from")
     p.add_argument("--every", type=int, default=5, help="save_state every N steps")
     p.add_argument("--keep", type=int, default=2, help="checkpoint folders kept (older ones removed)")
+    p.add_argument("--epoch-steps", type=int, default=None,
+                   help="steps in one pass over the data (default: --every, so each resume starts "
+                        "a pass; otherwise checkpoints fall mid-epoch)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="shuffle each epoch (Accelerate's seedable sampler: the order follows the epoch)")
     p.add_argument("--batch", type=int, default=16, help="batch per process")
     p.add_argument("--features", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
@@ -66,14 +72,14 @@ def main(argv: list[str] | None = None) -> str | None:
     """Train; the final model's digest on the main process (None on the others)."""
     args = parse_args(argv)
     handlers = [] if args.pg_timeout is None else [InitProcessGroupKwargs(timeout=timedelta(seconds=args.pg_timeout))]
-    accelerator = Accelerator(cpu=True, kwargs_handlers=handlers)
+    accelerator = Accelerator(cpu=True, kwargs_handlers=handlers,
+                              dataloader_config=DataLoaderConfiguration(use_seedable_sampler=args.shuffle))
     set_seed(args.seed)
     model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.Tanh(), nn.Linear(args.hidden, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # One pass over the data is one checkpoint interval, so a resume starts a fresh pass
-    # exactly where an uninterrupted run would be (no batches to skip).
-    data = synthetic(args.seed, args.batch * accelerator.num_processes * args.every, args.features)
-    loader = DataLoader(data, batch_size=args.batch, shuffle=False)
+    epoch_steps = args.epoch_steps or args.every
+    data = synthetic(args.seed, args.batch * accelerator.num_processes * epoch_steps, args.features)
+    loader = DataLoader(data, batch_size=args.batch, shuffle=args.shuffle)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     if not args.no_adapter:
         from chaos.adapters.accelerate import instrument
@@ -85,9 +91,14 @@ def main(argv: list[str] | None = None) -> str | None:
         step, path = newest
         accelerator.load_state(path)
         accelerator.print(f"resumed from {path} at step {step}")
+    # Where the resumed step falls in the data, as Accelerate's examples (complete_nlp_example)
+    # compute it: the epoch, and the batches of it trained before the checkpoint.
+    starting_epoch, skip = divmod(step, len(loader))
     model.train()
+    epoch = starting_epoch
     while step < args.steps:
-        for x, y in loader:
+        active = accelerator.skip_first_batches(loader, skip) if epoch == starting_epoch and skip else loader
+        for x, y in active:
             loss = nn.functional.mse_loss(model(x), y)
             accelerator.backward(loss)
             optimizer.step()
@@ -104,6 +115,7 @@ def main(argv: list[str] | None = None) -> str | None:
                         _remove_tree(os.path.join(args.ckpt_dir, f"step_{old}"))
             if step >= args.steps:
                 break
+        epoch += 1
     accelerator.wait_for_everyone()
     accelerator.end_training()
     if not accelerator.is_main_process:

@@ -33,6 +33,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from chaos import probe
 from chaos.adapters.dcp import state_digest
 
 LATEST = "latest"
@@ -125,6 +126,15 @@ def batch(args: argparse.Namespace, step: int, rank: int) -> tuple[torch.Tensor,
     return x, x @ target + 0.1 * torch.randn(args.batch, 1, generator=gen)
 
 
+def sample_ids(args: argparse.Namespace, step: int, rank: int, world: int) -> range:
+    """The indices of the samples ``batch`` draws: step ``step``'s global batch is slots
+    ``(step - 1) * world * batch`` on, each rank a contiguous run. DCP has no data loader to
+    hook, so the example reports them itself (one line, ``probe.samples``): the data position
+    is the step, and the data checker judges the step DCP's restore resumed from."""
+    first = ((step - 1) * world + rank) * args.batch
+    return range(first, first + args.batch)
+
+
 def checkpoint_dir(root: str, step: int) -> str:
     return os.path.join(root, f"step-{step:08d}")
 
@@ -195,6 +205,7 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
     while step < args.steps:
         step += 1
         x, y = batch(args, step, rank)
+        probe.samples(sample_ids(args, step, rank, dist.get_world_size()))  # the data checker's input
         ckpt.step_begin(step)
         loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()

@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ckpt-dir", default="checkpoints", help="where checkpoints go and resume from")
     p.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
+    p.add_argument("--epoch-steps", type=int, default=None,
+                   help="steps in one pass over the data (default: --every, so each checkpoint ends "
+                        "an epoch; otherwise checkpoints fall mid-epoch)")
     p.add_argument("--batch", type=int, default=16, help="batch per rank")
     p.add_argument("--features", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
@@ -92,10 +95,11 @@ def main(argv: list[str] | None = None) -> str | None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     model = Regressor(args.features, args.hidden, args.lr)
-    # One epoch is one checkpoint interval: Lightning restarts an interrupted epoch's data
-    # from its first batch, so a resume lands on the data an uninterrupted run saw next only
-    # when checkpoints fall on epoch ends.
-    data = synthetic(args.seed, args.batch * world * args.every, args.features)
+    # By default one epoch is one checkpoint interval: with a plain DataLoader (not resumable:
+    # no state_dict) Lightning restarts an interrupted epoch's data from its first batch, so a
+    # resume lands on the data an uninterrupted run saw next only when checkpoints fall on
+    # epoch ends. --epoch-steps puts them mid-epoch (scenarios/stacks/lightning/kill-mid-epoch-data.yaml).
+    data = synthetic(args.seed, args.batch * world * (args.epoch_steps or args.every), args.features)
     loader = DataLoader(data, batch_size=args.batch, shuffle=False)
     callbacks: list[pl.Callback] = [ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=args.every,
                                                     save_top_k=1, save_last=True)]

@@ -31,6 +31,8 @@ import torch
 from torch import nn, optim
 from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
 
+from chaos import probe
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -72,9 +74,20 @@ def batch(seed: int, step: int, group: int, size: int) -> tuple[torch.Tensor, to
     return x, (x[:, :4].sum(dim=1) > 0).long() + 2 * (x[:, 4:8].sum(dim=1) > 0).long()
 
 
+def sample_ids(step: int, group: int, groups: int, size: int) -> range:
+    """The indices of the samples ``batch`` draws: step ``step``'s data is slots
+    ``step * groups * size`` on, each replica group's share a contiguous run (as
+    ``torchft.data.DistributedSampler`` shards by replica group). torchft hands its Manager no
+    data, so the example reports them itself (one line, ``probe.samples``); a detached probe
+    (outside trainchaos) ignores the call."""
+    first = (step * groups + group) * size
+    return range(first, first + size)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     group = int(os.environ.get("REPLICA_GROUP_ID", "0"))
+    groups = int(os.environ.get("NUM_REPLICA_GROUPS", "1"))
     torch.manual_seed(args.seed)
     model = TinyNet()
     inner = optim.SGD(model.parameters(), lr=0.05)
@@ -107,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     while manager.current_step() < args.steps:
         optimizer.zero_grad()  # starts the quorum for this step
         x, y = batch(args.seed, manager.current_step(), group, args.batch)
+        probe.samples(sample_ids(manager.current_step(), group, groups, args.batch))  # the data checker's input
         loss = loss_fn(ddp(x), y)
         loss.backward()
         optimizer.step()  # commits (steps the optimizer) only if every group's step went through

@@ -24,8 +24,8 @@ from chaos.util.procs import find_run_processes
 from chaos.workload.script import EXAMPLES_DIR
 from tests.integration._support import REPO, cli_env, run_trainchaos
 
-__all__ = ["assert_adapter_changes_nothing", "load_example", "run_kill_rank", "run_without_baseline",
-           "straight_digest"]
+__all__ = ["BATCH", "assert_adapter_changes_nothing", "assert_data_exactly_once", "load_example", "run_kill_rank",
+           "run_without_baseline", "straight_digest"]
 
 
 def run_without_baseline(scenario: Path, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Path]:
@@ -67,9 +67,10 @@ CHECKPOINT_EVERY = 5
 """The interval the shipped kill-rank scenarios give the examples (--every 5)."""
 
 
-def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
+def run_kill_rank(stack: str, tmp_path: Path, data_exactly_once: bool = True) -> dict[str, Any]:
     """Run ``scenarios/stacks/<stack>/kill-rank.yaml`` through ``trainchaos run`` and check
-    what every stack's kill must show; the fault run's journal."""
+    what every stack's kill must show; the fault run's journal. ``data_exactly_once``: the
+    data checker finds every sample once (else the caller judges the data figures)."""
     scenario = REPO / "scenarios" / "stacks" / stack / "kill-rank.yaml"
     out = tmp_path / "out"
     result = run_trainchaos(["run", str(scenario), "--out", str(out)],
@@ -101,9 +102,22 @@ def run_kill_rank(stack: str, tmp_path: Path) -> dict[str, Any]:
     # adapter published), and the report was written.
     final = journal["metrics"]
     assert final["digest_match"] is True and final["final_digest"] == final["baseline_digest"], final
+    if data_exactly_once:
+        assert_data_exactly_once(final, steps=final["final_step"], ranks=2)
     assert (run_dir / "summary.md").is_file() and (out / "index.html").is_file()
     assert not find_run_processes(journal["run_id"])
     return journal
+
+
+BATCH = 16
+"""The examples' batch per rank (--batch's default)."""
+
+
+def assert_data_exactly_once(metrics: dict[str, Any], steps: int, ranks: int) -> None:
+    """The data checker found the adapter's sample reports for every step of every rank that
+    the surviving training holds, each sample once (against the twin where the run had one)."""
+    assert metrics["data_samples"] == steps * ranks * BATCH, metrics.get("data_epochs")
+    assert metrics["data_lost"] == 0 and metrics["data_duplicated"] == 0, metrics.get("data_epochs")
 
 
 def load_example(stack: str) -> ModuleType:
@@ -133,6 +147,9 @@ def assert_adapter_changes_nothing(stack: str, tmp_path: Path, monkeypatch: pyte
     reported = [e for e in events if e["kind"] == "step_end"]
     assert [e["step"] for e in reported] == list(range(1, steps + 1))
     assert all(isinstance(e["loss"], float) for e in reported)
+    # Each step carries the indices of the one batch it trained, with its epoch.
+    assert all(sum(b - a for a, b in e["samples"]) == BATCH and isinstance(e.get("epoch"), int)
+               for e in reported), reported
     written = [e for e in events if e["kind"] == "ckpt_save_end"]
     assert [(e["step"], Path(e["path"]).name) for e in written] == saves
     assert all(e["bytes"] > 0 for e in written)

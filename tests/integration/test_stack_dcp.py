@@ -14,7 +14,11 @@ import pytest
 
 from chaos.runfiles.events import read_events
 from chaos.util.procs import find_run_processes
-from tests.integration._stacks import run_without_baseline, straight_digest
+from tests.integration._stacks import (
+    assert_data_exactly_once,
+    run_without_baseline,
+    straight_digest,
+)
 from tests.integration._support import REPO
 
 pytestmark = pytest.mark.integration
@@ -42,6 +46,9 @@ def test_kill_rank_of_a_dcp_job_is_recovered_from_its_checkpoint_exactly(tmp_pat
     saves = [e for e in events if e["kind"] == "ckpt_save_end"]
     assert saves and all(e["bytes"] > 0 for e in saves)
     assert journal["verdict"]["passed"], journal["verdict"]
+    # The example's sample reports (the data position is the step): the training that
+    # survived the restart holds every step of both ranks once.
+    assert_data_exactly_once(metrics, steps=doc["workload"]["dcp"]["steps"], ranks=2)
 
     (end,) = [e for e in events if e["kind"] == "run_end"]
     assert end["digest"] == straight_digest(tmp_path, "dcp", doc, journal["seed"])

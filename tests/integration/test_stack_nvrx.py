@@ -14,7 +14,11 @@ import pytest
 
 from chaos.runfiles.events import read_events
 from chaos.util.procs import find_run_processes
-from tests.integration._stacks import run_without_baseline, straight_digest
+from tests.integration._stacks import (
+    assert_data_exactly_once,
+    run_without_baseline,
+    straight_digest,
+)
 from tests.integration._support import REPO
 
 pytestmark = pytest.mark.integration
@@ -35,6 +39,9 @@ def test_an_error_in_one_rank_is_restarted_in_place_and_resumes_exactly(tmp_path
     assert fault["restarted"] and fault["resumed_from"] % every == 0
     assert fault["lost_steps"] == fault["last_step_before"] - fault["resumed_from"] <= every
     assert journal["verdict"]["passed"], journal["verdict"]
+    # The in-place restart's load rolled back the steps trained past the checkpoint: the
+    # surviving training holds every step of both ranks once.
+    assert_data_exactly_once(journal["metrics"], steps=doc["workload"]["nvrx_inprocess"]["steps"], ranks=2)
 
     events = read_events(os.path.join(journal["run_dir"], "events"))
     starts = [e for e in events if e["kind"] == "rank_start"]

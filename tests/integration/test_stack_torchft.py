@@ -66,6 +66,13 @@ def test_a_killed_replica_group_is_dropped_the_other_trains_on_and_it_heals_from
     assert healed and healed[0]["tier"] == "peer" and healed[0]["incarnation"] >= 1
     back = [e for e in events if e["src"] == "rank-1" and e["kind"] == "step_end" and e["incarnation"] >= 1]
     assert back and back[-1]["step"] == 60, "replica group 1 did not train again to the end"
+    # Data (the example's probe.samples line, each group's share of a step), here without a
+    # twin, against what any group reported: group 0's 60 steps at least, and nothing trained
+    # twice beyond the one share of docs/stacks.md's torchft finding 5 (the healing group's
+    # first step draws its pre-heal step 0's batch).
+    metrics = journal["metrics"]
+    assert metrics["data_duplicated"] in (0, 16), metrics["data_epochs"]
+    assert metrics["data_samples"] >= 60 * 16, metrics["data_epochs"]
     assert (run_dir / "summary.md").is_file() and (run_dir / "journal.json").is_file()
     assert (run_dir / "logs" / "lighthouse.log").is_file()
     assert find_run_processes(journal["run_id"]) == [], "a lighthouse or training process was left"
