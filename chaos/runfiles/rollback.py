@@ -79,8 +79,11 @@ def _mark_live(entry: dict[str, Any]) -> None:
         if not os.path.isdir(directory):
             os.makedirs(directory, exist_ok=True)
             os.chmod(directory, 0o1777)  # every user's controllers mark here; each removes its own
-        with open(os.path.join(directory, f"{entry['run_id']}.json"), "w", encoding="utf-8") as fh:
+        # Whole or not at all (a reader skips the temp name), readable by every user.
+        path = os.path.join(directory, f"{entry['run_id']}.json")
+        with open(f"{path}.{os.getpid()}.tmp", "w", encoding="utf-8") as fh:
             json.dump(entry, fh)
+        os.replace(fh.name, path)
     except OSError:
         pass
 
@@ -101,12 +104,19 @@ def _live_marks() -> list[tuple[str, dict[str, Any]]]:
         return []
     marks = []
     for name in names:
+        if not name.endswith(".json"):
+            continue  # a mark being written (its temp file)
         path = os.path.join(directory, name)
         try:
             with open(path, encoding="utf-8") as fh:
-                marks.append((path, json.load(fh)))
-        except (OSError, ValueError):
+                mark = json.load(fh)
+        except OSError:
             continue
+        except ValueError:
+            mark = None
+        # Marks are written whole (renamed into place): garbage names no live controller,
+        # counts for nothing and is pruned like a dead one's.
+        marks.append((path, mark if isinstance(mark, dict) else {}))
     return marks
 
 

@@ -9,7 +9,8 @@ SIGINT/SIGTERM), the ``finally`` reverts every applied fault, stops every proces
 and releases its resources in reverse order, then the journal is written.
 
 A failure of trainchaos itself (a fault whose ``inject`` raised, a target with no live
-process at injection time, a failed revert or teardown, a crash of this runner) ends the run
+process at injection time, a failed revert or teardown, a write of its own fault journal or
+events that failed, ``chaos.runner.output``, a crash of this runner) ends the run
 as ``tool_error``: its journal says what failed and it gets no verdict, because nothing was
 learned about the training stack.
 
@@ -514,9 +515,9 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
         except OSError as exc:
             # Every fault was reverted and every process stopped already: only the record
             # is lost, and with it the run's outcome (a verdict nobody can read is none).
-            raise ToolError(f"the run's record could not be written: {describe_os_error(exc)}; "
-                            f"the run ended {runner.status}, its faults reverted and its processes "
-                            "stopped") from exc
+            why = f" ({runner.error})" if runner.error else ""
+            raise ToolError(f"the run's record could not be written: {describe_os_error(exc)}; the run "
+                            f"ended {runner.status}{why}, its faults reverted and its processes stopped") from exc
     finally:
         runner.release()
         interrupts.release()

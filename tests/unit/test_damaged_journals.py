@@ -227,3 +227,15 @@ def test_a_second_controller_is_refused_the_run_directory_and_told_who_holds_it(
     assert Path(run_dir, "run.json").exists(), "the refused one touched nothing"
     first.release()
     RunDirLock.acquire(run_dir, "trainchaos-third").release()  # free once the first let go
+
+
+def test_a_garbage_live_mark_counts_for_nothing_and_is_pruned(tmp_path: Path) -> None:
+    from chaos.runfiles.rollback import live_dir, live_run_ids, prune_live_marks
+
+    os.makedirs(live_dir(), exist_ok=True)
+    for name, text in (("a.json", "[1, 2]"), ("b.json", "{torn"), ("c.json", "7")):
+        Path(live_dir(), name).write_text(text)
+    register_run("trainchaos-alive", str(tmp_path / "run"))
+    assert live_run_ids() == {"trainchaos-alive"}
+    assert prune_live_marks() == 3
+    assert sorted(os.listdir(live_dir())) == ["trainchaos-alive.json"]
