@@ -81,7 +81,16 @@ KINDS: dict[str, tuple[str, ...]] = {
 def iter_event_file(path: str) -> Iterator[Event]:
     """Events of one file; a torn last line (the process died mid-write) is skipped, and so
     is a line that is no event (garbage: not a JSON object with a time), which would
-    otherwise take the whole timeline down with it."""
+    otherwise take the whole timeline down with it. A read that fails names the file."""
+    try:
+        yield from _events_of(path)
+    except OSError as exc:  # a failing disk: say which file (a close's error names none)
+        if exc.filename is None:
+            exc.filename = path
+        raise
+
+
+def _events_of(path: str) -> Iterator[Event]:
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if not line.endswith("\n"):

@@ -427,10 +427,15 @@ class _Runner:
                 unregister_run(self.run_id)
             except OSError as exc:  # a dead controller's entry: `trainchaos cleanup` removes it
                 self._tool_error(f"run not unregistered: {describe_os_error(exc)}")
+        try:
+            events = read_events(events_dir)
+        except OSError as exc:  # a failing disk under --out: nothing to measure from
+            self._tool_error(f"the run's events could not be read: {describe_os_error(exc)}")
+            events = []
         if self.tool_errors:
             self.error = "; ".join(self.tool_errors)
         t_end = time.time()
-        return read_events(events_dir), t_end
+        return events, t_end
 
     def _output_failed(self) -> None:
         """A write of the controller's own failed (its events, its fault journal): the run
