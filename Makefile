@@ -13,7 +13,7 @@ DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command 
 DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode demo slurm-demo test test-stress test-fuzz test-unit test-integration lint audit bench clean
+.PHONY: install bytecode demo slurm-demo test test-stress test-fuzz test-unit test-integration lint audit bench bench-sigkill clean
 
 install: $(STAMP)
 
@@ -119,6 +119,14 @@ bench: bytecode
 	$(BIN)/python benchmarks/net_bench.py
 	$(BIN)/python benchmarks/storage_bench.py
 	$(BIN)/python benchmarks/checker_bench.py
+
+# The controller SIGKILLed at SIGKILL_TRIALS random moments of a real run, each followed by
+# `trainchaos cleanup` and a count of what is left (benchmarks/sigkill_bench.py; figures in
+# docs/testing.md). About 15 minutes: not part of `make test`. Its `cleanup` sweeps the
+# machine, so run it alone.
+SIGKILL_TRIALS ?= 50
+bench-sigkill: bytecode
+	$(BIN)/python benchmarks/sigkill_bench.py --trials $(SIGKILL_TRIALS)
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

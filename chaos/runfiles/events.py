@@ -81,8 +81,19 @@ KINDS: dict[str, tuple[str, ...]] = {
 
 
 def iter_event_file(path: str) -> Iterator[Event]:
-    """Events of one file; a torn last line (the process died mid-write) is skipped."""
-    with open(path, encoding="utf-8") as fh:
+    """Events of one file; a torn last line (the process died mid-write) is skipped, and so
+    is a line that is no event (garbage: not a JSON object with a time), which would
+    otherwise take the whole timeline down with it. A read that fails names the file."""
+    try:
+        yield from _events_of(path)
+    except OSError as exc:  # a failing disk: say which file (a close's error names none)
+        if exc.filename is None:
+            exc.filename = path
+        raise
+
+
+def _events_of(path: str) -> Iterator[Event]:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if not line.endswith("\n"):
                 break
@@ -90,9 +101,11 @@ def iter_event_file(path: str) -> Iterator[Event]:
             if not line:
                 continue
             try:
-                yield json.loads(line)
+                event = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(event, dict) and isinstance(event.get("t"), int | float):
+                yield event
 
 
 def merge(streams: Iterable[Iterable[Event]]) -> list[Event]:

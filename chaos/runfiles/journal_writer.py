@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["JournalWriteError", "JournalWriter", "journal_line"]
+__all__ = ["JournalWriteError", "JournalWriter", "journal_line", "needs_newline"]
 
 
 class JournalWriteError(OSError):
@@ -39,6 +39,13 @@ def journal_line(record: dict[str, Any]) -> bytes:
     JSON line. Both ways of writing a journal (``chaos.runfiles.rollback.append_record``, synced at
     once, and ``JournalWriter``) write this, so a reader sees one format."""
     return (json.dumps({"t": time.time(), **record}, default=str) + "\n").encode()
+
+
+def needs_newline(fd: int) -> bool:
+    """Whether the file open on ``fd`` ends in a line that was cut short (a full disk, a
+    failing one): the next record must start on a line of its own, or it is lost with it."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def _sync(fd: int) -> None:
@@ -73,7 +80,9 @@ class JournalWriter:
             if self._error is None:
                 try:
                     if self._fd < 0:
-                        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                        if needs_newline(self._fd):
+                            data = b"\n" + data
                     while data:
                         data = data[os.write(self._fd, data):]
                 except OSError as exc:
@@ -84,6 +93,13 @@ class JournalWriter:
                 self._thread.start()
             self._cond.notify_all()
             return self._written
+
+    @property
+    def failure(self) -> OSError | None:
+        """The write or sync that failed, if one did (the run loop polls it: a journal that
+        cannot be written ends the run as a tool error before a fault depends on it)."""
+        with self._cond:
+            return self._error if isinstance(self._error, OSError) else None
 
     def durable(self, seq: int) -> bool:
         """Whether record ``seq`` (and every one before it) is synced."""

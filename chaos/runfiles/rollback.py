@@ -10,6 +10,10 @@ resolved and the time the fault took effect. Active runs are also registered in 
 directory so that cleanup finds them without being told where, and marked live in one
 directory of the whole machine (``live_dir``), so that a cleanup of any state directory
 knows a run of another one (another user's, a test's beside it) is alive.
+
+Both are read by whoever cleans up after a crash, so a damaged line (torn by a full disk,
+garbage written by a broken tool or a hand) is skipped and *named*, file and line, and every
+other record is still used: ``read_journal`` and ``FaultJournal.damaged``, ``registry_problems``.
 """
 
 from __future__ import annotations
@@ -17,14 +21,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from chaos import contract
-from chaos.runfiles.journal_writer import JournalWriter, journal_line
+from chaos.runfiles.journal_writer import JournalWriter, journal_line, needs_newline
+from chaos.util.fileio import atomic_write_text
 from chaos.util.procs import controller_alive, controller_tag
 
-__all__ = ["FaultJournal", "active_runs", "append_record", "live_dir", "live_run_ids", "prune_live_marks",
-           "read_records", "run_is_live", "register_run", "state_base", "state_dir", "unregister_run"]
+__all__ = ["DamagedLine", "FaultJournal", "active_runs", "append_record", "live_dir", "live_run_ids",
+           "prune_live_marks", "read_journal", "read_records", "registry_problems", "run_is_live",
+           "register_run", "state_base", "state_dir", "unregister_run"]
 
 
 def state_base() -> str:
@@ -58,10 +65,9 @@ def register_run(run_id: str, run_dir: str) -> str:
     path = os.path.join(state_dir(), f"{run_id}.json")
     entry = {"run_id": run_id, "run_dir": os.path.abspath(run_dir), "pid": os.getpid(),
              "controller": controller_tag(), "started": time.time()}
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(entry, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    # Whole or not at all: a cleanup beside it, or after a full disk cut the write short,
+    # must never find half an entry.
+    atomic_write_text(path, json.dumps(entry))
     _mark_live(entry)
     return path
 
@@ -76,8 +82,11 @@ def _mark_live(entry: dict[str, Any]) -> None:
             # Sticky and world-writable as /tmp: every user's controllers mark here, each removes
             # its own (docs/security.md: what a forged mark can do).
             os.chmod(directory, 0o1777)  # nosec B103
-        with open(os.path.join(directory, f"{entry['run_id']}.json"), "w", encoding="utf-8") as fh:
+        # Whole or not at all (a reader skips the temp name), readable by every user.
+        path = os.path.join(directory, f"{entry['run_id']}.json")
+        with open(f"{path}.{os.getpid()}.tmp", "w", encoding="utf-8") as fh:
             json.dump(entry, fh)
+        os.replace(fh.name, path)
     except OSError:
         pass
 
@@ -98,12 +107,19 @@ def _live_marks() -> list[tuple[str, dict[str, Any]]]:
         return []
     marks = []
     for name in names:
+        if not name.endswith(".json"):
+            continue  # a mark being written (its temp file)
         path = os.path.join(directory, name)
         try:
             with open(path, encoding="utf-8") as fh:
-                marks.append((path, json.load(fh)))
-        except (OSError, ValueError):
+                mark = json.load(fh)
+        except OSError:
             continue
+        except ValueError:
+            mark = None
+        # Marks are written whole (renamed into place): garbage names no live controller,
+        # counts for nothing and is pruned like a dead one's.
+        marks.append((path, mark if isinstance(mark, dict) else {}))
     return marks
 
 
@@ -127,38 +143,101 @@ def prune_live_marks() -> int:
     return pruned
 
 
-def active_runs() -> list[dict[str, Any]]:
-    runs = []
+def _registry_entry(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One registry file: its entry, or why it cannot be used."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None, None  # unregistered meanwhile: nothing to say
+    except OSError as exc:
+        return None, f"{path}: unreadable registry entry: {exc}"
+    try:
+        entry = json.loads(text)
+    except ValueError as exc:
+        return None, f"{path}:1: damaged registry entry (not JSON: {exc})"
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("run_id", "run_dir")):
+        return None, f"{path}:1: damaged registry entry (not an object with a run_id and a run_dir)"
+    return entry, None
+
+
+def _registry_files() -> list[str]:
     directory = state_dir()
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".json"):
-            try:
-                with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                    runs.append(json.load(fh))
-            except (OSError, json.JSONDecodeError):
-                continue
-    return runs
+    return [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if name.endswith(".json")]
+
+
+def active_runs() -> list[dict[str, Any]]:
+    """The registered runs; a damaged entry is left out (``registry_problems`` names it)."""
+    entries = (_registry_entry(path)[0] for path in _registry_files())
+    return [entry for entry in entries if entry is not None]
+
+
+def registry_problems() -> list[str]:
+    """Each registry entry that cannot be used, as ``file:line: what is wrong``."""
+    problems = (_registry_entry(path)[1] for path in _registry_files())
+    return [problem for problem in problems if problem is not None]
 
 
 def append_record(path: str, record: dict[str, Any]) -> None:
     """Append one JSON line and fsync it: it is on disk before the action it announces."""
-    with open(path, "ab") as fh:
-        fh.write(journal_line(record))
+    with open(path, "ab+") as fh:  # +: readable, to see how the file ends
+        # After a torn last line (a full disk cut it short), a new line of its own: glued to
+        # the torn one, this record would be lost with it.
+        line = journal_line(record)
+        fh.write(b"\n" + line if needs_newline(fh.fileno()) else line)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def read_records(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
+@dataclass(frozen=True)
+class DamagedLine:
+    """A journal line no reader can use: where it is, and why."""
+
+    path: str
+    line: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.problem}"
+
+
+def read_journal(path: str) -> tuple[list[dict[str, Any]], list[DamagedLine]]:
+    """Every record of a JSON-lines journal (each a JSON object), and every line that is
+    not one. A torn last line, a garbage line in the middle: the records around it still
+    tell what to undo."""
+    numbered, damaged = _read_numbered(path)
+    return [rec for _, rec in numbered], damaged
+
+
+def _read_numbered(path: str) -> tuple[list[tuple[int, dict[str, Any]]], list[DamagedLine]]:
+    """``read_journal``, each record with its line number."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (closed below; a missing file is an empty journal)
+    except FileNotFoundError:
+        return [], []
+    records: list[tuple[int, dict[str, Any]]] = []
+    damaged: list[DamagedLine] = []
+    with fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line: the record before it still tells what to undo
-    return out
+                record = json.loads(raw)
+            except ValueError:
+                torn = not raw.endswith(b"\n")
+                damaged.append(DamagedLine(path, number, "torn (no end of line)" if torn else
+                                           f"not JSON: {raw[:60]!r}"))
+                continue
+            if not isinstance(record, dict):
+                damaged.append(DamagedLine(path, number, f"not a JSON object: {raw[:60]!r}"))
+                continue
+            records.append((number, record))
+    return records, damaged
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The records of a journal, its damaged lines skipped (``read_journal`` names them)."""
+    return read_journal(path)[0]
 
 
 class FaultJournal:
@@ -214,7 +293,25 @@ class FaultJournal:
             self.writer.close()
 
     def records(self) -> list[dict[str, Any]]:
-        return read_records(self.path)
+        """Every usable record (``damaged`` names the lines left out)."""
+        return self._read()[0]
+
+    def damaged(self) -> list[DamagedLine]:
+        """Each line that is not a record this journal writes (torn, garbage, a record
+        without its ``op``, ``fault_id`` or, for ``apply``, ``type``)."""
+        return self._read()[1]
+
+    def _read(self) -> tuple[list[dict[str, Any]], list[DamagedLine]]:
+        numbered, damaged = _read_numbered(self.path)
+        records = []
+        for number, rec in numbered:
+            problem = _fault_record_problem(rec)
+            if problem:
+                damaged.append(DamagedLine(self.path, number, problem))
+            else:
+                records.append(rec)
+        damaged.sort(key=lambda d: d.line)
+        return records, damaged
 
     def pending(self) -> list[dict[str, Any]]:
         """Faults applied (or being applied) and not reverted: {fault_id, type, details}."""
@@ -228,3 +325,21 @@ class FaultJournal:
             elif rec.get("op") == "reverted":
                 state.pop(fid, None)
         return list(state.values())
+
+
+_FAULT_OPS = ("apply", "applied", "reverted")
+
+
+def _fault_record_problem(rec: dict[str, Any]) -> str | None:
+    if rec.get("op") not in _FAULT_OPS:
+        return f"not a fault journal record (op {rec.get('op')!r}; one of {', '.join(_FAULT_OPS)} expected)"
+    if not isinstance(rec.get("fault_id"), str):
+        return f"{rec['op']} record without a fault_id"
+    if rec["op"] == "apply" and not isinstance(rec.get("type"), str):
+        return "apply record without a fault type"
+    if rec["op"] == "apply" and not isinstance(rec.get("target", {}), dict):
+        return "apply record whose target is not an object"
+    if rec["op"] == "applied" and not isinstance(rec.get("details", {}), dict):
+        return "applied record whose details are not an object"
+    return None
+

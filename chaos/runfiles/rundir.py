@@ -8,6 +8,7 @@ them without trainchaos's dependencies.
 What a run directory holds, and who writes it:
 
 ========================  ======================================================================
+``.trainchaos.lock``      held (flock) by the controller of the run: a second one refuses the directory
 ``run.json``              the run's start record (scenario, seed, plan), before anything starts
 ``journal.json``          the run record (``chaos.runfiles.record``): written last, for every outcome
 ``fault_journal.jsonl``   every fault as applied and reverted (``chaos.runfiles.rollback``), fsynced
@@ -26,10 +27,13 @@ What a run directory holds, and who writes it:
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 from dataclasses import dataclass
 
 from chaos.contract import EVENTS_SUBDIR, HOLDS_SUBDIR, SHARED_CHECKPOINTS_SUBDIR
+from chaos.errors import ToolError
 
 LOGS_SUBDIR = "logs"
 PROBE_FAULTS_FILE = "probe_faults.json"
@@ -40,17 +44,20 @@ __all__ = [
     "RESOURCES_FILE",
     "RUN_RECORD_FILE",
     "RUN_REPORT_HTML",
+    "RUN_DIR_LOCK_FILE",
     "RUN_START_FILE",
     "SUMMARY_FILE",
     "TIMELINE_CSV",
     "TIMELINE_PARQUET",
     "RunDir",
+    "RunDirLock",
 ]
 
 RUN_RECORD_FILE = "journal.json"
 """The run record. Its on-disk name stays ``journal.json``: every report folder and CI script
 written so far knows it by that name."""
 RUN_START_FILE = "run.json"
+RUN_DIR_LOCK_FILE = ".trainchaos.lock"
 FAULT_JOURNAL_FILE = "fault_journal.jsonl"
 RESOURCES_FILE = "resources.jsonl"
 SUMMARY_FILE = "summary.md"
@@ -103,3 +110,50 @@ class RunDir:
 
     def has_run_record(self) -> bool:
         return os.path.exists(self.run_record)
+
+
+class RunDirLock:
+    """A run directory held by one controller: an exclusive ``flock`` on its lock file,
+    which the kernel drops when the controller exits, however it ends (a SIGKILLed
+    controller's directory is free at once for ``trainchaos cleanup`` and the next run).
+    The file says who holds it, so that a refusal names the holder."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    @classmethod
+    def acquire(cls, run_dir: str, run_id: str) -> RunDirLock:
+        """Hold ``run_dir`` (created if missing), or raise ``ToolError`` naming its holder."""
+        os.makedirs(run_dir, exist_ok=True)
+        path = os.path.join(run_dir, RUN_DIR_LOCK_FILE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise ToolError(f"{run_dir} is in use by another trainchaos controller ({holder}); give this "
+                            "run another --out, or wait for that one to end") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "run_id": run_id}).encode(), 0)
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # drops the flock
+            self._fd = -1
+
+
+def _holder(fd: int) -> str:
+    """``pid 1234, run trainchaos-ab12``, as the holder wrote it (it may be mid-write)."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        holder = {}
+    if not isinstance(holder, dict) or "pid" not in holder:
+        return "pid unknown: it has not written it yet"
+    return f"pid {holder['pid']}, run {holder.get('run_id', '?')}"

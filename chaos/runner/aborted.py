@@ -70,8 +70,10 @@ def _fault_records(rundir: RunDir) -> list[FaultRecord]:
             family: str | None = fault_type.family
         except UnknownFaultType:
             failure_class, also, family = "unknown", (), None
-        target = rec.get("target") or {}
-        srcs = [f"rank-{r}" for r in target.get("ranks", [])] + [f"node-{n}" for n in target.get("nodes", [])]
+        target = rec.get("target")
+        if not isinstance(target, dict):  # a damaged line's: the fault counts, its target unknown
+            target = {}
+        srcs = [f"rank-{r}" for r in target.get("ranks") or []] + [f"node-{n}" for n in target.get("nodes") or []]
         records[rec["fault_id"]] = FaultRecord(fault_id=rec["fault_id"], type=rec["type"],
                                                failure_class=failure_class, also_classes=also, family=family,
                                                target_srcs=srcs,

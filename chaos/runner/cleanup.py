@@ -8,6 +8,11 @@ the run id in their environment. Beyond the registry, every process carrying a r
 controller is gone, and every resource a kind finds by the project's naming that belongs to
 no live run, is a leftover too. A live run (its controller still runs) is never touched unless
 named with ``--run-dir`` and ``--force``.
+
+A damaged line of a fault journal, or a damaged registry entry, is named (file and line) and
+skipped; every record around it is still acted on. A damaged registry entry is a failure
+(cleanup cannot tell which run directory it meant); a damaged journal line is said, and the
+run is cleaned from the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from chaos.runfiles.rollback import (
     active_runs,
     live_run_ids,
     prune_live_marks,
+    registry_problems,
     run_is_live,
     unregister_run,
 )
@@ -46,6 +52,8 @@ class CleanupReport:
 def _clean_one(run_id: str, run_dir: str, report: CleanupReport) -> None:
     rundir = RunDir(run_dir)
     fault_journal = FaultJournal(rundir.fault_journal)
+    report.lines.extend(f"{run_id}: skipped a damaged line of the fault journal: {line}"
+                        for line in fault_journal.damaged())
     for fault in fault_journal.pending():
         label = f"{fault['fault_id']} ({fault['type']})"
         try:
@@ -98,6 +106,8 @@ def cleanup_runs(run_dirs: list[str], force: bool = False) -> CleanupReport:
             targets.append((run_id, d, reg is not None and run_is_live(reg)))
     else:
         targets = [(r["run_id"], r["run_dir"], run_is_live(r)) for r in registered.values()]
+        report.failures.extend(f"{problem}: left in place (remove it once the run it meant is dealt with)"
+                               for problem in registry_problems())
     for run_id, run_dir, live in targets:
         if live and not force:
             report.lines.append(f"{run_id}: its controller is still running; skipped (--force to clean it anyway)")
@@ -142,13 +152,16 @@ def find_leftovers() -> list[str]:
         listed.add(entry["run_id"])
         run_id, run_dir = entry["run_id"], entry["run_dir"]
         rundir = RunDir(run_dir)
-        faults = FaultJournal(rundir.fault_journal).pending()
+        journal = FaultJournal(rundir.fault_journal)
+        faults = journal.pending()
         resources = pending_resources(rundir.resources_journal)
         found.append(f"run {run_id} ({run_dir}): controller gone; {len(faults)} fault(s) not "
                      f"reverted, {len(resources)} resource(s) not released")
         found.extend(f"  fault {f['fault_id']} ({f['type']})" for f in faults)
+        found.extend(f"  damaged fault journal line {line}" for line in journal.damaged())
         found.extend(f"  {r['kind']} {r['spec'].get('path') or r['spec'].get('name') or r['details']}"
                      for r in resources)
+    found.extend(f"damaged registry entry {problem}" for problem in registry_problems())
     for proc in find_run_processes():
         if proc.orphaned and proc.run_id not in live:
             found.append(f"process {proc.pid} of run {proc.run_id} (controller gone): {proc.cmdline[:120]}")
@@ -170,11 +183,14 @@ def _run_id_of(run_dir: str) -> str | None:
         return run_id
     for path in glob.glob(os.path.join(rundir.events, "injector.*.jsonl")):
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    event = json.loads(line)
-                    if event.get("kind") == "job_start":
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        continue  # a torn or garbage line: the job_start may follow
+                    if isinstance(event, dict) and event.get("kind") == "job_start":
                         return event.get("run_id")
-        except (OSError, json.JSONDecodeError):
+        except OSError:
             continue
     return None

@@ -9,7 +9,8 @@ SIGINT/SIGTERM), the ``finally`` reverts every applied fault, stops every proces
 and releases its resources in reverse order, then the journal is written.
 
 A failure of trainchaos itself (a fault whose ``inject`` raised, a target with no live
-process at injection time, a failed revert or teardown, a crash of this runner) ends the run
+process at injection time, a failed revert or teardown, a write of its own fault journal or
+events that failed, ``chaos.runner.output``, a crash of this runner) ends the run
 as ``tool_error``: its journal says what failed and it gets no verdict, because nothing was
 learned about the training stack.
 
@@ -34,10 +35,10 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from chaos import __version__, contract, probe
+from chaos import __version__, contract
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, RunSpec
-from chaos.errors import ChaosError
+from chaos.errors import ChaosError, ToolError
 from chaos.faults.family import planned_mounts
 from chaos.metrics import BaselineInfo
 from chaos.metrics.families.data import baseline_samples
@@ -48,7 +49,7 @@ from chaos.model.triggers import form_of
 from chaos.probe import hold
 from chaos.report import write_run_reports
 from chaos.runfiles.events import Event, read_events
-from chaos.runfiles.journal_writer import JournalWriter
+from chaos.runfiles.journal_writer import JournalWriteError, JournalWriter
 from chaos.runfiles.record import (
     Check,
     MetricsRecord,
@@ -60,13 +61,14 @@ from chaos.runfiles.record import (
 )
 from chaos.runfiles.resources import RunResources
 from chaos.runfiles.rollback import FaultJournal, register_run, unregister_run
-from chaos.runfiles.rundir import RunDir
+from chaos.runfiles.rundir import RunDir, RunDirLock
 from chaos.runfiles.telemetry import EventTailer
 from chaos.runner.freshness import FreshnessHandler
 from chaos.runner.handlers import HandlerRegistry, RunHandler
 from chaos.runner.intake import EventIntake
 from chaos.runner.lifecycle import FaultLifecycle, Injection
 from chaos.runner.measure import measure
+from chaos.runner.output import ControllerEvents, describe_os_error
 from chaos.runner.plan import make_plan, plan_seed, probe_instructions
 from chaos.runner.state import FaultState, RunProgress
 from chaos.runner.verdict import judge_twin
@@ -138,6 +140,9 @@ class _Runner:
         self.tool_errors: list[str] = []
         self.t_stop: float | None = None
         self._lifecycle: FaultLifecycle | None = None
+        self.lock: RunDirLock | None = None
+        self._preparing = True
+        self._output_failures: set[int] = set()
 
     def _tool_error(self, message: str) -> None:
         self.tool_errors.append(message)
@@ -284,9 +289,35 @@ class _Runner:
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> tuple[list[Event], float]:
-        """Run the job to its end; returns its events and the time it ended."""
-        if os.path.exists(self.run_dir):
-            shutil.rmtree(self.run_dir)
+        """Run the job to its end; returns its events and the time it ended. The run
+        directory is this controller's (``RunDirLock``) until ``release``."""
+        try:
+            return self._run()
+        except OSError as exc:
+            if not self._preparing:
+                raise
+            # Before anything started (once it has, a failure is the run's record's):
+            # nothing to revert or stop, and nothing was learned about the training stack.
+            raise ToolError(f"the run could not start: {describe_os_error(exc)}") from exc
+
+    def release(self) -> None:
+        """The run directory is free for another controller (its record is written)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _run(self) -> tuple[list[Event], float]:
+        # Before anything of the directory is touched: a second controller given the same
+        # run directory must not delete the first one's files under its feet.
+        self.lock = RunDirLock.acquire(self.run_dir, self.run_id)
+        for name in os.listdir(self.run_dir):  # what an earlier run left (not the lock)
+            path = os.path.join(self.run_dir, name)
+            if path == self.lock.path:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         events_dir = self.rundir.events
         os.makedirs(events_dir)
         launch = self.workload.launch(self.run_dir, self.seed)
@@ -310,8 +341,10 @@ class _Runner:
         log_progress.global_rank = lambda node, rank: launch.launcher.global_rank(node, rank, topology)
         # Synced from a thread of its own: only an ``apply`` is waited for, and that is
         # written ahead of the fault's time where it is known (_arm_ahead).
-        self.fault_journal = FaultJournal(self.rundir.fault_journal, JournalWriter(self.rundir.fault_journal))
-        injector = probe.Probe(events_dir, "injector", 0)
+        self.journal_writer = JournalWriter(self.rundir.fault_journal)
+        self.fault_journal = FaultJournal(self.rundir.fault_journal, self.journal_writer)
+        # Its writes never raise past a revert (chaos.runner.output); _output_failed reads them.
+        self.injector = injector = ControllerEvents(events_dir, "injector", 0)
         self.ctx = InjectionContext(self.run_dir, self.cluster, injector, self.resources)
         tailer = EventTailer(events_dir)
         wakeup = Wakeup(POLL_S, _MIN_GAP_S)
@@ -329,6 +362,7 @@ class _Runner:
         })
         write_run_start(self.rundir, self.start)
         self.handlers.run_started(self.start, self.ctx)
+        self._preparing = False
         deadline = time.monotonic() + self.scenario.timeout_s
         try:
             register_run(self.run_id, self.run_dir)
@@ -351,6 +385,7 @@ class _Runner:
                 self._take(log_progress.poll(logs))
                 self._fire_due()
                 self._reverted(self.lifecycle.due_reverts())
+                self._output_failed()
                 if self.status != "running":
                     break  # a tool error: stop here, nothing more can be learned
                 if self._job_ended():
@@ -368,8 +403,11 @@ class _Runner:
         except (Interrupted, KeyboardInterrupt):
             self.status = "interrupted"
             self.error = "interrupted by signal"
+        except JournalWriteError as exc:  # an apply not on disk: its fault was never touched
+            self._tool_error(f"fault journal not written: {exc}")
         except Exception as exc:  # the runner itself failed: still revert, tear down, journal
-            self._tool_error(f"runner crashed: {type(exc).__name__}: {exc}")
+            what = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            self._tool_error(f"runner crashed: {type(exc).__name__}: {what}")
             self.traceback = traceback.format_exc()
         finally:
             # Released by run_scenario_once once the journal is written.
@@ -386,12 +424,30 @@ class _Runner:
             self.handlers.run_stopped()
             injector.emit("job_end", status=self.status)
             injector.close()
+            self._output_failed()
             wakeup.close()
-            unregister_run(self.run_id)
+            try:
+                unregister_run(self.run_id)
+            except OSError as exc:  # a dead controller's entry: `trainchaos cleanup` removes it
+                self._tool_error(f"run not unregistered: {describe_os_error(exc)}")
+        try:
+            events = read_events(events_dir)
+        except OSError as exc:  # a failing disk under --out: nothing to measure from
+            self._tool_error(f"the run's events could not be read: {describe_os_error(exc)}")
+            events = []
         if self.tool_errors:
             self.error = "; ".join(self.tool_errors)
         t_end = time.time()
-        return read_events(events_dir), t_end
+        return events, t_end
+
+    def _output_failed(self) -> None:
+        """A write of the controller's own failed (its events, its fault journal): the run
+        ends as a tool error naming the file and the errno (once each)."""
+        for failure, path in ((self.injector.failure, None),
+                              (self.journal_writer.failure, self.rundir.fault_journal)):
+            if failure is not None and id(failure) not in self._output_failures:
+                self._output_failures.add(id(failure))
+                self._tool_error(f"the controller's own output failed: {describe_os_error(failure, path)}")
 
     def _job_ended(self) -> bool:
         """Every node that is not lost has exited. Once the harness reported its end, the
@@ -465,8 +521,16 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
             tool_errors=runner.tool_errors, traceback=getattr(runner, "traceback", None),
             ended_at=_now_iso(), interrupted_after=interrupted_after,
             twin_checks=() if with_faults or runner.status == "tool_error" else _judge_twin(scenario, metrics, events))
-        write_run_reports(runner.run_dir, record, events)
+        try:
+            write_run_reports(runner.run_dir, record, events)
+        except OSError as exc:
+            # Every fault was reverted and every process stopped already: only the record
+            # is lost, and with it the run's outcome (a verdict nobody can read is none).
+            why = f" ({runner.error})" if runner.error else ""
+            raise ToolError(f"the run's record could not be written: {describe_os_error(exc)}; the run "
+                            f"ended {runner.status}{why}, its faults reverted and its processes stopped") from exc
     finally:
+        runner.release()
         interrupts.release()
     return record
 
