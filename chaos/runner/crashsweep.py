@@ -249,7 +249,9 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
         audit = (workload.audit_checkpoints(rundir.crash_image)
                  if os.path.isdir(rundir.crash_image) else None)
         outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest)
-        where = boundaries[after - 1] if after else (boundaries[0] if boundaries else {"op": "", "path": ""})
+        # A save without a boundary froze where its window closed (the next save's first op).
+        froze = next((e for e in events if e.get("kind") == _sweep().event), {"op": "", "path": ""})
+        where = boundaries[after - 1] if after else (boundaries[0] if boundaries else froze)
         outcome = BoundaryOutcome(after=after, op=("before " if after == 0 else "") + str(where["op"]),
                                   path=str(where["path"]), outcomes=outcomes, detail=detail, resumed_from=resumed,
                                   pointer=audit.pointer if audit else None,

@@ -5,13 +5,16 @@ A *boundary* is an operation after which more of the save may be durable: every 
 (of a file or a directory) and every ``rename`` (a checkpoint directory moved into place, a
 "latest" pointer replaced). The save's window opens at the first operation on a path that
 matches ``save`` (a glob or a list of them: the harness's ``*step-00000020*``, a plain
-``torch.save`` script's ``step-20.pt``) and closes at the ``mkdir`` or ``create`` that starts
-the next save (``stop``, a path not matching ``save``: the harness's next folder, a script's
-next file); its boundaries are numbered from 1.
+``torch.save`` script's ``step-20.pt``, DeepSpeed's ``global_step20/``) and closes at the
+``mkdir`` or ``create`` that starts the next save (``stop``, a path not matching ``save``: the
+harness's next folder, a script's next file, DeepSpeed's next tag); its boundaries are
+numbered from 1.
 
 Armed with ``after: -1`` the layer only reports each boundary (a ``storage_boundary`` event):
 the trace a sweep enumerates. Armed with ``after: k`` it *freezes* right after boundary k
-completes (``k = 0``: right before boundary 1): every later operation blocks, so what is on
+completes (``k = 0``: right before boundary 1; a save with no boundary at all, one that
+fsyncs and renames nothing, as DeepSpeed's ``save_checkpoint``, freezes at the close of its
+window instead, before the next save's first operation): every later operation blocks, so what is on
 disk is exactly the state after k boundaries, and it reports ``crash_point``. The power loss
 itself is ``lose_unfsynced``, triggered by that event: the node's ranks are killed, the
 unfsynced writes rolled back; the layer then copies the tree as the crash left it (the
@@ -36,6 +39,9 @@ __all__ = ["BOUNDARY_OPS", "CrashPoint", "copy_tree_at"]
 
 BOUNDARY_OPS: tuple[str, ...] = ("fsync", "rename")
 """Operation names (as the layer gates them; a directory fsync is ``fsync``) that are boundaries."""
+NEXT_SAVE: tuple[str, ...] = ("*step-*", "*_step[0-9]*")
+"""Where a next save begins when the spec names no ``stop``: a ``step-N`` file or folder (the
+harness's, a script's), a ``<prefix>_stepN`` folder (DeepSpeed's ``global_stepN`` tag)."""
 
 Emit = Callable[..., None]
 
@@ -47,7 +53,8 @@ class CrashPoint:
         self.spec = dict(spec)
         save = spec["save"]
         self.save: tuple[str, ...] = (str(save),) if isinstance(save, str) else tuple(map(str, save))
-        self.stop = str(spec.get("stop") or "*step-*")
+        stop = spec.get("stop") or NEXT_SAVE
+        self.stop: tuple[str, ...] = (str(stop),) if isinstance(stop, str) else tuple(map(str, stop))
         self.after = int(spec.get("after", -1))
         self.image_dir = spec.get("image_dir")
         self.emit = emit
@@ -62,8 +69,14 @@ class CrashPoint:
         with self._lock:
             if self.state == "waiting" and self._in_save(relpath):
                 self.state = "open"
-            elif (self.state == "open" and op in ("mkdir", "create") and fnmatch.fnmatchcase(relpath, self.stop)
+            elif (self.state == "open" and op in ("mkdir", "create")
+                  and any(fnmatch.fnmatchcase(relpath, pattern) for pattern in self.stop)
                   and not self._in_save(relpath)):
+                if self.after == 0 and not self.boundaries:
+                    # A save that made nothing durable: "before its first boundary" lasts
+                    # until the next save begins; lose power at that last moment.
+                    self._freeze(op, relpath, 0)
+                    return True
                 self.state = "done"  # the next save began: this one's window is closed
             if self.state != "open" or op not in BOUNDARY_OPS:
                 return False

@@ -276,3 +276,29 @@ def test_each_crash_run_arms_the_boundary_and_loses_power_with_the_storage_famil
     assert (arm.type, arm.params["after"], arm.params["save_step"]) == (sweep.arm_type, 3, 20)
     assert loss.type == sweep.power_loss_type and loss.trigger.event == sweep.event
     assert arm.target == loss.target == {"node": 0}
+
+
+def test_a_save_with_no_boundary_freezes_where_the_next_save_begins():
+    """DeepSpeed's save_checkpoint fsyncs and renames nothing: "before its first boundary"
+    lasts until the next tag's folder is made, and the power loss lands there."""
+    from chaos.faults.storage.crash import save_globs
+
+    events: list[str] = []
+    crash = CrashPoint({"save": save_globs(10), "after": 0}, lambda kind, **f: events.append(kind))
+    assert not crash.before("mkdir", "global_step10")
+    assert not crash.before("create", "global_step10/zero_pp_rank_0_mp_rank_00_model_states.pt")
+    assert not crash.before("create", "latest")
+    assert crash.before("mkdir", "global_step15") and crash.frozen
+    assert events == ["crash_point"]
+
+
+def test_deepspeeds_tag_of_a_step_is_its_save_and_another_steps_is_not():
+    from fnmatch import fnmatchcase
+
+    from chaos.faults.storage.crash import save_globs
+
+    def in_save(path: str) -> bool:
+        return any(fnmatchcase(path, glob) for glob in save_globs(20))
+
+    assert in_save("ckpt/global_step20") and in_save("ckpt/global_step20/mp_rank_00_model_states.pt")
+    assert not in_save("ckpt/global_step200") and not in_save("ckpt/global_step2")
