@@ -6,7 +6,6 @@ zero_to_fp32, DeepSpeed's ``latest``)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +71,5 @@ def test_a_zero3_job_resumes_at_another_data_parallel_size_through_a_universal_c
     loads = [e for e in events if e["kind"] == "ckpt_load"]
     # The survivor alone, from ds_to_universal's conversion of the pair's tag.
     assert [(e["src"], e["tag"]) for e in loads] == [("rank-0", f"global_step{restart['resumed_from']}_universal")]
-    assert os.path.isdir(loads[0]["path"])
     assert metrics["data_lost"] == metrics["data_duplicated"] == 0, metrics
     assert not find_run_processes(journal["run_id"])
