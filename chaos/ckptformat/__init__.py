@@ -33,7 +33,7 @@ FORMAT_ENV = contract.CHECKPOINT_FORMAT_ENV
 """In the controller's environment: the format every kind that reads by format reads its
 checkpoints as: a registered format's name, or a hook ``module:function``."""
 
-_BUILTIN = ("chaos.ckptformat.dcp", "chaos.ckptformat.hf", "chaos.ckptformat.lightning",
+_BUILTIN = ("chaos.ckptformat.dcp", "chaos.ckptformat.deepspeed", "chaos.ckptformat.hf", "chaos.ckptformat.lightning",
             "chaos.ckptformat.safetensors", "chaos.ckptformat.torch_save")
 
 

@@ -420,8 +420,12 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
         audit = (workload.audit_checkpoints(rundir.crash_image)
                  if os.path.isdir(rundir.crash_image) else None)
         outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest)
-        op = point.op if point.model == "power" else f"{point.when} {point.op}"
-        outcome = BoundaryOutcome(after=point.at, op=op, path=point.path, outcomes=outcomes, detail=detail,
+        op, path = (point.op, point.path) if point.model == "power" else (f"{point.when} {point.op}", point.path)
+        if point.model == "power" and not boundaries:
+            # A save without a boundary froze where its window closed (the next save's first op).
+            froze = next((e for e in events if e.get("kind") == _sweep().event), {"op": "", "path": ""})
+            op, path = f"before {froze.get('op', '')}", str(froze.get("path", ""))
+        outcome = BoundaryOutcome(after=point.at, op=op, path=path, outcomes=outcomes, detail=detail,
                                   resumed_from=resumed, pointer=audit.pointer if audit else None,
                                   complete=list(audit.complete) if audit else [],
                                   torn=dict(audit.torn) if audit else {}, run_dir=str(journal.run_dir),

@@ -12,9 +12,9 @@ preemption's SIGKILL, a segfault) leaves everything it wrote in the page cache.
 
 The save's window opens at the first operation on a path that matches ``save`` (a glob or a
 list of them: the harness's ``*step-00000020*``, a plain ``torch.save`` script's
-``step-20.pt``) and closes at the ``mkdir`` or ``create`` that starts the next save (``stop``,
-a path not matching ``save``: the harness's next folder, a script's next file); its points are
-numbered from 1. In the process model the window also looks back: the file operations since
+``step-20.pt``, DeepSpeed's ``global_step20/``) and closes at the ``mkdir`` or ``create`` that
+starts the next save (``stop``, a path not matching ``save``: the harness's next folder, a
+script's next file, DeepSpeed's next tag); its points are numbered from 1. In the process model the window also looks back: the file operations since
 the last one on a path of the previous save (``prev``; ``[]``: the first save, since the mount)
 belong to this save too, so a "latest" pointer written *before* the data (the classic bug)
 is tested; a pointer the previous save wrote last is then tested here (a crash there is a
@@ -25,7 +25,9 @@ between two saves is a point once.
 Armed with ``after: -1`` (and ``op: -1``) the layer only reports each boundary (a
 ``storage_boundary`` event) and, with ``trace_ops``, each file operation (``storage_op``):
 the trace a sweep enumerates. Armed with ``after: k`` (power) it *freezes* right after boundary k completes
-(``k = 0``: right before boundary 1); armed with ``model: process, op: k, when: before|after``
+(``k = 0``: right before boundary 1; a save with no boundary at all, one that fsyncs and renames
+nothing, as DeepSpeed's ``save_checkpoint``, freezes at the close of its window instead, before
+the next save's first operation); armed with ``model: process, op: k, when: before|after``
 it freezes right before or right after file operation k, and with ``when: torn`` (``path``,
 ``cut``) it lets the write that crosses byte ``cut`` of that file through up to the cut only,
 then freezes. Frozen, every later operation blocks, so what is on disk is exactly the state
@@ -53,6 +55,9 @@ __all__ = ["BOUNDARY_OPS", "FILE_OPS", "WHENS", "CrashPoint", "copy_tree_at"]
 
 BOUNDARY_OPS: tuple[str, ...] = ("fsync", "rename")
 """Operation names (as the layer gates them; a directory fsync is ``fsync``) that are boundaries."""
+NEXT_SAVE: tuple[str, ...] = ("*step-*", "*_step[0-9]*")
+"""Where a next save begins when the spec names no ``stop``: a ``step-N`` file or folder (the
+harness's, a script's), a ``<prefix>_stepN`` folder (DeepSpeed's ``global_stepN`` tag)."""
 
 FILE_OPS: tuple[str, ...] = ("mkdir", "create", "truncate", "close", "fsync", "rename", "unlink", "rmdir")
 """What a process crash falls before or after: every operation that changes what the file
@@ -72,7 +77,8 @@ class CrashPoint:
         self.spec = dict(spec)
         save = spec["save"]
         self.save: tuple[str, ...] = (str(save),) if isinstance(save, str) else tuple(map(str, save))
-        self.stop = str(spec.get("stop") or "*step-*")
+        stop = spec.get("stop") or NEXT_SAVE
+        self.stop: tuple[str, ...] = (str(stop),) if isinstance(stop, str) else tuple(map(str, stop))
         self.model = str(spec.get("model") or "power")
         self.after = int(spec.get("after", -1))
         self.op = int(spec.get("op", -1))
@@ -123,8 +129,14 @@ class CrashPoint:
                 self.ops.clear()
                 self._since_op = 0
                 return False
-            elif (self.state == "open" and op in ("mkdir", "create") and fnmatch.fnmatchcase(relpath, self.stop)
+            elif (self.state == "open" and op in ("mkdir", "create")
+                  and any(fnmatch.fnmatchcase(relpath, pattern) for pattern in self.stop)
                   and not self._in_save(relpath)):
+                if self.model == "power" and self.after == 0 and not self.boundaries:
+                    # A save that made nothing durable: "before its first boundary" lasts
+                    # until the next save begins; lose power at that last moment.
+                    self._freeze(op, relpath, 0)
+                    return True
                 self.state = "done"  # the next save began: this one's window is closed
             if op in FILE_OPS and (self.state == "open" or (self.state == "waiting" and self._looking_back)):
                 self._current.seq = len(self.ops) + 1

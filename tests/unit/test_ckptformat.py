@@ -429,7 +429,7 @@ def test_a_bad_hook_or_format_name_is_a_located_error_listing_the_allowed(hook_m
         preflight([])  # before anything starts, not at the first save
     issue = caught.value.issues[0]
     assert issue.location == FORMAT_ENV and caught.value.exit_code == 2
-    assert "allowed: dcp, lightning, hf, safetensors, torch_save, or module:function" in issue.message
+    assert "allowed: dcp, deepspeed, lightning, hf, safetensors, torch_save, or module:function" in issue.message
 
 
 def test_a_declared_format_is_tried_first_and_the_layout_decides_otherwise(tmp_path):

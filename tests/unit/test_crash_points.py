@@ -422,3 +422,29 @@ def test_a_sweep_of_both_models_places_no_power_loss_in_a_save_without_boundarie
     boundaries = [{"seq": 1, "op": "rename", "path": "a -> b"}]
     assert [(p.model, p.label) for p in _points(boundaries, ops, "both", [1, "t2"])] == [
         ("power", "1"), ("process", "t2")]
+
+
+def test_a_save_with_no_boundary_freezes_where_the_next_save_begins():
+    """DeepSpeed's save_checkpoint fsyncs and renames nothing: "before its first boundary"
+    lasts until the next tag's folder is made, and the power loss lands there."""
+    from chaos.faults.storage.crash import save_globs
+
+    events: list[str] = []
+    crash = CrashPoint({"save": save_globs(10), "after": 0}, lambda kind, **f: events.append(kind))
+    assert not crash.before("mkdir", "global_step10")
+    assert not crash.before("create", "global_step10/zero_pp_rank_0_mp_rank_00_model_states.pt")
+    assert not crash.before("create", "latest")
+    assert crash.before("mkdir", "global_step15") and crash.frozen
+    assert events == ["crash_point"]
+
+
+def test_deepspeeds_tag_of_a_step_is_its_save_and_another_steps_is_not():
+    from fnmatch import fnmatchcase
+
+    from chaos.faults.storage.crash import save_globs
+
+    def in_save(path: str) -> bool:
+        return any(fnmatchcase(path, glob) for glob in save_globs(20))
+
+    assert in_save("ckpt/global_step20") and in_save("ckpt/global_step20/mp_rank_00_model_states.pt")
+    assert not in_save("ckpt/global_step200") and not in_save("ckpt/global_step2")

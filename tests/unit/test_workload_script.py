@@ -17,11 +17,12 @@ from chaos.schema.jsonschema import scenario_json_schema
 from chaos.workload import kind_of, known_workloads, workload_for
 from chaos.workload.accelerate import AccelerateWorkload
 from chaos.workload.dcp import DcpWorkload
+from chaos.workload.deepspeed import DeepSpeedWorkload
 from chaos.workload.lightning import LightningWorkload
 from chaos.workload.nvrx_inprocess import NvrxInprocessWorkload
 from chaos.workload.script import ScriptWorkload
 
-STACK_KINDS = [LightningWorkload, AccelerateWorkload, DcpWorkload, NvrxInprocessWorkload]
+STACK_KINDS = [LightningWorkload, AccelerateWorkload, DcpWorkload, NvrxInprocessWorkload, DeepSpeedWorkload]
 
 
 def _scenario(workload: dict[str, Any], **extra: Any) -> Any:

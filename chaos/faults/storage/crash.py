@@ -129,7 +129,7 @@ class CrashPointParams(FaultParams):
     tier: Tier = "shared"
     """The tier whose save is watched (the durable one, normally)."""
     save_step: int = Field(ge=1, le=MAX_STEPS)
-    """The step of the save whose durability boundaries are counted: the paths that carry it as step-NNNNNNNN (the harness's folders) or step-N (a script's step-20.pt)."""
+    """The step of the save whose durability boundaries are counted: the paths that carry it as step-NNNNNNNN (the harness's folders), step-N (a script's step-20.pt) or _stepN (DeepSpeed's global_step20 tag)."""
     after: int = Field(-1, ge=-1, le=10_000)
     """Freeze the layer after this many boundaries of that save completed (0: before the first); -1: only report each boundary (storage_boundary events), the trace a sweep enumerates."""
     model: Literal["power", "process"] = "power"
@@ -152,8 +152,9 @@ class CrashPointParams(FaultParams):
 
 def save_globs(step: int) -> list[str]:
     """The paths of the save of ``step``: the harness's ``step-00000020`` folder (and its
-    ``.tmp-step-00000020-*``), a script's ``step-20.pt`` or ``step-20/`` (not ``step-200``)."""
-    return [f"*step-{step:08d}*", f"*step-{step}", f"*step-{step}[!0-9]*"]
+    ``.tmp-step-00000020-*``), a script's ``step-20.pt`` or ``step-20/`` (not ``step-200``),
+    DeepSpeed's ``global_step20/`` tag folder (not ``global_step200``)."""
+    return [f"*step-{step:08d}*", f"*step-{step}", f"*step-{step}[!0-9]*", f"*_step{step}", f"*_step{step}[!0-9]*"]
 
 
 @register
