@@ -90,6 +90,8 @@ class CrashPoint:
         self.cut = int(spec.get("cut") or 0)
         prev = spec.get("prev")
         self.prev: tuple[str, ...] | None = None if prev is None else tuple(map(str, prev))
+        self._cut_path: str | None = None
+        """The torn point's file once its crossing write was let through to the cut."""
         self.trace_ops = bool(spec.get("trace_ops"))
         """The trace also reports each file operation (``storage_op``): a process sweep's."""
         self.image_dir = spec.get("image_dir")
@@ -207,10 +209,17 @@ class CrashPoint:
             return None
         with self._lock:
             counting = self.state == "open" or (self.state == "waiting" and self._looking_back)
-            if not counting or offset + length <= self.cut:
+            if not counting or offset + length <= self.cut or self._cut_path is not None:
                 return None
-            self._freeze("write", relpath, self.op)
+            # Frozen only once the bytes before the cut are on disk (``cut_written``): a crash
+            # image copied at the freeze must hold them.
+            self._cut_path = relpath
             return max(0, self.cut - offset)
+
+    def cut_written(self) -> None:
+        """The torn write's bytes before the cut landed: freeze now (``crash_point``)."""
+        with self._lock:
+            self._freeze("write", self._cut_path or "", self.op)
 
     def wrote(self, fh: int, nbytes: int) -> None:
         with self._lock:

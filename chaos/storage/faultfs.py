@@ -360,7 +360,9 @@ class FaultFS:
                 # A torn crash: the part before the cut lands, the caller's retry waits frozen.
                 if self.tracker is not None and cut:
                     self.tracker.before_write(fh, offset, cut)
-                return os.pwrite(fh, data[:cut], offset) if cut else 0
+                written = os.pwrite(fh, data[:cut], offset) if cut else 0
+                crash.cut_written()
+                return written
         if decision.allow_bytes is not None:
             if decision.allow_bytes == 0:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
