@@ -230,7 +230,8 @@ MODULE_SECONDS: dict[str, float] = {
     "test_toy_family": 50, "test_triggers": 50, "test_bench_stacks": 45, "test_neighbor": 40,
     "test_stall_throttle": 40, "test_user_command": 20, "test_net_faults": 15,
     "test_storage_mount": 5, "test_late_node": 20, "test_controller_faults": 45,
-    "test_stack_deepspeed": 100,
+    "test_stack_deepspeed": 165, "test_command_storage": 180, "test_checkpoint_formats": 70,
+    "test_own_script": 40, "test_gameday_slurm": 30, "test_twin_and_blindness": 15,
 }
 UNLISTED_S = 60.0
 UNIT_TEST_S = 0.1
