@@ -138,3 +138,13 @@ def test_with_no_step_source_recovery_catchup_and_lost_steps_are_unknown_not_nev
     logs = DetectionSources(in_job="probe", agent=True, progress_from_logs=True)
     (fm,) = compute_metrics([seen], [_fault()], RunInfo("completed", 0.0, 11.0, 10, 2, detection=logs)).faults
     assert fm.recovery_s is None and fm.unknown == {}
+
+
+def test_every_built_in_stack_kind_names_its_own_adapter_line_as_the_fix() -> None:
+    """A stack kind without one would name the generic probe call, not the line its users add."""
+    from chaos.workload import WORKLOADS
+    from chaos.workload.script import ScriptWorkload
+
+    stacks = [cls for cls in WORKLOADS.known().values() if isinstance(cls, type) and issubclass(cls, ScriptWorkload)]
+    assert {cls.kind for cls in stacks} >= {"torchft", "lightning", "accelerate", "dcp", "nvrx_inprocess", "deepspeed"}
+    assert [cls.kind for cls in stacks if "chaos.adapters" not in cls.adapter_line] == []

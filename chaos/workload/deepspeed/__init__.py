@@ -29,6 +29,7 @@ class DeepSpeedOptions(ScriptOptions):
 class DeepSpeedWorkload(ScriptWorkload):
     kind: ClassVar[str] = "deepspeed"
     stack: ClassVar[str] = "deepspeed"
+    adapter_line: ClassVar[str] = "engine = chaos.adapters.deepspeed.instrument(engine)"
     extra: ClassVar[str] = "deepspeed"
     options_class: ClassVar[type[ScriptOptions]] = DeepSpeedOptions
     summary: ClassVar[str] = ("a DeepSpeed engine's loop (ZeRO 0-3) run per rank by torchrun, resuming with "
