@@ -105,6 +105,8 @@ class _Checker(TargetChecks):
         self.problems: list[Problem] = []
         self._known: list[str] | None = None
         self._types: dict[str, type[FaultType] | None] = {}
+        self._bad_params: set[Path] = set()
+        """Faults whose params the type refused (reported there): a later check reads none of them."""
 
     def fault_type(self, name: str) -> type[FaultType] | None:
         """The registered type of ``name``, None for an unknown one; asked of the registry
@@ -228,6 +230,7 @@ class _Checker(TargetChecks):
             try:
                 params = model.model_validate(fault["params"] or {})
             except ValidationError as exc:
+                self._bad_params.add(loc)
                 self.problems += translate(exc.errors(), model, (*loc, "params"),
                                            key_noun=f"{name} parameter",
                                            none_text=f"{name} takes no parameters",
@@ -298,9 +301,9 @@ class _Checker(TargetChecks):
                     nodes = parse_target({key: value}).nodes(topology)
             except KeyError:
                 continue  # an unknown rack or domain: reported at the target already
+            if ("faults", index) in self._bad_params:
+                continue  # its params are reported already; their raw values mean nothing here
             duration = (fault.get("params") or {}).get("duration_s")
-            if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int | float)):
-                continue  # a wrong-typed duration_s is reported at the fault's params already
             if nodes is None or (duration is not None and duration < REJOIN_WAIT_S):
                 continue
             down |= set(nodes)
