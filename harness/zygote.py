@@ -131,8 +131,9 @@ class _Rank:
 class Zygote:
     """The fork server: one selector loop, one thread. Each request forks one rank."""
 
-    program = "module"
-    """The request's field that names what the child runs (``python -m <module>``)."""
+    programs = ("module", "script")
+    """The request's fields that name what the child runs, one of them: ``python -m <module>``
+    or ``python <script>`` (a stack's training script, ``chaos.workload.script``)."""
 
     def __init__(self, listener: socket.socket) -> None:
         # A node's stop signals are for its ranks, not for the server that forks them (see
@@ -165,10 +166,12 @@ class Zygote:
             return
         try:
             request = json.loads(data)
+            named = [field for field in self.programs if isinstance(request.get(field), str)]
             if len(fds) != 3 or not isinstance(request.get("argv"), list) \
                     or not isinstance(request.get("env"), dict) or not isinstance(request.get("cwd"), str) \
-                    or not isinstance(request.get(self.program), str):
-                raise ValueError(f"expected {self.program}, argv, env, cwd and the three stdio descriptors")
+                    or len(named) != 1:
+                raise ValueError(f"expected one of {', '.join(self.programs)}, argv, env, cwd and the "
+                                 "three stdio descriptors")
             pid = self._fork(request, fds)
         except (ValueError, OSError) as exc:
             with contextlib.suppress(OSError):
@@ -263,10 +266,37 @@ def take_over(request: dict, fds: list[int], what: str) -> None:
 
 def _become_rank(request: dict, fds: list[int]) -> int:
     """In the forked child: look like the process torchrun would have started
-    (``python -m <module> <argv>``), then run that module as ``__main__``."""
+    (``python -m <module> <argv>`` or ``python <script> <argv>``), then run that module or
+    script as ``__main__``."""
     take_over(request, fds, "rank")
     import runpy
 
+    if os.environ.get("PYTHONUNBUFFERED"):  # as an interpreter started with it would write
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(write_through=True)
+    if "script" in request:
+        # As ``python <script>``: its directory first on the path (its sibling modules import),
+        # argv[0] the script; run_path makes it __main__ while it runs, with its __file__ (a
+        # DataLoader worker the rank spawns finds the same __main__ a cold rank has).
+        script = os.path.abspath(request["script"])
+        sys.argv = [script, *map(str, request["argv"])]
+        sys.path[0:1] = [os.path.dirname(script)]
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit:
+            raise
+        except BaseException:  # noqa: BLE001 (any uncaught exception ends a script so)
+            # As the interpreter reports it: through sys.excepthook, which torch.distributed
+            # prefixes with the rank ([rank0]: ...), as a cold rank's log shows it.
+            sys.excepthook(*sys.exc_info())
+            return 1
+        finally:
+            # What a script registered runs at its end, as it would in an interpreter of its own.
+            import atexit
+
+            atexit._run_exitfuncs()
+        return 0
     # As ``python -m``: the module runs as __main__ with its spec (a DataLoader worker the
     # rank spawns looks up the same __main__ a cold rank has), argv[0] its file.
     sys.argv = [request["module"], *map(str, request["argv"])]
@@ -403,10 +433,11 @@ def serve(parent: int) -> int:
 
 
 # -- the client: torchrun's worker ----------------------------------------------------------
-def run_rank(module: str, argv: list[str]) -> int:
+def run_rank(module: str, argv: list[str], *, program: str = "module") -> int:
     """``python -m harness.zygote rank <harness options>`` (``run <module> <args>`` for
-    another module): have the node's zygote fork ``python -m <module> <args>``, then be its
-    proxy towards torchrun until it exits."""
+    another module, ``script <path> <args>`` for a script): have the node's zygote fork
+    ``python -m <module> <args>`` (``python <path> <args>``), then be its proxy towards
+    torchrun until it exits."""
     name = os.environ.get(contract.ZYGOTE_SOCKET_ENV)
     if not name:
         print(f"{_LOG} no zygote on this node ({contract.ZYGOTE_SOCKET_ENV} is not set)", file=sys.stderr)
@@ -415,7 +446,7 @@ def run_rank(module: str, argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     conn = _connect(name)
     env = dict(os.environ)
-    send_message(conn, {"module": module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
+    send_message(conn, {program: module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
     reply = receive_message(conn)
     if reply is None or "pid" not in reply:
         why = reply.get("error") if reply else "the zygote closed the connection"
@@ -479,8 +510,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_rank("harness", args[1:])
     if args[:1] == ["run"] and len(args) >= 2:
         return run_rank(args[1], args[2:])
+    if args[:1] == ["script"] and len(args) >= 2:
+        return run_rank(args[1], args[2:], program="script")
     print("usage: python -m harness.zygote serve <agent pid> | rank <harness options> | "
-          "run <module> <args>", file=sys.stderr)
+          "run <module> <args> | script <path> <args>", file=sys.stderr)
     return 2
 
 

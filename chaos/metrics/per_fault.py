@@ -49,6 +49,12 @@ def fault_metrics(
             continue
         detection = e
         break
+    # A secondary detection (a survivor that noticed a peer's failure and named no one,
+    # chaos.workload.logprogress) times the detection; who is blamed is the next one's word.
+    blaming = detection
+    if detection is not None and detection.get("secondary"):
+        blaming = next((e for e in tl.detections if e["t"] >= detection["t"] and not e.get("secondary")
+                        and (next_t is None or e["t"] < next_t or e.get("suspect") in targets)), detection)
     if detection is None and run.detection is not None and run.detection.blind_to(rec, tl.probe_reports):
         # Nothing that could report the job's detection of this fault was there to: the
         # tool was blind, which says nothing of the stack.
@@ -60,11 +66,12 @@ def fault_metrics(
         fm.attribution, fm.attribution_detail = "none", "undetected"
     else:
         fm.detection_s = detection["t"] - t_inject
-        fm.detected_by = detection.get("by") or detection.get("src")
-        fm.detection_reason = detection.get("reason")
-        fm.detected_suspect = suspect = detection.get("suspect")
-        fm.detected_class = cls = detection.get("failure_class")
-        fm.detector = detection.get("detector")
+        assert blaming is not None
+        fm.detected_by = blaming.get("by") or blaming.get("src")
+        fm.detection_reason = blaming.get("reason")
+        fm.detected_suspect = suspect = blaming.get("suspect")
+        fm.detected_class = cls = blaming.get("failure_class")
+        fm.detector = blaming.get("detector")
         was = f"fault was {', '.join(rec.target_srcs) or 'the job'} ({rec.failure_class})"
         if suspect is None:
             fm.attribution = "none"

@@ -75,6 +75,9 @@ class Workload:
     (``workload.checkpoint_dir``); None: the run's ``checkpoints``."""
     checkpoint_every_steps: int | None = None
     """For ``command``: how often it saves (``workload.checkpoint_every_steps``); None: not stated."""
+    warm_start: bool | None = None
+    """For ``command``: its ranks forked by a per-node zygote that has imported torch
+    (``workload.warm_start``); None: ``TRAINCHAOS_WARM_START``, else cold."""
     kind: str | None = None
     """A kind whose options are a mapping under its own key (``lightning``, ``accelerate``:
     ``chaos.workload.script``): its name; None for ``harness`` and ``command``."""

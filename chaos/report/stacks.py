@@ -95,6 +95,12 @@ def _verdict(runs: list[RunRecord]) -> str:
     return f"{text} ({expected})" if expected else text
 
 
+def _launch(runs: list[RunRecord]) -> str:
+    """How the ranks started: cold (their imports inside every launch and restart time, as a
+    stack restarts) or warm (forked by a zygote that had imported them: times without)."""
+    return ", ".join(dict.fromkeys(r.rank_launch for r in runs))
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else DASH
 
@@ -107,6 +113,7 @@ STANDARD_ROWS: list[Row] = [
     ("goodput", _run_metric("goodput"), fmt_fraction, False),
     ("final state", _final_state, _text, False),
     ("verdict", _verdict, _text, False),
+    ("ranks started", _launch, _text, False),
 ]
 
 SUSTAINED_ROWS: list[Row] = [
@@ -120,6 +127,7 @@ SUSTAINED_ROWS: list[Row] = [
     ("wall time", lambda runs: _median([r.measured_wall_s for r in runs]), fmt_seconds, False),
     ("training efficiency (goodput)", _run_metric("goodput"), fmt_fraction, False),
     ("verdict", _verdict, _text, False),
+    ("ranks started", _launch, _text, False),
 ]
 
 

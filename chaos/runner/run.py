@@ -166,9 +166,9 @@ class _Runner:
                 # model does not have): trainchaos failed to inject, the job is not to blame.
                 self._tool_error(f"{ev.get('fault')} on {ev.get('src')}: {ev.get('error')}")
             elif kind == "detected":
-                self.progress.note(
-                    f"detected by {ev.get('by')}: {ev.get('failure_class')} of {ev.get('suspect')}"
-                )
+                suspect = ev.get("suspect")
+                whom = f" of {suspect}" if suspect is not None else " (no suspect named)"
+                self.progress.note(f"detected by {ev.get('by')}: {ev.get('failure_class')}{whom}")
 
     # -- triggers -------------------------------------------------------------------------
     def _due(self, st: FaultState) -> bool:

@@ -24,10 +24,10 @@ from chaos.metrics.records import DetectionSources
 from chaos.workload import register_workload
 from chaos.workload.base import Launch, Location, StorageLayout, Workload, WorkloadSection
 from chaos.workload.logprogress import LogProgress
-from chaos.workload.torchrun import TorchrunPerNode
+from chaos.workload.torchrun import SCRIPT_PREIMPORTS, TorchrunPerNode, warm_start_from_env
 
 __all__ = ["MAX_COMMAND_STEPS", "PLACEHOLDERS", "PROBE_DETECTION_CALL", "CommandWorkload", "check_checkpoint_dir",
-           "check_progress_regex", "fill_placeholders", "script_from_here"]
+           "check_progress_regex", "fill_placeholders", "python_args", "script_from_here", "warm_program"]
 
 MAX_COMMAND_STEPS = 10_000_000
 """More steps than any run of this tool could train in its timeout; a bound keeps a typo
@@ -78,6 +78,27 @@ def fill_placeholders(arg: str, values: dict[str, str]) -> str:
     return arg
 
 
+def python_args(argv: list[str]) -> list[str]:
+    """``argv`` without its interpreter: torchrun runs the script with its own."""
+    if argv and os.path.basename(argv[0]).startswith("python"):
+        return argv[1:]
+    return argv
+
+
+def warm_program(argv: list[str]) -> tuple[str, ...] | None:
+    """What a warm rank's client asks its zygote for (``harness.zygote``'s ``script <path>
+    <args>`` or ``run <module> <args>``), for the arguments torchrun would run cold; None
+    where they are not a Python script or module (interpreter options first, another
+    program): that command starts cold."""
+    if argv[:1] == ["-u"]:  # unbuffered: the launch's PYTHONUNBUFFERED does it for a forked rank
+        argv = argv[1:]
+    if len(argv) >= 2 and argv[0] == "-m":
+        return ("run", *argv[1:])
+    if argv and argv[0].endswith(".py"):
+        return ("script", *argv)
+    return None
+
+
 def script_from_here(argv: list[str]) -> list[str]:
     """``argv`` with its script made absolute where it is a relative path to a file in the
     directory trainchaos runs in.
@@ -126,6 +147,12 @@ class CommandWorkload(Workload):
             "checkpoint_every_steps": (int, Field(None, ge=1, le=MAX_COMMAND_STEPS, description=(
                 "Only with command: how often it saves, in steps; `run --crash-points` then "
                 "sweeps its second save by default (else give --crash-save-step)."))),
+            "warm_start": (bool, Field(None, description=(
+                "Only with command, one that runs a Python script or module (`python train.py ...`, "
+                "`python -m pkg ...`): start its ranks from a per-node zygote that has imported torch "
+                "once (null: $" + contract.WARM_START_ENV + ", else false); a launch or restart then "
+                "pays no imports, so its measured time leaves them out (the run record says "
+                "rank_launch: warm)."))),
         }
 
     @classmethod
@@ -143,10 +170,19 @@ class CommandWorkload(Workload):
         else:
             if not argv:
                 problems.append((("workload", "command"), "holds no program to run"))
+            elif doc.warm_start and warm_program(python_args(argv)) is None:
+                problems.append((("workload", "warm_start"), "a warm start forks Python ranks: the command "
+                                 "must be `python <script.py> ...` or `python -m <module> ...`"))
+        if doc.warm_start is None:
+            try:
+                warm_start_from_env()
+            except ValueError as exc:
+                problems.append((("workload", "warm_start"), f"not set, and {exc}"))
         # Kept with its problems: the steps it states still bound the scenario's triggers.
         return cls(records.Workload(command=doc.command, progress_regex=doc.progress_regex,
                                     steps=doc.steps, checkpoint_dir=doc.checkpoint_dir,
-                                    checkpoint_every_steps=doc.checkpoint_every_steps)), problems
+                                    checkpoint_every_steps=doc.checkpoint_every_steps,
+                                    warm_start=doc.warm_start)), problems
 
     @property
     def steps(self) -> int | None:
@@ -175,12 +211,28 @@ class CommandWorkload(Workload):
 
     def launch(self, run_dir: str, seed: int) -> Launch:
         values = self.run_values(run_dir, seed)
-        argv = [fill_placeholders(arg, values) for arg in shlex.split(self.spec.command or "")]
-        if argv and os.path.basename(argv[0]).startswith("python"):
-            argv = argv[1:]  # torchrun runs the script with its own interpreter
-        argv = script_from_here(argv)
-        return Launch(TorchrunPerNode(tuple(argv), tee_output=self.spec.progress_regex is not None),
-                      steps_target=self.spec.steps or 0, env=self.ckpt_env(run_dir))
+        argv = script_from_here(python_args([fill_placeholders(arg, values)
+                                             for arg in shlex.split(self.spec.command or "")]))
+        tee = self.spec.progress_regex is not None
+        warm = warm_program(argv) if self.warm_start else None
+        env = self.ckpt_env(run_dir)
+        if warm is not None:  # harness/zygote.py: the node's zygote forks each rank
+            launcher = TorchrunPerNode(("-m", "harness.zygote", *warm), tee_output=tee,
+                                       zygote_argv=("-m", "harness.zygote", "serve"),
+                                       zygote_modules=SCRIPT_PREIMPORTS)
+            if argv[:1] == ["-u"]:
+                env["PYTHONUNBUFFERED"] = "1"
+        else:
+            launcher = TorchrunPerNode(tuple(argv), tee_output=tee)
+        return Launch(launcher, steps_target=self.spec.steps or 0, env=env)
+
+    @property
+    def warm_start(self) -> bool:
+        """``workload.warm_start``, else TRAINCHAOS_WARM_START's (checked by ``validate``), else
+        cold; a command that is not a Python script or module then starts cold."""
+        if self.spec.warm_start is not None:
+            return self.spec.warm_start
+        return bool(warm_start_from_env())
 
     def progress(self, events_dir: str) -> LogProgress:
         """Step lines by ``progress_regex`` (when given), and every worker exit the agents

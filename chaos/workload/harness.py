@@ -24,7 +24,7 @@ from chaos.workload.base import (
     Workload,
     WorkloadSection,
 )
-from chaos.workload.torchrun import TorchrunPerNode
+from chaos.workload.torchrun import TorchrunPerNode, warm_start_from_env
 from harness.config import ConfigError, HarnessConfig, field_docs
 from harness.config_load import config_from_mapping, config_to_args
 
@@ -34,20 +34,20 @@ if TYPE_CHECKING:
 __all__ = ["HarnessWorkload"]
 
 _WHERE = "workload.harness"
-_WARM_START_VALUES = {"1": True, "0": False}
 
 
 def _options(harness: dict[str, Any] | None) -> dict[str, Any]:
     """The scenario's harness options, with ``warm_start`` from TRAINCHAOS_WARM_START where
     the scenario leaves it out (contract.WARM_START_ENV)."""
     options = dict(harness or {})
-    value = os.environ.get(contract.WARM_START_ENV, "")
-    if "warm_start" in options or not value:
+    if "warm_start" in options:
         return options
-    if value not in _WARM_START_VALUES:
-        raise ConfigError(f"{_WHERE}.warm_start: {contract.WARM_START_ENV}={value!r} in the environment; "
-                          f"allowed: {', '.join(sorted(_WARM_START_VALUES))} (or unset)")
-    options["warm_start"] = _WARM_START_VALUES[value]
+    try:
+        warm = warm_start_from_env()
+    except ValueError as exc:
+        raise ConfigError(f"{_WHERE}.warm_start: {exc}") from None
+    if warm is not None:
+        options["warm_start"] = warm
     return options
 
 

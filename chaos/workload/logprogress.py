@@ -16,7 +16,13 @@ an adapter (``agent_detections=False``). One signal is not what it says: a worke
 an uncaught Python exception (a survivor's "Connection reset by peer" after its peer was
 killed) and then died of SIGABRT was ended by its exception; the abort came after, from a C++
 thread still running while the interpreter tore down ("terminate called without an active
-exception"), and it is counted as the exit with an error it was.
+exception"), and it is counted as the exit with an error it was. A worker whose uncaught
+exception says it lost its connection to a peer (gloo's "Connection reset by peer" or
+"... closed by peer" after that peer died) noticed a failure but is not it: its exit is
+reported as a detection that names no suspect and is marked ``secondary`` (the metrics time
+the detection by it and take the attribution from the report that names the failed rank,
+chaos.metrics.per_fault), so how fast a survivor's exception ends it never decides who is
+blamed.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 """torch's prefix of a distributed worker's uncaught exception (its rank)."""
 _TEE_PREFIX = re.compile(r"^\[(?!rank\d)[^\]]*?(\d+)\]:")
 """The agent's prefix of a worker line it tees (``[default<local rank>]:``)."""
+_PEER_LOST = re.compile(r"Connection (?:reset|closed) by peer")
+"""gloo's words for a connection its peer's death ended (an exception a survivor raises)."""
 
 
 @dataclass
@@ -51,6 +59,8 @@ class _NodeLog:
     global_ranks: list[int] = field(default_factory=list)
     raised: set[int] = field(default_factory=set)
     """Ranks of the node that printed an uncaught exception since the group's last start."""
+    peer_lost: set[int] = field(default_factory=set)
+    """Those of them whose exception was a connection to a peer that the peer ended."""
 
 
 class LogProgress:
@@ -108,6 +118,7 @@ class LogProgress:
         if m := _RESTART.search(line):
             state.restart_count = int(m.group(1))
             state.raised.clear()
+            state.peer_lost.clear()
             return []
         if m := _GLOBAL_RANKS.search(line):
             # No rank_start events from here: a log knows when the agent started a worker,
@@ -118,6 +129,10 @@ class LogProgress:
             rank = self._raising_rank(node, state, line)
             if rank is not None:
                 state.raised.add(rank)
+        elif _PEER_LOST.search(line):
+            rank = self._raising_rank(node, state, line)
+            if rank is not None and rank in state.raised:
+                state.peer_lost.add(rank)
         if m := _AGENT_FAILED.search(line):
             code, local = int(m.group(1)), int(m.group(2))
             rank = (self.global_rank(node, state.global_ranks[local]) if local < len(state.global_ranks)
@@ -127,10 +142,15 @@ class LogProgress:
                 code, how = 1, f"raised an uncaught exception (then aborted at exit: signal {-code})"
             if code >= 0 and not self.report_exit_codes or not self.agent_detections:
                 return []
-            return [{"t": now, "src": f"node-{node}", "incarnation": state.restart_count, "kind": "detected",
-                     "by": f"node-{node}", "suspect": f"rank-{rank}" if rank is not None else f"node-{node}",
-                     "failure_class": "crash", "reason": f"torchrun agent: worker local_rank {local} {how}",
-                     "via": "log"}]
+            event: Event = {"t": now, "src": f"node-{node}", "incarnation": state.restart_count, "kind": "detected",
+                            "by": f"node-{node}", "suspect": f"rank-{rank}" if rank is not None else f"node-{node}",
+                            "failure_class": "crash", "reason": f"torchrun agent: worker local_rank {local} {how}",
+                            "via": "log"}
+            if code >= 0 and rank in state.peer_lost:
+                event.update(suspect=None, secondary=True,
+                             reason=f"{event['reason']} after a peer ended its connection: it noticed a failure "
+                                    "of another rank, not one of its own")
+            return [event]
         worker = _WORKER_LINE.match(line)
         if not worker or self.regex is None:
             return []

@@ -40,7 +40,7 @@ from chaos.workload.command import (
     fill_placeholders,
 )
 from chaos.workload.logprogress import LogProgress
-from chaos.workload.torchrun import TorchrunPerNode
+from chaos.workload.torchrun import SCRIPT_PREIMPORTS, TorchrunPerNode, warm_start_from_env
 
 if TYPE_CHECKING:
     from chaos.model import scenario as records
@@ -60,6 +60,7 @@ class ScriptOptions:
     progress_regex: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_steps: int | None = None
+    warm_start: bool | None = None
 
 
 _OPTION_DOCS = {
@@ -83,6 +84,10 @@ _OPTION_DOCS = {
     "checkpoint_every_steps": "How often the script saves, in steps (null: not declared); "
                               "`run --crash-points` then sweeps its second save by default (else "
                               "give --crash-save-step).",
+    "warm_start": "Start the ranks from a per-node zygote that has imported torch and {stack} once "
+                  "(null: $" + contract.WARM_START_ENV + ", else false): a launch or restart then "
+                  "pays no imports, so its measured time leaves them out (the run record says "
+                  "rank_launch: warm). A torchrun restart of a cold stack pays them.",
 }
 
 
@@ -101,6 +106,13 @@ class ScriptWorkload(CommandWorkload):
     kind_hint: ClassVar[str] = ""  # its name says it (not command's "your own training command")
     env: ClassVar[dict[str, str]] = {"PYTHONUNBUFFERED": "1"}
     """Environment every rank gets (unbuffered: log lines reach the node log as written)."""
+    preimports: ClassVar[tuple[str, ...]] = ()
+    """The stack's packages a rank imports on its way to its first step, beyond torch
+    (``SCRIPT_PREIMPORTS``): a warm start's zygote imports them once for the node's ranks.
+    Only those whose import depends on nothing a rank sets later (its environment is the
+    agent's when the zygote imports)."""
+    warm_capable: ClassVar[bool] = True
+    """Whether ``warm_start`` is built for the kind's launcher (``TorchrunPerNode``)."""
     adapter_line: ClassVar[str] = ""
     """The stack's adapter line (``chaos/adapters/<stack>.py``) as a script adds it: the fix
     named when a run of a script without it could not see a detection; empty: the probe call."""
@@ -139,6 +151,14 @@ class ScriptWorkload(CommandWorkload):
                              f"this Python; pip install 'trainchaos[{cls.extra}]'"))
         if options is None:
             return None, problems
+        if options.warm_start and not cls.warm_capable:
+            problems.append(((*where, "warm_start"), f"{cls.kind} runs its ranks by its own launcher, "
+                             "for which warm starts are not built: leave it out or set false"))
+        if options.warm_start is None:
+            try:
+                warm_start_from_env()
+            except ValueError as exc:
+                problems.append(((*where, "warm_start"), f"not set, and {exc}"))
         script = options.script or str(cls.example())
         if not os.path.isfile(script):
             what = ("the bundled example is missing (a trainchaos installed without its "
@@ -163,8 +183,11 @@ class ScriptWorkload(CommandWorkload):
             if key not in known:
                 problems.append(((key,), f"unknown {cls.kind} option {key!r}"
                                  f"{close_match(key, known)} allowed: {', '.join(known)}"))
-        script, steps, args, regex, ckpt, every = (raw.get(k) for k in (
-            "script", "steps", "args", "progress_regex", "checkpoint_dir", "checkpoint_every_steps"))
+        script, steps, args, regex, ckpt, every, warm = (raw.get(k) for k in (
+            "script", "steps", "args", "progress_regex", "checkpoint_dir", "checkpoint_every_steps",
+            "warm_start"))
+        if warm is not None and not isinstance(warm, bool):
+            problems.append((("warm_start",), f"expected true or false, got {describe_value(warm)}"))
         if script is not None and not (isinstance(script, str) and script):
             problems.append((("script",), f"expected a path, got {describe_value(script)}"))
         for key, value in (("steps", steps), ("checkpoint_every_steps", every)):
@@ -201,7 +224,7 @@ class ScriptWorkload(CommandWorkload):
             return None, problems
         return cls.options_class(script=script, steps=steps, progress_regex=regex,
                                  args=[str(a) for a in args] if args is not None else None,
-                                 checkpoint_dir=ckpt, checkpoint_every_steps=every), []
+                                 checkpoint_dir=ckpt, checkpoint_every_steps=every, warm_start=warm), []
 
     @classmethod
     def example(cls) -> Path:
@@ -251,9 +274,22 @@ class ScriptWorkload(CommandWorkload):
         given = (["--steps", str(steps), "--seed", str(seed), "--ckpt-dir", ckpt_dir]
                  if self.bundled else [])
         script = os.path.abspath(self.options.script or self.example())
-        return Launch(TorchrunPerNode((script, *given, *args),
-                                      tee_output=self.options.progress_regex is not None),
-                      steps_target=steps or 0, env={**self.env, **self.ckpt_env(run_dir)})
+        tee = self.options.progress_regex is not None
+        if self.warm_start:  # harness/zygote.py: the node's zygote forks each rank
+            launcher = TorchrunPerNode(("-m", "harness.zygote", "script", script, *given, *args), tee_output=tee,
+                                       zygote_argv=("-m", "harness.zygote", "serve"),
+                                       zygote_modules=(*SCRIPT_PREIMPORTS, *self.preimports))
+        else:
+            launcher = TorchrunPerNode((script, *given, *args), tee_output=tee)
+        return Launch(launcher, steps_target=steps or 0, env={**self.env, **self.ckpt_env(run_dir)})
+
+    @property
+    def warm_start(self) -> bool:
+        """The scenario's ``warm_start``, else TRAINCHAOS_WARM_START's (checked by ``validate``),
+        else cold."""
+        if self.options.warm_start is not None:
+            return self.options.warm_start
+        return bool(warm_start_from_env())
 
     def progress(self, events_dir: str) -> LogProgress:
         return LogProgress(self.progress_regex, events_dir, report_exit_codes=True,

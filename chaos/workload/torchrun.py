@@ -7,6 +7,7 @@ on its node (a process, a namespace, a container, a Slurm task).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,13 +20,34 @@ if TYPE_CHECKING:
     from chaos.model import scenario as records
     from chaos.workload.agent_forks import ForkedAgent
 
-__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "KEEP_ALIVE_INTERVAL_S", "KEEP_ALIVE_MAX_ATTEMPTS", "TorchrunPerNode", "agent_main"]
+__all__ = ["AGENT_MAIN", "JOIN_TIMEOUT_S", "SCRIPT_PREIMPORTS", "warm_start_from_env", "KEEP_ALIVE_INTERVAL_S", "KEEP_ALIVE_MAX_ATTEMPTS", "TorchrunPerNode", "agent_main"]
 
 JOIN_TIMEOUT_S = 60
 """How long the agents wait in the rendezvous for enough nodes (c10d ``join_timeout``):
 nodes a fault takes down that come back within it (power that returns, a container
 unpaused) let a job with too few nodes go on; validation counts on it
 (``chaos.schema.checks``)."""
+
+SCRIPT_PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel", "runpy",
+                     "chaos.probe")
+"""What any torch script's rank imports on its way to its first step (``torch._dynamo``:
+DDP's constructor), which a warm script's zygote imports once for the node's ranks; a
+stack adds its own packages (``ScriptWorkload.preimports``)."""
+
+_WARM_START_VALUES = {"1": True, "0": False}
+
+
+def warm_start_from_env() -> bool | None:
+    """``TRAINCHAOS_WARM_START`` (``contract.WARM_START_ENV``): the warm start of a workload
+    whose scenario does not say; None where it is unset. ValueError for another value."""
+    value = os.environ.get(contract.WARM_START_ENV, "")
+    if not value:
+        return None
+    if value not in _WARM_START_VALUES:
+        raise ValueError(f"{contract.WARM_START_ENV}={value!r} in the environment; allowed: "
+                         f"{', '.join(sorted(_WARM_START_VALUES))} (or unset)")
+    return _WARM_START_VALUES[value]
+
 
 KEEP_ALIVE_INTERVAL_S = 1
 KEEP_ALIVE_MAX_ATTEMPTS = 5
@@ -90,18 +112,20 @@ import os
 os.environ[{socket_env!r}] = "trainchaos-zygote-%s-%s-%d" % (
     os.environ.get({run_env!r}, ""), os.environ.get({node_env!r}, ""), os.getpid())
 from harness.zygote import fork_from_agent
-_trainchaos_zygote = fork_from_agent({argv!r})
+_trainchaos_zygote = fork_from_agent({argv!r}{modules})
 from harness.rdzv_records import name_records_by_frame
 name_records_by_frame()
 """
 
 
-def agent_main(zygote_argv: tuple[str, ...] = ()) -> str:
-    """The agent's program: AGENT_MAIN, after forking the node's zygote when there is one."""
+def agent_main(zygote_argv: tuple[str, ...] = (), zygote_modules: tuple[str, ...] = ()) -> str:
+    """The agent's program: AGENT_MAIN, after forking the node's zygote when there is one
+    (importing ``zygote_modules`` first; none named: the harness's, ``harness.zygote.PREIMPORTS``)."""
     if not zygote_argv:
         return AGENT_MAIN
+    modules = f", modules={tuple(zygote_modules)!r}" if zygote_modules else ""
     return ZYGOTE_PRELUDE.format(socket_env=contract.ZYGOTE_SOCKET_ENV, run_env=contract.RUN_ID_ENV,
-                                 node_env=contract.NODE_ENV, argv=tuple(zygote_argv)) + AGENT_MAIN
+                                 node_env=contract.NODE_ENV, argv=tuple(zygote_argv), modules=modules) + AGENT_MAIN
 
 
 @dataclass(frozen=True)
@@ -126,6 +150,10 @@ class TorchrunPerNode:
     its command line shows it (``-m harness.zygote serve``, the agent's pid after it); the
     agent forks it before torchrun (``harness.zygote.fork_from_agent``). Empty: cold, every
     worker starts its own interpreter."""
+    zygote_modules: tuple[str, ...] = ()
+    """Warm start: what the agent imports before it forks the zygote (what a rank imports on
+    its way to its first step: torch and the stack's own packages); empty: the harness's
+    (``harness.zygote.PREIMPORTS``)."""
 
     @property
     def warm_start(self) -> bool:
@@ -139,7 +167,7 @@ class TorchrunPerNode:
         nnodes = (f"{topology.min_nodes}:{topology.nodes}"
                   if topology.min_nodes and topology.min_nodes < topology.nodes else str(topology.nodes))
         return [
-            python, "-c", agent_main(self.zygote_argv),
+            python, "-c", agent_main(self.zygote_argv, self.zygote_modules),
             "--nnodes", nnodes,
             "--nproc-per-node", str(topology.ranks_per_node),
             "--rdzv-backend", "c10d",

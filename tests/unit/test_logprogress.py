@@ -43,7 +43,27 @@ def test_an_abort_after_an_uncaught_exception_is_the_exception_not_a_crash(tmp_p
     lines = _group(0, "2, 3") + _raised(prefix) + [_failed(-6, 1)]
     assert _detections(tmp_path, lines) == []  # an error exit: the stack's, not a crash to blame
     (found,) = _detections(tmp_path, lines, report_exit_codes=True)
-    assert found["suspect"] == "rank-3" and "raised an uncaught exception" in found["reason"]
+    # ... and the exception was a connection its peer ended: the rank noticed a peer's
+    # failure; it is not blamed for it (secondary: chaos.metrics.per_fault)
+    assert found["suspect"] is None and found["secondary"] is True
+    assert "raised an uncaught exception" in found["reason"] and "after a peer ended its connection" in found["reason"]
+
+
+def test_an_exit_after_a_lost_peer_is_secondary_and_another_exception_blames_its_rank(tmp_path):
+    """A survivor that raised on a connection its killed peer reset and exited at once (a
+    warm rank leaves without the interpreter's teardown) may be reported before the peer's
+    own agent reports the kill: it must not be the one blamed."""
+    (lost,) = _detections(tmp_path, _group(0, "0") + _raised("[rank0]: ")[:3] + [_failed(1, 0)],
+                          report_exit_codes=True)
+    assert lost["suspect"] is None and lost["secondary"] and lost["reason"].startswith(
+        "torchrun agent: worker local_rank 0 exited with code 1 after a peer ended its connection")
+    other = ["[rank0]: Traceback (most recent call last):", "[rank0]: ValueError: bad batch"]
+    (own,) = _detections(tmp_path, _group(0, "0") + other + [_failed(1, 0)], report_exit_codes=True)
+    assert own["suspect"] == "rank-0" and "secondary" not in own
+    # the words alone, in a line that is no uncaught exception of the rank: not a lost peer
+    (plain,) = _detections(tmp_path, _group(0, "0") + ["[rank0]: retrying: Connection reset by peer"]
+                           + [_failed(1, 0)], report_exit_codes=True)
+    assert plain["suspect"] == "rank-0"
 
 
 def test_an_abort_without_an_exception_and_other_signals_are_crashes(tmp_path):

@@ -301,6 +301,22 @@ def test_attribution(targets, suspect, cls, expected, detail):
     assert detail in f.attribution_detail
 
 
+def test_a_secondary_detection_times_it_and_the_next_one_is_blamed():
+    """A survivor's report of a lost peer (chaos.workload.logprogress: no suspect, secondary)
+    that came first is when the job noticed; the attribution is the next report's."""
+    tl = kill_and_resume()
+    tl.events = [e for e in tl.events if e["kind"] != "detected"]
+    tl.detect(26.0, suspect=None, failure_class="crash")
+    tl.events[-1]["secondary"] = True
+    tl.detect(26.1, suspect="rank-3", failure_class="crash")
+    (f,) = compute_metrics(tl.sorted(), [kill(targets=["rank-3"])], run_info()).faults
+    assert f.detection_s == pytest.approx(0.5) and f.attribution == "correct" and f.detected_suspect == "rank-3"
+    # no other report: named no one
+    tl.events = [e for e in tl.events if e.get("suspect") != "rank-3"]
+    (f,) = compute_metrics(tl.sorted(), [kill(targets=["rank-3"])], run_info()).faults
+    assert f.attribution == "none" and "without naming a suspect" in f.attribution_detail
+
+
 def test_detection_before_the_fault_does_not_count():
     tl = kill_and_resume().detect(10.0, suspect="rank-1")
     m = compute_metrics(tl.sorted(), [kill()], run_info())

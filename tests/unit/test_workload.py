@@ -310,3 +310,29 @@ def test_a_commands_relative_script_is_taken_from_where_trainchaos_runs(tmp_path
     assert launch.worker_argv == ["-u", str(tmp_path / "train.py"), "--out", "/run/checkpoints"]
     for command, argv in [("python -m train.py", ["-m", "train.py"]), ("python elsewhere.py", ["elsewhere.py"])]:
         assert workload_for(_scenario({"command": command}).workload).launch("/run", seed=0).worker_argv == argv
+
+
+def test_a_warm_command_forks_its_python_script_or_module_from_the_nodes_zygote(tmp_path, monkeypatch) -> None:
+    from chaos.workload.torchrun import SCRIPT_PREIMPORTS
+
+    monkeypatch.delenv(contract.WARM_START_ENV, raising=False)
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+
+    def launch(workload: dict[str, Any]) -> Launch:
+        return workload_for(_scenario(workload).workload).launch("/run", seed=0)
+
+    warm = launch({"command": "python -u train.py --out {ckpt_dir}", "warm_start": True})
+    assert warm.worker_argv == ["-m", "harness.zygote", "script", str(tmp_path / "train.py"), "--out",
+                                "/run/checkpoints"]
+    assert warm.launcher.zygote_modules == SCRIPT_PREIMPORTS and warm.env["PYTHONUNBUFFERED"] == "1"
+    assert launch({"command": "python -m pkg.train a", "warm_start": True}).worker_argv == [
+        "-m", "harness.zygote", "run", "pkg.train", "a"]
+    # not a Python script: said at validation when asked for, cold when only the environment asks
+    with pytest.raises(ScenarioError) as info:
+        _scenario({"command": "./train.sh", "warm_start": True})
+    assert "workload.warm_start: a warm start forks Python ranks" in str(info.value)
+    monkeypatch.setenv(contract.WARM_START_ENV, "1")
+    assert launch({"command": "./train.sh"}).worker_argv == ["./train.sh"]
+    assert launch({"command": "python train.py"}).launcher.warm_start
+    assert not launch({"command": "python train.py", "warm_start": False}).launcher.warm_start

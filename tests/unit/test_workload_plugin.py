@@ -113,7 +113,7 @@ def test_messages_that_list_kinds_list_it() -> None:
     assert where == "workload.tyo"
     assert message.startswith("unknown workload kind 'tyo'; did you mean 'toy'? known: harness, command, ")
     assert ", toy" in message and ", grouped" in message
-    assert message.endswith(" (command also takes progress_regex, steps, checkpoint_dir, checkpoint_every_steps beside it)")
+    assert message.endswith(" (command also takes progress_regex, steps, checkpoint_dir, checkpoint_every_steps, warm_start beside it)")
     [(where, message)] = _issues({"workload": {"toy": {}, "harness": {}}})
     assert where == "workload" and "'torchft', " in message and "'toy'" in message
     assert message.endswith("; got 'harness' and 'toy'")
@@ -122,14 +122,14 @@ def test_messages_that_list_kinds_list_it() -> None:
         ("workload.steps", "only for 'command': toy takes its options under workload.toy")]
     assert _issues({"workload": {"toy": {}, "stepz": 3}}) == [
         ("workload.stepz", "unknown key 'stepz'; did you mean 'steps'? command takes command, progress_regex, steps, "
-                           "checkpoint_dir, checkpoint_every_steps")]
+                           "checkpoint_dir, checkpoint_every_steps, warm_start")]
 
 
 def test_the_json_schema_and_the_reference_carry_it() -> None:
     schema = scenario_json_schema()
     doc = schema["$defs"]["WorkloadDoc"]
     assert doc["properties"]["toy"]["anyOf"][0] == {"$ref": "#/$defs/ToyOpts"}
-    command_keys = ["progress_regex", "steps", "checkpoint_dir", "checkpoint_every_steps"]
+    command_keys = ["progress_regex", "steps", "checkpoint_dir", "checkpoint_every_steps", "warm_start"]
     assert {"required": ["toy"], "not": {"anyOf": [{"required": [key]} for key in command_keys]}} in doc["oneOf"]
     assert set(schema["$defs"]["ToyOpts"]["properties"]) == {"steps", "every"}
     reference = reference_markdown()

@@ -207,3 +207,44 @@ def test_a_bad_checkpoint_declaration_is_located(options: dict[str, Any], where:
 def test_a_command_key_beside_a_stack_kind_says_where_the_kind_takes_it() -> None:
     text = _problems({"lightning": {}, "checkpoint_dir": "ck"})
     assert "workload.checkpoint_dir" in text and "lightning's is workload.lightning.checkpoint_dir" in text, text
+
+
+@pytest.mark.parametrize("kind", STACK_KINDS, ids=lambda k: k.kind)
+def test_a_warm_stack_script_is_forked_by_a_zygote_that_imported_torch_and_the_stack(
+        kind: type[ScriptWorkload], monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.workload.torchrun import SCRIPT_PREIMPORTS
+
+    monkeypatch.delenv(contract.WARM_START_ENV, raising=False)
+    cold = workload_for(_scenario({kind.kind: {}}).workload).launch("/r", seed=1)
+    assert not cold.launcher.warm_start and cold.worker_argv[0] == str(kind.example())
+    warm = workload_for(_scenario({kind.kind: {"warm_start": True, "args": ["--x"]}}).workload).launch("/r", seed=1)
+    assert warm.launcher.warm_start
+    assert warm.worker_argv == ["-m", "harness.zygote", "script", *cold.worker_argv, "--x"]
+    assert warm.launcher.zygote_modules == (*SCRIPT_PREIMPORTS, *kind.preimports)
+    assert warm.env == cold.env  # the same environment: PYTHONUNBUFFERED, the checkpoint directory
+    # each preimport is a module this Python can import, so the zygote's import cannot fail on a name
+    import importlib.util
+
+    assert all(importlib.util.find_spec(module) is not None for module in kind.preimports)
+
+
+def test_warm_start_comes_from_the_environment_where_the_scenario_does_not_say(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(contract.WARM_START_ENV, "1")
+    assert workload_for(_scenario({"dcp": {}}).workload).launch("/r", seed=0).launcher.warm_start
+    assert not workload_for(_scenario({"dcp": {"warm_start": False}}).workload).launch("/r", 0).launcher.warm_start
+    monkeypatch.setenv(contract.WARM_START_ENV, "yes")
+    text = _problems({"dcp": {}})
+    assert "wl.yaml: workload.dcp.warm_start: not set, and TRAINCHAOS_WARM_START='yes'" in text, text
+    _scenario({"dcp": {"warm_start": True}})  # said in the scenario: the environment is not read
+
+
+def test_warm_start_is_refused_where_the_kind_has_its_own_launcher_and_must_be_a_bool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _problems({"torchft": {"warm_start": True}})
+    assert "workload.torchft.warm_start: torchft runs its ranks by its own launcher" in text, text
+    monkeypatch.setenv(contract.WARM_START_ENV, "1")
+    torchft = workload_for(_scenario({"torchft": {}}).workload)
+    assert not torchft.launch("/r", seed=0).launcher.warm_start  # the environment's default: cold
+    text = _problems({"lightning": {"warm_start": "yes"}})
+    assert "workload.lightning.warm_start: expected true or false, got str 'yes'" in text, text

@@ -129,6 +129,32 @@ def test_the_rank_is_forked_as_torchrun_would_have_started_it(node, tmp_path):
     assert info["rank"] == "3" and info["main"] == "zt_target"
 
 
+def test_a_script_is_run_as_python_would_run_it(node, tmp_path):
+    """A stack's script (``script <path> <args>``): __main__ is the file, argv[0] the file, its
+    directory first on the path (a sibling module imports), the rank's own working directory."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "zt_sibling.py").write_text("VALUE = 'sibling'\n")
+    (src / "train.py").write_text(textwrap.dedent("""
+        import json, os, sys
+        import zt_sibling
+        main = sys.modules["__main__"]
+        print(json.dumps({"argv": sys.argv, "file": main.__file__, "name": __name__, "cwd": os.getcwd(),
+                          "sibling": zt_sibling.VALUE, "ppid": os.getppid()}), flush=True)
+        sys.exit(int(sys.argv[1]))
+    """))
+    work = tmp_path / "run"
+    work.mkdir()
+    client = subprocess.Popen([sys.executable, "-m", "harness.zygote", "script", str(src / "train.py"), "5", "x"],
+                              cwd=work, env={**node.env, "RANK": "0"}, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    out, _ = client.communicate(timeout=20)
+    info = json.loads(out)
+    assert client.returncode == 5 and info["ppid"] == node.zygote
+    assert info["argv"] == [str(src / "train.py"), "5", "x"] and info["file"] == str(src / "train.py")
+    assert info["name"] == "__main__" and info["sibling"] == "sibling" and info["cwd"] == str(work)
+
+
 def test_the_rank_not_its_proxy_carries_rank_where_trainchaos_looks(node, tmp_path):
     """chaos.util.procs and the storage layer read /proc/<pid>/environ: the forked rank must show
     its own environment there, and the proxy must not look like the rank."""
@@ -263,7 +289,7 @@ def test_a_bad_request_gets_a_reason_not_a_fork(node):
     socket.send_fds(conn, [json.dumps({"argv": []}).encode()], [0, 1, 2])
     reply = json.loads(conn.recv(1 << 16))
     conn.close()
-    assert "expected module, argv, env, cwd" in reply["error"]
+    assert "expected one of module, script, argv, env, cwd" in reply["error"]
 
 
 def test_without_a_zygote_the_client_says_so(tmp_path):

@@ -29,6 +29,7 @@ class AccelerateWorkload(ScriptWorkload):
     stack: ClassVar[str] = "accelerate"
     adapter_line: ClassVar[str] = "chaos.adapters.accelerate.instrument(accelerator, model=model, optimizer=optimizer)"
     extra: ClassVar[str] = "accelerate"
+    preimports: ClassVar[tuple[str, ...]] = ("accelerate", "chaos.adapters.accelerate")
     options_class: ClassVar[type[ScriptOptions]] = AccelerateOptions
     summary: ClassVar[str] = ("an Accelerate training loop run per rank by torchrun, resuming with "
                               "load_state; reports through chaos.adapters.accelerate")

@@ -32,6 +32,7 @@ class DcpWorkload(ScriptWorkload):
     adapter_line: ClassVar[str] = ("from chaos.adapters import dcp as chaos_dcp; "
                                    "chaos_dcp.started(); chaos_dcp.step_end(step, loss)")
     extra: ClassVar[str] = "dev"
+    preimports: ClassVar[tuple[str, ...]] = ("torch.distributed.checkpoint", "chaos.adapters.dcp")
     options_class: ClassVar[type[ScriptOptions]] = DcpOptions
     summary: ClassVar[str] = ("a DDP/FSDP2 script checkpointing with torch.distributed.checkpoint, "
                               "run per rank by torchrun; reports through chaos.adapters.dcp")

@@ -31,6 +31,9 @@ class DeepSpeedWorkload(ScriptWorkload):
     stack: ClassVar[str] = "deepspeed"
     adapter_line: ClassVar[str] = "engine = chaos.adapters.deepspeed.instrument(engine)"
     extra: ClassVar[str] = "deepspeed"
+    # Not deepspeed itself: it picks its accelerator as it is imported (DS_ACCELERATOR,
+    # which the script may set first), so each rank imports it.
+    preimports: ClassVar[tuple[str, ...]] = ("chaos.adapters.deepspeed",)
     options_class: ClassVar[type[ScriptOptions]] = DeepSpeedOptions
     summary: ClassVar[str] = ("a DeepSpeed engine's loop (ZeRO 0-3) run per rank by torchrun, resuming with "
                               "load_checkpoint; reports through chaos.adapters.deepspeed")

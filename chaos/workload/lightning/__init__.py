@@ -29,6 +29,7 @@ class LightningWorkload(ScriptWorkload):
     stack: ClassVar[str] = "lightning"
     adapter_line: ClassVar[str] = "lightning.Trainer(..., callbacks=[chaos.adapters.lightning.ChaosCallback()])"
     extra: ClassVar[str] = "lightning"
+    preimports: ClassVar[tuple[str, ...]] = ("lightning.pytorch", "chaos.adapters.lightning")
     options_class: ClassVar[type[ScriptOptions]] = LightningOptions
     summary: ClassVar[str] = ("a Lightning Trainer script (DDP) run per rank by torchrun, resuming "
                               "from its last checkpoint; reports through chaos.adapters.lightning")

@@ -35,6 +35,7 @@ class NvrxInprocessWorkload(ScriptWorkload):
     stack: ClassVar[str] = "nvidia_resiliency_ext"
     adapter_line: ClassVar[str] = "with chaos.adapters.nvrx.iteration(call_wrapper): around the wrapped function's body"
     extra: ClassVar[str] = "nvrx"
+    preimports: ClassVar[tuple[str, ...]] = ("nvidia_resiliency_ext.inprocess", "chaos.adapters.nvrx")
     options_class: ClassVar[type[ScriptOptions]] = NvrxInprocessOptions
     summary: ClassVar[str] = ("a training function wrapped by NVIDIA's in-process restart "
                               "(nvidia_resiliency_ext inprocess.Wrapper), run per rank by torchrun; "

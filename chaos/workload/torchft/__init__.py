@@ -145,6 +145,7 @@ class TorchftWorkload(ScriptWorkload):
     adapter_line: ClassVar[str] = "manager = chaos.adapters.torchft.instrument(manager, model=model)"
     node_loss_seen: ClassVar[bool] = False  # the other groups train on: no worker of theirs exits
     extra: ClassVar[str] = "torchft"
+    warm_capable: ClassVar[bool] = False  # one torchrun per replica group (TorchrunPerGroup): cold
     options_class: ClassVar[type[ScriptOptions]] = TorchftOptions
     summary: ClassVar[str] = ("a torchft job: a lighthouse and one torchrun per replica group (a "
                               "node); groups drop out and heal from a live peer, the others train on")
