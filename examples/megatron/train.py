@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from chaos import probe
 from chaos.adapters import dcp as chaos_dcp  # the one line: DCP's calls, reported
@@ -106,13 +105,7 @@ def train(args: argparse.Namespace) -> str | None:
     model = torch.nn.parallel.DistributedDataParallel(core, device_ids=[device])
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     chaos_dcp.watch(model=core, optimizer=optimizer)  # the tensors a bit flip may reach, on the GPU
-    os.makedirs(args.ckpt_dir, exist_ok=True)
-    step = layout.latest_step(args.ckpt_dir) or 0
-    if step:
-        model_state, optim_state = get_state_dict(model, optimizer)
-        state = {"model": model_state, "optim": optim_state}
-        chaos_dcp.load(state, checkpoint_id=layout.checkpoint_dir(args.ckpt_dir, step), step=step)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    step = layout.resume(chaos_dcp, model, optimizer, args.ckpt_dir)
     loss = None
     while step < args.steps:
         step += 1
@@ -129,11 +122,7 @@ def train(args: argparse.Namespace) -> str | None:
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
         if step % args.every == 0 or step == args.steps:
-            model_state, optim_state = get_state_dict(model, optimizer)
-            chaos_dcp.save({"model": model_state, "optim": optim_state},
-                           checkpoint_id=layout.checkpoint_dir(args.ckpt_dir, step), step=step)
-            if rank == 0:
-                layout.mark_latest(args.ckpt_dir, step)
+            layout.save(chaos_dcp, model, optimizer, args.ckpt_dir, step)
         if args.step_sleep:
             time.sleep(args.step_sleep)
     digest = chaos_dcp.final_state(step, core, loss)

@@ -19,36 +19,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.gpu]
 GPU = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "scenarios", "gpu")
 
 
-def _first_detection(name: str, tmp_path) -> tuple[dict, dict, dict]:
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("name", "suspect", "failure_class", "said", "resumed_from"), [
+    # a poisoned context kills the rank, blamed as a device error
+    ("context-poison", "rank-0", "device", "device-side assert", 10),
+    # the device's allocator refused: oom, not a crash or a device fault
+    ("cuda-oom", "rank-0", "oom", "out of memory", 10),
+    # a kernel that does not return: the heartbeat answers, the progress watchdog names it
+    ("kernel-hang", "rank-1", "stalled", "", 10),
+])
+def test_a_real_device_fault_is_noticed_blamed_and_recovered_from(
+        name: str, suspect: str, failure_class: str, said: str, resumed_from: int, tmp_path, state_dir) -> None:
     scenario = load_scenario(os.path.join(GPU, f"{name}.yaml"))
     journal = run_scenario_once(scenario, str(tmp_path / name), scenario.seed).to_dict()
     assert not find_run_processes(journal["run_id"]), "processes of the run left behind"
     assert journal["status"] == "completed", journal["error"]
     (fault,) = journal["faults"]
     (metrics,) = journal["metrics"]["faults"]
+    assert fault["step_at_inject"] == 15
     events = read_events(os.path.join(journal["run_dir"], "events"))
     first = next(e for e in events if e["kind"] == "detected" and e["t"] >= fault["t_inject"])
-    return fault, metrics, first
-
-
-@pytest.mark.timeout(240)
-def test_a_poisoned_cuda_context_kills_the_rank_blamed_as_a_device_error(tmp_path, state_dir):
-    fault, metrics, first = _first_detection("context-poison", tmp_path)
-    assert fault["step_at_inject"] == 15
-    assert (first["suspect"], first["failure_class"]) == ("rank-0", "device"), first
-    assert "device-side assert" in first["reason"]
-    assert metrics["resumed_from"] == 10
-
-
-@pytest.mark.timeout(240)
-def test_a_device_out_of_memory_is_attributed_oom(tmp_path, state_dir):
-    fault, metrics, first = _first_detection("cuda-oom", tmp_path)
-    assert (first["suspect"], first["failure_class"]) == ("rank-0", "oom"), first
-    assert "out of memory" in first["reason"]
-    assert metrics["resumed_from"] == 10
-
-
-@pytest.mark.timeout(240)
-def test_a_kernel_that_does_not_return_is_found_by_the_progress_watchdog(tmp_path, state_dir):
-    _fault, _metrics, first = _first_detection("kernel-hang", tmp_path)
-    assert (first["suspect"], first["failure_class"]) == ("rank-1", "stalled"), first
+    assert (first["suspect"], first["failure_class"]) == (suspect, failure_class), first
+    assert said in first["reason"]
+    assert metrics["resumed_from"] == resumed_from

@@ -9,8 +9,6 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import torch
 from chaos.probe import cuda as probe_cuda
 from chaos.probe.bitflip_bits import flip_
 from harness.sdc_checksum import ParamDigest, bits_checksum, device_checksum
+from tests.unit.test_stall_faults import _beats_while
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -47,22 +46,9 @@ def test_asking_for_more_than_the_device_has_is_torchs_own_oom() -> None:
 
 
 def test_a_device_sleep_blocks_the_thread_while_the_heartbeat_runs() -> None:
-    beats, stop = [], threading.Event()
-
-    def beat() -> None:
-        while not stop.is_set():
-            beats.append(1)
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    t0 = time.monotonic()
-    probe_cuda.device_sleep(1.5)
-    blocked = time.monotonic() - t0
-    stop.set()
-    thread.join()
+    blocked, beats = _beats_while(probe_cuda.device_sleep, 1.5)
     assert 1.4 <= blocked < 3.0
-    assert len(beats) >= 50, "the synchronize must release the GIL: the heartbeat thread runs on"
+    assert beats >= 50, "the synchronize must release the GIL: the heartbeat thread runs on"
 
 
 def test_a_poisoned_context_fails_every_later_cuda_call_of_the_process() -> None:
