@@ -74,7 +74,7 @@ WARM_UP_BLOCKS = 2
 
 
 def _worker(rank: int, world: int, port: int, run_dir: str, rounds: int, block: int, pairs: int,
-            out: str) -> None:
+            out: str, device: str = "cpu") -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), TRAINCHAOS_NODE=str(rank),
                       OMP_NUM_THREADS="1")
@@ -88,7 +88,7 @@ def _worker(rank: int, world: int, port: int, run_dir: str, rounds: int, block: 
     from harness.sdc import SdcMonitor
     from harness.train import Trainer
 
-    cfg = config_from_mapping({"steps": 1_000_000, "run_dir": run_dir,
+    cfg = config_from_mapping({"steps": 1_000_000, "run_dir": run_dir, "device": device,
                                "checkpoint": {"every_steps": 0, "mode": "sync", "keep": 2},
                                "failure": {"watchdog_s": 0}})
     # the checkpoint period a run has by default (the bench itself saves nothing while timed)
@@ -178,8 +178,9 @@ def _fresh(run_dir: str) -> str:
     return path
 
 
-def bench(rounds: int, block: int, each: int) -> dict:
-    """``each``: pairs per comparison and round of the single detectors' A/B (0: none)."""
+def bench(rounds: int, block: int, each: int, device: str = "cpu") -> dict:
+    """``each``: pairs per comparison and round of the single detectors' A/B (0: none);
+    ``device``: where both ranks train (cuda: both share the GPU, as scenarios/gpu/ does)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -188,7 +189,8 @@ def bench(rounds: int, block: int, each: int) -> dict:
     load_before = os.getloadavg()[0]
     ctx = multiprocessing.get_context("spawn")
     pairs = each
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, run_dir, rounds, block, pairs, out)) for r in range(2)]
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, run_dir, rounds, block, pairs, out, device))
+             for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -202,6 +204,7 @@ def bench(rounds: int, block: int, each: int) -> dict:
         shutil.rmtree(run_dir, ignore_errors=True)
     figures = _headline(raw)
     figures["sdc_load_average_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    figures["sdc_device"] = device
     if each:
         figures.update(_each(raw, figures))
     return figures
@@ -286,10 +289,12 @@ def main() -> int:
     parser.add_argument("--block", type=int, default=50, help="steps per block")
     parser.add_argument("--each", type=int, nargs="?", const=30, default=0, metavar="PAIRS",
                         help="also the single detectors, step by step (PAIRS per comparison and round, 30)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the two ranks train (cuda: both on the one GPU, over gloo; docs/gpu.md)")
     parser.add_argument("--out", default="reports/bench")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = bench(args.rounds, args.block, args.each)
+    results = bench(args.rounds, args.block, args.each, args.device)
     with open(os.path.join(args.out, "sdc_bench.json"), "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=2)
     json.dump(results, sys.stdout, indent=2)

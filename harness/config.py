@@ -272,6 +272,10 @@ class HarnessConfig:
     every backend its rendezvous names the events it records without inspect.stack()
     (harness/rdzv_records.py: most of a warm agent's CPU). The run record says which was
     measured."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where each rank trains: cpu, or cuda (the model, its gradients, optimizer state and activations on the GPU numbered local_rank modulo the GPUs the node has; several ranks may share one GPU, since the group talks gloo, never NCCL: docs/gpu.md). Validation refuses cuda where torch sees no CUDA device."""
+    cuda_ranks: int = 0
+    """With device cuda: how many of the lowest ranks train on CUDA, the others on CPU beside them over gloo (a CUDA rank among CPU ranks, the one such mix one GPU allows); 0: every rank."""
     data_restore_position: bool = True
     """Test aid: false makes the sampler ignore the data position saved in the checkpoint (every restart starts over at the first batch), the dataloader bug the exactly-once data checker must catch (docs/checkers.md)."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -291,6 +295,10 @@ class HarnessConfig:
             raise ConfigError(f"data_workers must be between 0 and 8, got {self.data_workers}")
         if self.data_deadline_s < 0:
             raise ConfigError(f"data_deadline_s must be >= 0, got {self.data_deadline_s}")
+        if self.cuda_ranks < 0:
+            raise ConfigError(f"cuda_ranks must be >= 0 (0 = every rank), got {self.cuda_ranks}")
+        if self.cuda_ranks and self.device != "cuda":
+            raise ConfigError("cuda_ranks needs device: cuda (it says how many ranks train on the GPU)")
         if self.data_deadline_s and not self.data_stream:
             raise ConfigError("data_deadline_s needs data_stream: true (without it the data file "
                               "is read once, at start)")

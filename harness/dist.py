@@ -29,7 +29,7 @@ import torch.distributed as dist
 from chaos import contract
 from harness.health import PeerAddress
 
-__all__ = ["DistEnv", "GradientGather", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
+__all__ = ["DistEnv", "GradientGather", "completed_on", "deterministic_allreduce_hook", "exchange_peers", "init_process_group"]
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 # gloo's own default: what a job that never set a timeout gets.
@@ -211,7 +211,11 @@ def deterministic_allreduce_hook(state, bucket):  # noqa: ANN001
     group = keeper.group if keeper is not None else state
     group = group if group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
-    tensor = bucket.buffer()
+    device = bucket.buffer().device
+    # A CUDA rank's bucket is gathered through the host (harness.device): gloo's CUDA
+    # collectives would stage it anyway, and every rank's evidence row, the sum in rank order
+    # and the kept parts then stay on the host, the same code for CPU and CUDA ranks.
+    tensor = bucket.buffer() if device.type == "cpu" else bucket.buffer().to("cpu")
     index = bucket.index()
     row = keeper._take_outgoing() if keeper is not None and bucket.is_last() else None
     size = tensor.numel()
@@ -238,4 +242,16 @@ def deterministic_allreduce_hook(state, bucket):  # noqa: ANN001
             keeper._averaged(index, total, rows)
         return total
 
-    return work.get_future().then(sum_in_rank_order)
+    if device.type == "cpu":
+        return work.get_future().then(sum_in_rank_order)
+    return completed_on(device, sum_in_rank_order(work.get_future()))
+
+
+def completed_on(device: torch.device, host: torch.Tensor) -> torch.futures.Future:
+    """A completed future holding ``host`` copied to ``device``: what DDP takes from a comm
+    hook of a CUDA bucket (a future chained on gloo's host work may hold host tensors only).
+    The gather is waited for on the autograd thread: the backward of a CUDA rank does not
+    overlap its gradient exchange, which costs a few ms a step on a model this small."""
+    future: torch.futures.Future = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
+    future.set_result(host.to(device))
+    return future

@@ -34,6 +34,8 @@ EXIT_WATCHDOG = 75
 EXIT_CORRUPTION = 76
 # Where torch would surface a real device fault; the probe's injected one looks the same.
 _DEVICE_MARKERS = ("CUDA error", "Xid", "NCCL error", "device-side assert", "ECC error")
+# torch.cuda.OutOfMemoryError's message: the device's allocator refused, not a broken device.
+_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 _PEER_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "connectFullMesh",
                  "Socket closed", "Connection refused", "EOF")
 _TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "timeout")
@@ -177,6 +179,8 @@ class FailureHandling:
         """(failure_class, suspect, reason) for an exception raised by the training step."""
         text = f"{type(exc).__name__}: {exc}".strip()
         short = text.splitlines()[0][:300] if text else type(exc).__name__
+        if any(m in text for m in _OOM_MARKERS):
+            return "oom", probe.src(), f"device out of memory on this rank: {short}"
         if isinstance(exc, probe.DeviceError) or any(m in text for m in _DEVICE_MARKERS):
             return "device", probe.src(), f"device error on this rank: {short}"
         if isinstance(exc, ckpt.CheckpointError | OSError) and not isinstance(exc, ConnectionError):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["BitsChecksum", "ParamDigest", "bits_checksum", "digest_words", "optimizer_tensors", "param_digest",
+__all__ = ["BitsChecksum", "ParamDigest", "bits_checksum", "device_checksum", "digest_words", "optimizer_tensors", "param_digest",
            "update_fingerprint", "words_of"]
 
 DIGEST_WORDS = 4
@@ -47,15 +47,24 @@ class ParamDigest:
         self._views: list[np.ndarray] = []
 
     def __call__(self) -> bytes:
+        if self._params and self._params[0].device.type != "cpu":
+            # a device's memory has no numpy view to keep: its bytes are copied to the host
+            # each time (once per digest_every steps and per checkpoint)
+            self._views = [_bytes_of(p).cpu().numpy() for p in self._params]
+            self._key = None
+        else:
+            self._refresh_views()
+        digest = hashlib.sha256()
+        for view in self._views:
+            digest.update(view.data)
+        return digest.digest()
+
+    def _refresh_views(self) -> None:
         key = _layout(self._params)
         if key is None or key != self._key:
             region = _tiled_region(self._params, ordered=True)
             self._views = [region] if region is not None else [_bytes_of(p).numpy() for p in self._params]
             self._key = key
-        digest = hashlib.sha256()
-        for view in self._views:
-            digest.update(view.data)
-        return digest.digest()
 
 
 def _layout(tensors: Sequence[torch.Tensor]) -> list[int] | None:
@@ -135,6 +144,8 @@ class BitsChecksum:
         self._target = self._buffer
 
     def __call__(self, tensors: list[torch.Tensor]) -> int:
+        if tensors and tensors[0].device.type != "cpu":
+            return device_checksum(tensors)
         key = _layout(tensors)
         if key is None or key != self._key:
             self._plan(tensors)
@@ -173,6 +184,33 @@ class BitsChecksum:
             # zeros: the pad after the last byte is never written, and must read as 0
             self._buffer = np.zeros(-(-size // _WORD) * _WORD, dtype=np.uint8)
         self._target = self._buffer[:size]
+
+
+def device_checksum(tensors: Sequence[torch.Tensor]) -> int:
+    """``bits_checksum`` of tensors in a device's memory, equal to the host's for the same
+    bits (a CUDA rank and a CPU rank compare their rows). The whole-word tensors are summed
+    where they lie, as 64-bit words (a wrapping integer sum, exact mod 2^64 in any order);
+    only the bytes of the others cross to the host, packed in the order given, as
+    ``BitsChecksum`` packs them. One host sync for the device's part."""
+    whole = [t for t in tensors if t.numel() and t.numel() * t.element_size() % _WORD == 0]
+    rest = [_bytes_of(t).cpu().numpy() for t in tensors
+            if t.numel() and t.numel() * t.element_size() % _WORD]
+    total = 0
+    if whole:
+        sums = torch.stack([_words_of(_bytes_of(t)).sum() for t in whole])
+        total = int(sums.sum())
+    if rest:
+        size = sum(v.size for v in rest)
+        packed = np.zeros(-(-size // _WORD) * _WORD, dtype=np.uint8)
+        np.concatenate(rest, out=packed[:size])
+        total += int(packed.view(np.int64).sum())
+    return total % (1 << _CHECKSUM_BITS)
+
+
+def _words_of(data: torch.Tensor) -> torch.Tensor:
+    """Bytes as 64-bit words; a tensor that does not start at a word (a parameter after one
+    of an odd number of floats in the flat buffer) is copied first: a view cannot move it."""
+    return (data if data.data_ptr() % _WORD == 0 else data.clone()).view(torch.int64)
 
 
 def update_fingerprint(params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor] | None = None,

@@ -33,8 +33,10 @@ class GoldenSelfTest:
         self.params = {name: p.detach().clone().requires_grad_(True)
                        for name, p in initial.named_parameters()}
         n = batch * seq_len
-        self.x = tokens[:n].reshape(batch, seq_len)
-        self.y = tokens[1:n + 1].reshape(batch, seq_len)
+        # on the model's device: a faulty GPU core must compute the self-test too
+        device = next(iter(self.params.values())).device
+        self.x = tokens[:n].reshape(batch, seq_len).to(device)
+        self.y = tokens[1:n + 1].reshape(batch, seq_len).to(device)
         # The result kept whole, compared byte for byte (a memcmp): a tenth of hashing the
         # gradients again at every test, for one more copy of them.
         self.reference = [bytearray(part) for part in self._run()]
@@ -47,7 +49,7 @@ class GoldenSelfTest:
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), self.y.reshape(-1))
         grads = torch.autograd.grad(loss, list(self.params.values()))
         return [memoryview(struct.pack("<d", float(loss.detach())))] + [
-            grad.contiguous().reshape(-1).view(torch.uint8).numpy().data for grad in grads]
+            grad.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().data for grad in grads]
 
     def passes(self) -> bool:
         return self.reference == self._run()  # bytearray first: its == is one memcmp

@@ -35,6 +35,7 @@ from harness.ckpt_tiers import agree_on_start, build_checkpoints
 from harness.config import HarnessConfig
 from harness.data import CharVocab, DeterministicSampler, LoaderFeed, load_text
 from harness.data_path import DataPath
+from harness.device import place_model, prepare_device, rank_device
 from harness.dist import (
     DistEnv,
     GradientGather,
@@ -109,7 +110,10 @@ class Trainer(FailureHandling):
         cfg.check_world_size(env.world_size)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        if torch.cuda.is_available():
+        self.device = rank_device(cfg, env.rank, env.local_rank)
+        if self.device.type == "cuda":
+            prepare_device(self.device)
+        elif torch.cuda.is_available():
             # Only CUDA has non-deterministic kernels to rule out; the CPU ops used here are
             # deterministic already, and the call imports torch._inductor (2.4 s per rank
             # start here, paid again on every restart).
@@ -133,9 +137,9 @@ class Trainer(FailureHandling):
         # Reads of the data file during training, under a deadline (harness.data_path).
         self.data_path = DataPath.for_config(cfg, self._on_data_stall)
         self._announced_workers: list[int] = []
-        model = build_model(cfg.model, self.vocab.size, cfg.seed)
+        model = place_model(build_model(cfg.model, self.vocab.size, cfg.seed), self.device)
         self.raw_model = model
-        self.model = DistributedDataParallel(model)
+        self.model = DistributedDataParallel(model, device_ids=[self.device] if self.device.type == "cuda" else None)
         # the gradient gather carries the corruption detectors' evidence too (harness.sdc)
         self.gather = GradientGather()
         self.model.register_comm_hook(self.gather, self.slow.timed(deterministic_allreduce_hook))
@@ -161,7 +165,7 @@ class Trainer(FailureHandling):
         detect = self.cfg.detect
         golden = None
         if detect.golden_every > 0:
-            initial = build_model(self.cfg.model, self.vocab.size, self.cfg.seed)
+            initial = place_model(build_model(self.cfg.model, self.vocab.size, self.cfg.seed), self.device)
             golden = GoldenSelfTest(self.raw_model, initial, tokens, self.cfg.model.seq_len)
         replayed = [(r.get("detector"), r.get("step")) for r in self.checkpoints.rollback_records()]
         return SdcMonitor(detect, self.env.rank, self.env.world_size, self.raw_model, self.step,
@@ -217,12 +221,15 @@ class Trainer(FailureHandling):
             # Who the rank's loader workers are, so that a kill can be checked to hit the rank.
             self._announced_workers = self.feed.worker_pids
             probe.emit("data_workers", pids=self.feed.worker_pids)
-        x = self.sampler.shard(x, self.env.rank, self.env.world_size)
-        y = self.sampler.shard(y, self.env.rank, self.env.world_size)
+        x = self.sampler.shard(x, self.env.rank, self.env.world_size).to(self.device)
+        y = self.sampler.shard(y, self.env.rank, self.env.world_size).to(self.device)
         logits = self.model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
         self.optimizer.zero_grad(set_to_none=True)
-        self.sdc.before_backward(step, loss.detach(), verify, self.stop.vote() if self.stop is not None else None,
+        # The loss the detectors and the logged mean read, on the host with their evidence
+        # (a CPU tensor's .cpu() is itself).
+        host_loss = loss.detach().cpu()
+        self.sdc.before_backward(step, host_loss, verify, self.stop.vote() if self.stop is not None else None,
                                  host_s=self.slow.host_s)
         loss.backward()
         probe.fault_point("after_backward", step=step)
@@ -232,7 +239,7 @@ class Trainer(FailureHandling):
         self.scheduler.step()
         # The logged loss is the global mean, identical on every rank; it travels with the
         # corruption detectors' evidence in one collective (harness.sdc).
-        return self.sdc.end_step(step, loss.detach(), norm, verify,
+        return self.sdc.end_step(step, host_loss, norm, verify,
                                  stop=self.stop.vote() if self.stop is not None else None, host_s=self.slow.host_s())
 
     def _report_samples(self) -> None:

@@ -61,6 +61,17 @@ def _xdist_worker(config: pytest.Config) -> str | None:
     return getattr(config, "workerinput", {}).get("workerid")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test marked gpu (docs/gpu.md) needs a CUDA device: skipped, with the reason, where
+    # torch sees none, before any of its fixtures starts. torch is asked only then.
+    if item.get_closest_marker("gpu") is not None:
+        from chaos.workload.devices import cuda_missing
+
+        if (reason := cuda_missing()) is not None:
+            raise pytest.skip.Exception(f"gpu: {reason}", _use_item_location=True)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     count = config.getoption("--stress-hogs")
     if count < 0:

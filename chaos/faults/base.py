@@ -153,6 +153,12 @@ class FaultType(ABC):
         return []
 
     @classmethod
+    def device_needed(cls, params: dict[str, Any]) -> str | None:
+        """Why a fault with ``params`` needs its target rank on a CUDA device (validation
+        refuses it on a workload that trains elsewhere), in a few words; None: it does not."""
+        return None
+
+    @classmethod
     def param_hint(cls, word: str) -> str | None:
         """What to tell a user who wrote the unknown parameter ``word`` when a plain
         did-you-mean would mislead (a word the type uses in another sense); None: nothing."""

@@ -39,7 +39,19 @@ class DeviceError(RuntimeError):
 
 @register_action("device_error")
 def _device_error(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
-    raise DeviceError(DEVICE_ERROR_MESSAGE.format(xid=fault.get("params", {}).get("xid", 79)))
+    params = fault.get("params", {})
+    if params.get("on_device"):
+        from chaos.probe.cuda import poison_context  # loaded only when a real device fault fires
+
+        poison_context()  # raises torch's own error; the context stays broken
+    raise DeviceError(DEVICE_ERROR_MESSAGE.format(xid=params.get("xid", 79)))
+
+
+@register_action("device_alloc")
+def _device_alloc(probe: Probe, fault: dict[str, Any], step: int | None, context: dict[str, Any]) -> None:
+    from chaos.probe.cuda import exhaust_memory
+
+    exhaust_memory(fault.get("params", {}).get("gib"))
 
 
 @register_action("exit")
@@ -161,8 +173,18 @@ def _stall_gil(duration: float | None) -> None:
         left = end - time.monotonic()
 
 
+def _stall_device(duration: float | None) -> None:
+    from chaos.probe.cuda import device_sleep
+
+    # A kernel that does not return: the training thread waits for it in a device
+    # synchronize (the GIL released, so the heartbeat answers on), as it would wait for a
+    # hung GEMM or a collective kernel.
+    device_sleep(duration)
+
+
 STALL_MODES: dict[str, Callable[[float | None], None]] = {
-    "sleep": _stall_sleep, "lock": _stall_lock, "queue": _stall_queue, "gil": _stall_gil}
+    "sleep": _stall_sleep, "lock": _stall_lock, "queue": _stall_queue, "gil": _stall_gil,
+    "device": _stall_device}
 """How ``stall`` blocks the training thread, by ``mode`` (None: until the process is killed)."""
 
 

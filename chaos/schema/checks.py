@@ -242,6 +242,21 @@ class _Checker(TargetChecks):
                                         if topology is not None else None)
                 for where, message in fault_type.check_params(params, context):
                     self.add((*loc, "params", *where), message)
+        if fault_type is not None and workload is not None and loc not in self._bad_params:
+            self.device_fits(loc, fault, fault_type, workload)
+
+    def device_fits(self, loc: Path, fault: dict[str, Any], fault_type: type[FaultType],
+                    workload: Workload) -> None:
+        """A real device fault (``device_needed``) on a rank the workload trains on the CPU."""
+        params = fault.get("params") if isinstance(fault.get("params"), dict) else {}
+        why = fault_type.device_needed(params or {})
+        target = fault.get("target")
+        rank = getattr(target, "rank", None) if "rank" in getattr(target, "model_fields_set", ()) else None
+        if why is None or workload.on_cuda(rank if isinstance(rank, int) else None):
+            return
+        whom = f"rank {rank}" if isinstance(rank, int) else "every rank it may hit"
+        self.add((*loc, "type"), f"{fault_type.type_name} needs {whom} on a CUDA device ({why}); "
+                 f"{workload.device_fix()}")
 
     def backend_fits(self, loc: Path, fault_type: type[FaultType]) -> None:
         """A fault that acts through a backend capability (a scheduler fault: Slurm's) on a

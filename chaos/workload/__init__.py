@@ -34,7 +34,7 @@ DEFAULT_KIND = "harness"
 
 _BUILTIN = ("chaos.workload.harness", "chaos.workload.command", "chaos.workload.lightning",
             "chaos.workload.accelerate", "chaos.workload.dcp", "chaos.workload.nvrx_inprocess",
-            "chaos.workload.torchft", "chaos.workload.deepspeed")
+            "chaos.workload.torchft", "chaos.workload.deepspeed", "chaos.workload.megatron")
 """The built-in kinds' modules, in the order the reference lists them (each registers itself)."""
 
 

@@ -201,6 +201,15 @@ class Workload(ABC):
         """Where ``steps`` comes from, for messages: ``the harness trains 40 steps
         (workload.harness.steps)``."""
 
+    def on_cuda(self, rank: int | None) -> bool:
+        """Whether ``rank`` (None: every rank) trains on a CUDA device, which a real device
+        fault needs (``FaultType.device_needed``); a kind that cannot tell says False."""
+        return False
+
+    def device_fix(self) -> str:
+        """How a scenario puts its ranks on a CUDA device, for the refusal of a device fault."""
+        return f"the {self.kind} workload kind trains on the CPU (docs/gpu.md lists those that can use a GPU)"
+
     def tensor_catalog(self) -> dict[str, dict[str, Any]] | None:
         """Tensor name -> {dtype, numel, ...} as a rank holds them after its first step;
         None: known only inside the job (bit flips are checked when they fire)."""

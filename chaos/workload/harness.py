@@ -14,7 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos import contract, probe
-from chaos.workload import register_workload
+from chaos.workload import devices, register_workload
 from chaos.workload.base import (
     CheckpointAudit,
     CheckpointImage,
@@ -97,6 +97,10 @@ class HarnessWorkload(Workload):
                 config.check_world_size(world_size)
             except ConfigError as exc:
                 problems.append((("workload", "harness", "global_batch"), str(exc)))
+        if config.device == "cuda":
+            missing = devices.cuda_missing()
+            if missing is not None:
+                problems.append((("workload", "harness", "device"), f"cuda: {missing}"))
         return cls(records.Workload(harness=dict(options)), config), problems
 
     @classmethod
@@ -108,6 +112,18 @@ class HarnessWorkload(Workload):
         return field_docs(section)
 
     # -- what the engine may know before the run ------------------------------------------
+    def on_cuda(self, rank: int | None) -> bool:
+        cfg = self.config
+        if cfg.device != "cuda":
+            return False
+        return not cfg.cuda_ranks or (rank is not None and rank < cfg.cuda_ranks)
+
+    def device_fix(self) -> str:
+        if self.config.device == "cuda":
+            return (f"workload.harness.cuda_ranks is {self.config.cuda_ranks}: only ranks "
+                    f"0-{self.config.cuda_ranks - 1} train on CUDA (target one of them)")
+        return "set workload.harness.device: cuda (docs/gpu.md)"
+
     @property
     def steps(self) -> int:
         return self.config.steps

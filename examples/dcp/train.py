@@ -167,6 +167,27 @@ def mark_latest(root: str, step: int) -> None:
         shutil.rmtree(checkpoint_dir(root, old), ignore_errors=True)
 
 
+def resume(ckpt: Any, model: nn.Module, optimizer: torch.optim.Optimizer, root: str) -> int:
+    """Load the checkpoint ``latest`` names into ``model`` and ``optimizer`` (through
+    ``ckpt``: the adapter or DCP itself); the step it holds, 0 when there is none."""
+    os.makedirs(root, exist_ok=True)
+    step = latest_step(root) or 0
+    if step:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        ckpt.load(state, checkpoint_id=checkpoint_dir(root, step), step=step)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return step
+
+
+def save(ckpt: Any, model: nn.Module, optimizer: torch.optim.Optimizer, root: str, step: int) -> None:
+    """Every rank writes its part of step's checkpoint; then rank 0 points ``latest`` at it."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    ckpt.save({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint_dir(root, step), step=step)
+    if dist.get_rank() == 0:
+        mark_latest(root, step)
+
+
 def init_distributed(timeout_s: float, store: dist.Store | None = None) -> None:
     timeout = datetime.timedelta(seconds=timeout_s)
     if store is not None:  # a caller's own (an in-process restart needs a fresh one each time)
@@ -194,13 +215,7 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
     ckpt.started()
     model, optimizer = build(args)
     ckpt.watch(model=model, optimizer=optimizer)  # the tensors a bit flip may reach
-    os.makedirs(args.ckpt_dir, exist_ok=True)
-    step = latest_step(args.ckpt_dir) or 0
-    if step:
-        model_state, optim_state = get_state_dict(model, optimizer)
-        state = {"model": model_state, "optim": optim_state}
-        ckpt.load(state, checkpoint_id=checkpoint_dir(args.ckpt_dir, step), step=step)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    step = resume(ckpt, model, optimizer, args.ckpt_dir)
     loss = None
     while step < args.steps:
         step += 1
@@ -216,11 +231,7 @@ def train(args: argparse.Namespace, ckpt: Any, store: dist.Store | None = None) 
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}", flush=True)
         if step % args.every == 0 or step == args.steps:
-            model_state, optim_state = get_state_dict(model, optimizer)
-            ckpt.save({"model": model_state, "optim": optim_state},
-                      checkpoint_id=checkpoint_dir(args.ckpt_dir, step), step=step)
-            if rank == 0:
-                mark_latest(args.ckpt_dir, step)
+            save(ckpt, model, optimizer, args.ckpt_dir, step)
         if args.step_sleep:
             time.sleep(args.step_sleep)
     digest = ckpt.final_state(step, model, loss)

@@ -71,7 +71,7 @@ CASES: dict[str, tuple[str, str]] = {
     "workload_both.yaml": (
         "workload", "give exactly one workload kind: 'harness' (options of the bundled training "
         "job), 'command' (your own training command), 'lightning', 'accelerate', 'dcp', "
-        "'nvrx_inprocess', 'torchft', 'deepspeed'; got 'harness' and 'command'"),
+        "'nvrx_inprocess', 'torchft', 'deepspeed', 'megatron'; got 'harness' and 'command'"),
     "bad_harness_option.yaml": (
         "workload.harness.checkpoint.mode", "'lazy' is not allowed; allowed values: sync, async"),
     "batch_not_divisible.yaml": (

@@ -59,7 +59,7 @@ def test_an_unknown_kind_is_a_located_error_listing_the_known_ones() -> None:
     err = info.value
     assert isinstance(err, ScenarioError) and err.exit_code == EXIT_BAD_INPUT
     assert str(err) == ("s.yaml: workload: unknown workload kind 'pytorch-lightnin'; known: harness, "
-                        "command, lightning, accelerate, dcp, nvrx_inprocess, torchft, deepspeed")
+                        "command, lightning, accelerate, dcp, nvrx_inprocess, torchft, deepspeed, megatron")
 
 
 class _Toy(Workload):

@@ -21,6 +21,9 @@ MEANINGS: tuple[Meaning, ...] = (
     ((("gpu",),), (
         ("device_error", "the rank fails the way a CUDA/Xid error surfaces in PyTorch"),
     )),
+    ((("gpu", "memory"), ("cuda", "memory"), ("gpu", "oom"), ("cuda", "oom")), (
+        ("cuda_oom", "the rank's GPU runs out of memory: a real allocation torch's allocator refuses"),
+    )),
     ((("hang",),), (
         ("hang_rank", "freezes a rank (SIGSTOP)"),
         ("stall_loop", "blocks the training thread while the process and its heartbeat live (a deadlock, a stuck wait)"),
@@ -46,5 +49,5 @@ FAMILY = register_family(FamilySpec(
     fault_modules=("chaos.faults.process.faults", "chaos.faults.process.stall", "chaos.faults.process.throttle"),
     meanings=MEANINGS,
     metrics=METRICS,
-    probe_actions=("device_error", "slowdown", "exit", "stall"),
+    probe_actions=("device_error", "slowdown", "exit", "stall", "device_alloc"),
     docs="process.md"))

@@ -15,7 +15,7 @@ from chaos.model.types import MAX_SECONDS, MAX_STEPS
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
 
-__all__ = ["CrashDuringCheckpoint", "DeviceError", "HangRank", "KillNode", "KillRank", "Straggler"]
+__all__ = ["CrashDuringCheckpoint", "CudaOom", "DeviceError", "HangRank", "KillNode", "KillRank", "Straggler"]
 
 _Signal = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGABRT", "SIGSEGV", "SIGBUS"]
 
@@ -38,6 +38,13 @@ class HangRankParams(FaultParams):
 class DeviceErrorParams(FaultParams):
     xid: int = Field(79, ge=1, le=999)
     """Xid code named in the error message."""
+    on_device: bool = False
+    """false: the probe raises the error on the host (any device). true: a real kernel faults on the rank's GPU (a device-side assert): its CUDA context is broken for good and the process must die; needs a workload on device cuda."""
+
+
+class CudaOomParams(FaultParams):
+    gib: float | None = Field(None, gt=0, le=4096)
+    """GiB allocated on the rank's GPU and kept until the process ends; null: more than the device has, so the allocation itself fails at the step."""
 
 
 class StragglerParams(FaultParams):
@@ -199,6 +206,36 @@ class DeviceError(_ProbeFault):
     params_model: ClassVar[type[FaultParams]] = DeviceErrorParams
     target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "device_error"
+
+    @classmethod
+    def device_needed(cls, params: dict[str, Any]) -> str | None:
+        return "on_device: true faults a real kernel on the rank's GPU" if params.get("on_device") else None
+
+
+@register
+@dataclass
+class CudaOom(_ProbeFault):
+    type_name: ClassVar[str] = "cuda_oom"
+    family: ClassVar[str] = "process"
+    failure_class: ClassVar[FailureClass] = "oom"
+    summary: ClassVar[str] = "At step N the rank's GPU runs out of memory (a real allocation torch's allocator refuses)."
+    mechanism: ClassVar[str] = ("in-process, by the probe at the exact step: an allocation on the rank's "
+                                "CUDA device through PyTorch's caching allocator")
+    fidelity: ClassVar[str] = (
+        "Stands for a device out of memory: a batch, a sequence or a fragmentation the GPU "
+        "cannot hold. The allocation is real (torch.cuda.OutOfMemoryError from the caching "
+        "allocator, the device untouched otherwise); exercises the job's attribution of it "
+        "as oom, not a crash or a device fault, and its restart. It lands at the step's "
+        "fault point, not inside one of the model's own kernels unless gib leaves too "
+        "little for them; it does not model the host's OOM killer (memory family). Needs "
+        "a workload on device cuda.")
+    params_model: ClassVar[type[FaultParams]] = CudaOomParams
+    target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
+    probe_action: ClassVar[str] = "device_alloc"
+
+    @classmethod
+    def device_needed(cls, params: dict[str, Any]) -> str | None:
+        return "it allocates on the rank's GPU"
 
 
 @register

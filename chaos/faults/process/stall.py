@@ -10,7 +10,7 @@ answering. Only a watchdog on *progress* notices that (harness/progress.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -22,8 +22,8 @@ __all__ = ["StallLoop"]
 
 
 class StallLoopParams(FaultParams):
-    mode: Literal["sleep", "lock", "queue", "gil"] = "sleep"
-    """How the training thread blocks: sleep (a wait in Python), lock (a lock another thread holds and does not give back), queue (a get on a queue that never fills), gil (a C call that holds the GIL: every Python thread of the rank stops, the heartbeat's too, so it is seen as a hang)."""
+    mode: Literal["sleep", "lock", "queue", "gil", "device"] = "sleep"
+    """How the training thread blocks: sleep (a wait in Python), lock (a lock another thread holds and does not give back), queue (a get on a queue that never fills), gil (a C call that holds the GIL: every Python thread of the rank stops, the heartbeat's too, so it is seen as a hang), device (a kernel on the rank's GPU that spins for duration_s while the thread waits for it in a synchronize; needs a workload on device cuda)."""
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     """Seconds the training thread stays blocked before the loop goes on; null: until the process is killed."""
 
@@ -45,10 +45,16 @@ class StallLoop(_ProbeFault):
         "answers, so liveness watchdogs see nothing; exercises progress watchdogs and their "
         "attribution (stalled, not hung). mode gil holds the GIL in a real C call (libc "
         "nanosleep through ctypes.PyDLL): every Python thread stops with it, so it is "
-        "correctly seen as a hang. Does not model a hang inside a device kernel or NCCL.")
+        "correctly seen as a hang. mode device runs a real spinning kernel on the rank's GPU "
+        "(torch.cuda._sleep) that the thread waits for in a synchronize: a kernel that does "
+        "not return, seen as stalled; it does not model a hang inside NCCL (one GPU: gloo).")
     params_model: ClassVar[type[FaultParams]] = StallLoopParams
     target_kinds: ClassVar[tuple[TargetKind, ...]] = ("rank",)
     probe_action: ClassVar[str] = "stall"
+
+    @classmethod
+    def device_needed(cls, params: dict[str, Any]) -> str | None:
+        return "mode device spins a kernel on the rank's GPU" if params.get("mode") == "device" else None
 
     def __post_init__(self) -> None:
         # Holding the GIL stops the heartbeat thread too: peers see a frozen process.
