@@ -82,6 +82,11 @@ CORE: tuple[MetricSpec, ...] = (
                missing="unknown", title="Wall time", meaning="whole run"),
     MetricSpec("lost_work_rank_s", "lost work", "value", "rank·s", title="Lost work",
                meaning="rank-seconds not spent on productive steps"),
+    MetricSpec("pace_before_fault", "pace before fault", "value", "steps/s", title="Pace before the fault",
+               meaning="rank 0's steps/s before the first fault: the fault-free twin's pace"),
+    MetricSpec("ettr", "ETTR", "fraction", direction="higher", title="Effective training time ratio",
+               meaning="steps kept from the first step to the end / steps at the pace before the fault "
+                       "in that time"),
     MetricSpec("completed", "completed", title="Completed", meaning="reached the last step within the timeout"),
     MetricSpec("final_step", "final step", "count", title="Final step"),
     MetricSpec("restart_count", "restarts", "count", title="Restarts", meaning="group restarts of the job",

@@ -103,6 +103,9 @@ def compute_metrics(
         undetected=any(fm.detection_s is None and "detection_s" not in fm.unknown for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
+    m.pace_before_fault, m.ettr = _ettr(
+        tl, [t for fm, t in zip(fault_metrics, t_injects, strict=True) if fm.fired and t is not None],
+        final_step, run.t_end)
     _account_restarts(m, tl, faults, t_injects)
     if fired:
         m.lost_steps = _worst([fm.lost_steps for fm in fired])
@@ -118,6 +121,26 @@ def compute_metrics(
     if baseline is not None:
         _compare_to_baseline(m, baseline, lineage)
     return m
+
+
+def _ettr(tl: Timeline, t_injects: list[float], final_step: int | None, t_end: float) -> tuple[float | None, float | None]:
+    """The effective training time ratio against a fault-free twin's pace: the steps the run
+    kept from its first step to its end / the steps the same job makes in that time without
+    faults. The twin is the run itself before its first fault (rank 0's pace there), so it
+    ran on the same host under the same load; productive step time (goodput) cannot see a
+    survivor that trains on but slower, this can. None without a fault or a fault-free
+    stretch of at least two steps. Returns (that pace in steps/s, the ratio)."""
+    ref = [e for e in tl.step_ends if e["src"] == "rank-0"]
+    if not t_injects or not ref or final_step is None:
+        return None, None
+    before = [e for e in ref if e["t"] < min(t_injects)]
+    if len(before) < 2 or before[-1]["t"] <= before[0]["t"] or t_end <= before[0]["t"]:
+        return None, None
+    first, last = before[0], before[-1]
+    pace = (int(last["step"]) - int(first["step"])) / (last["t"] - first["t"])
+    if pace <= 0:
+        return None, None
+    return pace, (final_step - int(first["step"])) / (pace * (t_end - first["t"]))
 
 
 def _account_restarts(m: RunMetrics, tl: Timeline, faults: list[FaultRecord],

@@ -523,3 +523,20 @@ def test_restart_invariants_hold(build: str):
     m = compute_metrics(tl.sorted(), [kill()], run_info(t_end=57.0))
     assert m.faults[0].lost_steps == 5, "a restart that fails again loses nothing a second time"
     assert_restart_invariants(m)
+
+
+def test_ettr_is_the_steps_kept_against_the_pace_before_the_first_fault():
+    m = compute_metrics(kill_and_resume().sorted(), [kill()], run_info())
+    # Rank 0's pace before the kill: steps 1..25 at t = 1..25, 1 step/s; from step 1 (t=1)
+    # to the end (t=41) that pace makes 40 steps; the run kept 39 of them past step 1.
+    assert m.pace_before_fault == pytest.approx(1.0)
+    assert m.ettr == pytest.approx(39.0 / 40.0)
+    assert compute_metrics(kill_and_resume().sorted(), [], run_info()).ettr is None  # no fault: no twin
+
+
+def test_ettr_charges_a_survivor_that_trains_on_slower_which_goodput_counts_as_productive():
+    # No restart: after the fault at 10.5 every step takes 2 s (a group missing, healing).
+    tl = Timeline().start(0.0).steps(0.0, 1, 10).steps(10.0, 11, 20, dt=2.0).end(30.0, 20, inc=0)
+    m = compute_metrics(tl.sorted(), [kill(t=10.5)], run_info(t_end=30.0, steps=20))
+    assert m.goodput == pytest.approx(1.0)
+    assert m.ettr == pytest.approx(19.0 / 29.0)
