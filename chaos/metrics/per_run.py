@@ -5,6 +5,8 @@ fault-free baseline; then what each registered metric family measures over the r
 
 from __future__ import annotations
 
+import statistics
+
 import math
 from typing import Any
 
@@ -103,9 +105,7 @@ def compute_metrics(
         undetected=any(fm.detection_s is None and "detection_s" not in fm.unknown for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
-    m.pace_before_fault, m.ettr = _ettr(
-        tl, [t for fm, t in zip(fault_metrics, t_injects, strict=True) if fm.fired and t is not None],
-        final_step, run.t_end)
+    m.twin_step_s, m.ettr = _ettr(lineage, tl, final_step, run.t_end)
     _account_restarts(m, tl, faults, t_injects)
     if fired:
         m.lost_steps = _worst([fm.lost_steps for fm in fired])
@@ -123,24 +123,23 @@ def compute_metrics(
     return m
 
 
-def _ettr(tl: Timeline, t_injects: list[float], final_step: int | None, t_end: float) -> tuple[float | None, float | None]:
-    """The effective training time ratio against a fault-free twin's pace: the steps the run
-    kept from its first step to its end / the steps the same job makes in that time without
-    faults. The twin is the run itself before its first fault (rank 0's pace there), so it
-    ran on the same host under the same load; productive step time (goodput) cannot see a
-    survivor that trains on but slower, this can. None without a fault or a fault-free
-    stretch of at least two steps. Returns (that pace in steps/s, the ratio)."""
+def _ettr(lineage: list[tuple[int, float, float | None]], tl: Timeline, final_step: int | None,
+          t_end: float) -> tuple[float | None, float | None]:
+    """The effective training time ratio against a fault-free twin: the steps the run kept
+    from its first step to its end / the steps the twin makes in that time. The twin's step
+    takes the median duration of the steps the run kept: the job's own pace on the same host
+    under the same load (a twin run at another time meets another load: on a shared machine
+    the load swings tenfold within minutes), with the stalls a failure puts into a few steps
+    left out. So, unlike goodput, it charges a survivor's step that waits out a failure.
+    Returns (that step time, the ratio); None without two kept steps."""
     ref = [e for e in tl.step_ends if e["src"] == "rank-0"]
-    if not t_injects or not ref or final_step is None:
+    if len(lineage) < 2 or not ref or final_step is None:
         return None, None
-    before = [e for e in ref if e["t"] < min(t_injects)]
-    if len(before) < 2 or before[-1]["t"] <= before[0]["t"] or t_end <= before[0]["t"]:
+    twin_step_s = statistics.median(d for _, d, _ in lineage)
+    first = ref[0]
+    if twin_step_s <= 0 or t_end <= first["t"]:
         return None, None
-    first, last = before[0], before[-1]
-    pace = (int(last["step"]) - int(first["step"])) / (last["t"] - first["t"])
-    if pace <= 0:
-        return None, None
-    return pace, (final_step - int(first["step"])) / (pace * (t_end - first["t"]))
+    return twin_step_s, (final_step - int(first["step"])) * twin_step_s / (t_end - first["t"])
 
 
 def _account_restarts(m: RunMetrics, tl: Timeline, faults: list[FaultRecord],

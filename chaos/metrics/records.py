@@ -249,10 +249,10 @@ class RunMetrics(_FamilyValues):
     productive_s: float = 0.0
     goodput: float | None = None
     lost_work_rank_s: float | None = None
-    pace_before_fault: float | None = None
-    """Steps/s of rank 0 before the first fault: the fault-free twin's pace (``ettr``)."""
+    twin_step_s: float | None = None
+    """A fault-free twin's step time: the median duration of the steps the run kept."""
     ettr: float | None = None
-    """Steps kept / the steps the twin's pace makes in the same time, first step to end."""
+    """Steps kept / the steps the twin makes in the same time, first step to end."""
     faults: list[FaultMetrics] = field(default_factory=list)
     faults_fired: int = 0
     # worst case over fired faults

@@ -130,7 +130,7 @@ class MetricsRecord(_Values):
     productive_s: Number | None = None
     goodput: Number | None = None
     lost_work_rank_s: Number | None = None
-    pace_before_fault: Number | None = None
+    twin_step_s: Number | None = None
     ettr: Number | None = None
     faults: list[FaultMetricsRecord] = Field(default_factory=list)
     faults_fired: int | None = None

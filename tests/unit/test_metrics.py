@@ -525,18 +525,18 @@ def test_restart_invariants_hold(build: str):
     assert_restart_invariants(m)
 
 
-def test_ettr_is_the_steps_kept_against_the_pace_before_the_first_fault():
+def test_ettr_is_the_steps_kept_against_a_twin_stepping_at_the_median_step_time():
     m = compute_metrics(kill_and_resume().sorted(), [kill()], run_info())
-    # Rank 0's pace before the kill: steps 1..25 at t = 1..25, 1 step/s; from step 1 (t=1)
-    # to the end (t=41) that pace makes 40 steps; the run kept 39 of them past step 1.
-    assert m.pace_before_fault == pytest.approx(1.0)
+    # Every kept step took 1 s (step 21 from its ckpt_load); from step 1 (t=1) to the end
+    # (t=41) the twin makes 40 steps; the run kept 39 of them past step 1.
+    assert m.twin_step_s == pytest.approx(1.0)
     assert m.ettr == pytest.approx(39.0 / 40.0)
-    assert compute_metrics(kill_and_resume().sorted(), [], run_info()).ettr is None  # no fault: no twin
 
 
-def test_ettr_charges_a_survivor_that_trains_on_slower_which_goodput_counts_as_productive():
-    # No restart: after the fault at 10.5 every step takes 2 s (a group missing, healing).
-    tl = Timeline().start(0.0).steps(0.0, 1, 10).steps(10.0, 11, 20, dt=2.0).end(30.0, 20, inc=0)
-    m = compute_metrics(tl.sorted(), [kill(t=10.5)], run_info(t_end=30.0, steps=20))
+def test_ettr_charges_a_survivor_step_that_waits_out_a_failure_which_goodput_counts_as_productive():
+    # No restart: the step after the fault at 20.5 waits 9 s for the lost peer, then 1 s steps.
+    tl = Timeline().start(0.0).steps(0.0, 1, 20).steps(29.0, 21, 30).end(39.0, 30, inc=0)
+    m = compute_metrics(tl.sorted(), [kill(t=20.5)], run_info(t_end=39.0, steps=30))
     assert m.goodput == pytest.approx(1.0)
-    assert m.ettr == pytest.approx(19.0 / 29.0)
+    assert m.twin_step_s == pytest.approx(1.0)
+    assert m.ettr == pytest.approx(29.0 / 38.0)
