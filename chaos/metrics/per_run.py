@@ -5,9 +5,8 @@ fault-free baseline; then what each registered metric family measures over the r
 
 from __future__ import annotations
 
-import statistics
-
 import math
+import statistics
 from typing import Any
 
 from chaos.contract import NONFINITE_DETECTOR
