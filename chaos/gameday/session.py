@@ -118,7 +118,7 @@ class GameDay(OperatorDialogue, StopMonitor):
         """Every inject's fault type works on the run's backend (the plan was checked against
         every attachable one; a ``node_down`` needs a scheduler, a ``container_pause`` a
         container), and so do its params (a power outage whose power returns needs a backend
-        that can start a node again: not Slurm's): a located error each, exit 2, before
+        that can start a node again, ``PowerReturn``): a located error each, exit 2, before
         anything is resolved or touched."""
         issues = []
         for i, step in enumerate(self.plan.steps):
