@@ -8,8 +8,9 @@ the final-state check, the verdict. A sustained run's (many faults at a fixed me
 interval): the failures injected and recovered, the medians of detection, stall and
 recovery over them, the steps lost in all, the restarts, the training efficiency (the
 run's goodput: productive step time / wall time, ``chaos.metrics``) and the ETTR (the steps
-kept against a fault-free twin's, whose step takes the run's median: it also charges a
-survivor's step that waits out a failure, which productive step time counts as productive).
+kept against a fault-free twin's, whose step takes the run's mean step less the steps a
+failure struck: it also charges a survivor's step that waits out a failure, which productive
+step time counts as productive).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ SUSTAINED_ROWS: list[Row] = [
     ("restarts", _run_metric("restart_count"), fmt_steps, False),
     ("wall time", lambda runs: _median([r.measured_wall_s for r in runs]), fmt_seconds, False),
     ("training efficiency (goodput)", _run_metric("goodput"), fmt_fraction, False),
-    ("ETTR (steps kept x median step / window)", _run_metric("ettr"), fmt_fraction, False),
+    ("ETTR (steps kept x twin's step / window)", _run_metric("ettr"), fmt_fraction, False),
     ("verdict", _verdict, _text, False),
 ]
 
