@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "NodeHandle", "PowerControl",
-           "PowerCut", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
+           "PowerCut", "PowerReturn", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
 
 
 class Fabric(Protocol):
@@ -129,10 +129,18 @@ class PowerCut:
 
 
 class PowerControl(Protocol):
-    """power to whole nodes: every process killed at once, and back on later"""
+    """power to whole nodes cut: every process of the nodes killed at once"""
 
     def power_off(self, nodes: tuple[int, ...]) -> PowerCut: ...
 
+
+class PowerReturn(Protocol):
+    """power back on a node after an outage: a fresh agent that rejoins the job"""
+
+    # Apart from PowerControl: cutting a node is killing what runs there, which any backend
+    # that can signal the node's processes can do; bringing it back means starting a node
+    # agent into the live job, which a backend can do only where it starts nodes itself
+    # (Slurm: a new job step for the node, which an attached game day may not create).
     def power_on(self, node: int) -> None: ...
 
 
@@ -191,7 +199,7 @@ class Attachable(Protocol):
 
 
 CAPABILITIES: tuple[type, ...] = (Fabric, ServiceProxies, ContainerHost, Scheduler, PowerControl,
-                                  LocalDisk, StorageLayer, Attachable)
+                                  PowerReturn, LocalDisk, StorageLayer, Attachable)
 
 
 def describe(capability: type) -> str:

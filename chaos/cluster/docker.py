@@ -53,6 +53,7 @@ from chaos.cluster.capabilities import (
     LocalDisk,
     NodeHandle,
     PowerControl,
+    PowerReturn,
 )
 from chaos.cluster.docker_engine import (
     LABEL_NODE,
@@ -94,7 +95,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                               "hosts), on a bridge network of the run; container faults: "
                               "docker kill, pause (freezer), disconnect, live limits")
     options_model: ClassVar[type[StrictModel]] = DockerOptions
-    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, LocalDisk, Attachable)
+    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, PowerReturn, LocalDisk, Attachable)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)

@@ -38,7 +38,7 @@ from chaos.cluster.base import (
     LiveRank,
     NodeStatus,
 )
-from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, StorageLayer
+from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerCut, PowerReturn, StorageLayer
 from chaos.cluster.cgroups import cgroup_path, move_to, own_cgroup
 from chaos.cluster.mounts import acquire_storage_mounts, control_dir, tier_label
 from chaos.cluster.rdzv_store import RendezvousStore
@@ -81,7 +81,7 @@ class LocalCluster(ClusterBackend):
     name: ClassVar[str] = "local"
     summary: ClassVar[str] = ("every node is a torchrun agent on this machine, on loopback; no "
                               "privileges needed")
-    capabilities: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk, StorageLayer)
+    capabilities: ClassVar[tuple[type, ...]] = (PowerControl, PowerReturn, LocalDisk, StorageLayer)
     options_model: ClassVar[type[StrictModel]] = LocalOptions
     forks_agents: ClassVar[bool] = True
     """The launcher may start a node's agent its own way (a warm node's agent forked by this

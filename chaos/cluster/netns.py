@@ -28,7 +28,14 @@ import os
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from chaos.cluster import register_backend
-from chaos.cluster.capabilities import Fabric, LocalDisk, PowerControl, PowerCut, ServiceProxies
+from chaos.cluster.capabilities import (
+    Fabric,
+    LocalDisk,
+    PowerControl,
+    PowerCut,
+    PowerReturn,
+    ServiceProxies,
+)
 from chaos.cluster.local import LocalCluster
 from chaos.model.types import StrictModel
 from chaos.net import fabric, linkemu
@@ -62,7 +69,7 @@ class NetnsCluster(LocalCluster):
                               "fabric (veth + bridge, 198.18.0.0/15); for network faults; needs "
                               "root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip and nft")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
-    capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, LocalDisk)
+    capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, PowerReturn, LocalDisk)
     forks_agents: ClassVar[bool] = False  # an agent starts in its node's namespace (ip netns exec)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)

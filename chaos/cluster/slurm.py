@@ -42,7 +42,14 @@ from typing import Any, ClassVar
 from chaos import contract, probe
 from chaos.cluster import register_backend
 from chaos.cluster.base import FATAL_SIGNALS, ClusterBackend, NodeStatus
-from chaos.cluster.capabilities import Attachable, LocalDisk, NodeHandle, PowerControl, Scheduler
+from chaos.cluster.capabilities import (
+    Attachable,
+    LocalDisk,
+    NodeHandle,
+    PowerControl,
+    PowerCut,
+    Scheduler,
+)
 from chaos.cluster.local import LocalCluster
 from chaos.cluster.slurm_cli import (
     ACTIVE_STATES,
@@ -460,20 +467,59 @@ class SlurmCluster(LocalCluster):
     def signal_node(self, node: int, sig: int) -> list[int]:
         """Every process of the node (the agent, its workers; the srun task's wrapper too for
         SIGKILL: a host that dies takes the task with it), found by run id and node."""
-        info = self._node_info(node)
-        wrapper, agent = info.get("wrapper_pid"), info.get("agent_pid")
-        named = [int(pid) for pid in (agent, wrapper if sig == signal.SIGKILL else None) if pid]
         if self._through_srun(node):
-            hit = self._srun_signal(node, sig, pids=named, whole_node=True)
+            hit = self._srun_signal(node, sig, pids=self._named_pids(node, sig), whole_node=True)
         else:
-            procs = find_run_processes(self.spec.run_id)
-            ours = {p.pid for p in procs}  # a pid from the node file may be reused by now
-            members = [p.pid for p in procs if p.node == node]
-            order = [pid for pid in dict.fromkeys([*named[:1], *members, *named[1:]]) if pid in ours]
+            order = self._task_pids(node, sig, find_run_processes(self.spec.run_id))
             hit = [pid for pid in order if LocalCluster.signal_pid(self, pid, sig)]
         if sig in FATAL_SIGNALS:
             self.lost.add(node)
         return hit
+
+    def _named_pids(self, node: int, sig: int) -> list[int]:
+        """The node's agent, and for SIGKILL its task's wrapper, from the task's node file."""
+        info = self._node_info(node)
+        wrapper, agent = info.get("wrapper_pid"), info.get("agent_pid")
+        return [int(pid) for pid in (agent, wrapper if sig == signal.SIGKILL else None) if pid]
+
+    def _task_pids(self, node: int, sig: int, procs: list[Any]) -> list[int]:
+        """A node on this host: its agent first, then every other process of the run on it,
+        its wrapper last; only pids that are the run's (a node file's pid may be reused)."""
+        named = self._named_pids(node, sig)
+        ours = {p.pid for p in procs}
+        members = [p.pid for p in procs if p.node == node]
+        return [pid for pid in dict.fromkeys([*named[:1], *members, *named[1:]]) if pid in ours]
+
+    # -- power ----------------------------------------------------------------------------
+    def power_off(self, nodes: tuple[int, ...]) -> PowerCut:
+        """A power domain's nodes go dark: every process of their Slurm tasks (agent, workers,
+        the task's wrapper) killed as ``kill_node`` kills one node. The nodes on this host
+        go in one sweep after one scan of /proc; a node on another host through a one-task
+        step there (``srun`` each, one after another: the spread recorded includes them).
+        The Slurm nodes stay in service (the scheduler sees tasks end, not nodes fail: a
+        ``node_down`` beside it says that part). Power does not come back here: this
+        backend has no ``PowerReturn`` (a node's agent is a task of the job's step, and a
+        task cannot be restarted inside a running step)."""
+        procs = find_run_processes(self.spec.run_id)
+        here = [n for n in nodes if not self._through_srun(n)]
+        victims = [pid for n in here for pid in self._task_pids(n, signal.SIGKILL, procs)]
+        t_first = time.perf_counter()
+        hit = [pid for pid in victims if LocalCluster.signal_pid(self, pid, signal.SIGKILL)]
+        for n in nodes:
+            if n not in here:
+                hit += self._srun_signal(n, signal.SIGKILL, pids=self._named_pids(n, signal.SIGKILL),
+                                         whole_node=True)
+        self.lost.update(nodes)
+        return PowerCut(hit, time.perf_counter() - t_first)
+
+    def wipe_local_data(self, node: int) -> int:
+        """``local_data: all``: the node-local directory is on the node's host; only a node
+        on this host can be wiped from here."""
+        if self._through_srun(node):
+            raise ToolError(f"local_data: all cannot wipe node {node}'s disk: its Slurm task runs on "
+                            f"{self._node_info(node).get('host') or 'another host'}, not on this controller's "
+                            "host; use local_data: unfsynced (the default) there")
+        return super().wipe_local_data(node)
 
     def note_event(self, event: dict[str, Any]) -> None:
         """Spares (``topology.spares``) are tasks of the job like the nodes, but their agents

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from chaos.model.types import StrictModel
 from chaos.util.registry import Registry
@@ -30,12 +30,14 @@ __all__ = [
     "FaultParams",
     "FaultType",
     "NoParams",
+    "ParamNeed",
     "ParamsContext",
     "TargetKind",
     "UnknownFaultType",
     "example_of",
     "known_types",
     "lookup",
+    "param_gaps",
     "register",
     "types_standing_for",
 ]
@@ -146,6 +148,14 @@ class FaultType(ABC):
         return []
 
     @classmethod
+    def param_requires(cls, params: Any) -> list[ParamNeed]:
+        """Capabilities that some values of the params need beyond ``requires`` (a power
+        outage whose power returns needs a backend that can start a node again), each with
+        its location under params and what to do instead. ``params``: an instance of the
+        type's ``params_model``."""
+        return []
+
+    @classmethod
     def preflight(cls, fault: FaultSpec, scenario: Scenario) -> list[str]:
         """What keeps ``fault`` from running with the scenario's backend as it is configured
         (its options), said before anything starts (``chaos.runner.suite.preflight``, beside the
@@ -199,6 +209,33 @@ class FaultType(ABC):
             lines.append(f"{name} ({type_text(info.annotation, list(info.metadata))}, "
                          f"{default}{extra}): {doc}")
         return lines
+
+
+class ParamNeed(NamedTuple):
+    """What ``FaultType.param_requires`` names: params that need more of the backend."""
+
+    where: tuple[str | int, ...]
+    """The param's location under ``params``."""
+    capabilities: tuple[type, ...]
+    instead: str
+    """What to do on a backend without them."""
+
+
+def param_gaps(fault_type: type[FaultType], params: Any, backend: type) -> list[tuple[tuple[str | int, ...], str]]:
+    """``(location under params, message)`` for each of the params' needs that ``backend``
+    (a class) does not declare: the same words for validation and a game day's attach."""
+    from chaos.cluster import known_backends
+    from chaos.cluster.capabilities import describe, has, providers
+
+    out = []
+    for need in fault_type.param_requires(params):
+        lacks = [c for c in need.capabilities if not has(backend, c)]
+        if lacks:
+            fits = providers(need.capabilities, known_backends())
+            out.append((need.where, f"{fault_type.type_name} with {'.'.join(map(str, need.where))} needs "
+                                    f"{' and '.join(describe(c) for c in lacks)}, which the {getattr(backend, 'name', backend.__name__)} "
+                                    f"backend has not; {need.instead} ({' or '.join(fits) or 'none'})"))
+    return out
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos import probe
+from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext
 from chaos.errors import (
     EXIT_BAD_INPUT,
@@ -45,7 +46,7 @@ from chaos.errors import (
     ScenarioError,
     ValidationIssue,
 )
-from chaos.faults.base import lookup
+from chaos.faults.base import lookup, param_gaps
 from chaos.gameday.attach import AttachedRun, Resolution, find_run
 from chaos.gameday.dialogue import OperatorDialogue, Stop
 from chaos.gameday.monitor import StopMonitor
@@ -116,17 +117,26 @@ class GameDay(OperatorDialogue, StopMonitor):
     def _check_types(self, backend: str) -> None:
         """Every inject's fault type works on the run's backend (the plan was checked against
         every attachable one; a ``node_down`` needs a scheduler, a ``container_pause`` a
-        container): a located error each, exit 2, before anything is resolved or touched."""
+        container), and so do its params (a power outage whose power returns needs a backend
+        that can start a node again, ``PowerReturn``): a located error each, exit 2, before
+        anything is resolved or touched."""
         issues = []
         for i, step in enumerate(self.plan.steps):
             if step.inject is None:
                 continue
-            works_on = lookup(step.inject.type).supported_backends()
+            cls = lookup(step.inject.type)
+            works_on = cls.supported_backends()
             if backend not in works_on:
                 issues.append(ValidationIssue(
                     self.plan_path, f"steps[{i}].inject.type",
                     f"{step.inject.type} does not work on run {self.run.spec.run_id}'s backend {backend} "
                     f"(it works on: {', '.join(works_on) or 'none'})"))
+                continue
+            params = cls.params_model.model_validate(step.inject.params)  # the plan's load checked them
+            for where, message in param_gaps(cls, params, lookup_backend(backend)):
+                issues.append(ValidationIssue(
+                    self.plan_path, f"steps[{i}].inject.params.{'.'.join(map(str, where))}",
+                    f"{message}; run {self.run.spec.run_id} runs on {backend}: nothing was started"))
         if issues:
             raise ScenarioError(issues)
 

@@ -82,6 +82,11 @@ CORE: tuple[MetricSpec, ...] = (
                missing="unknown", title="Wall time", meaning="whole run"),
     MetricSpec("lost_work_rank_s", "lost work", "value", "rank·s", title="Lost work",
                meaning="rank-seconds not spent on productive steps"),
+    MetricSpec("twin_step_s", "twin step", "seconds", "s", title="Fault-free step time",
+               meaning="mean duration of the steps the run kept, less those a fault struck: a fault-free "
+                       "twin's step"),
+    MetricSpec("ettr", "ETTR", "fraction", direction="higher", title="Effective training time ratio",
+               meaning="steps kept from the first step to the end x the twin's step time / that time"),
     MetricSpec("completed", "completed", title="Completed", meaning="reached the last step within the timeout"),
     MetricSpec("final_step", "final step", "count", title="Final step"),
     MetricSpec("restart_count", "restarts", "count", title="Restarts", meaning="group restarts of the job",

@@ -6,6 +6,7 @@ fault-free baseline; then what each registered metric family measures over the r
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from chaos.contract import NONFINITE_DETECTOR
@@ -103,6 +104,9 @@ def compute_metrics(
         undetected=any(fm.detection_s is None and "detection_s" not in fm.unknown for fm in fired),
         unrecovered=any(fm.recovery_s is None for fm in fired),
     )
+    m.twin_step_s, m.ettr = _ettr(
+        lineage, tl, [t for fm, t in zip(fault_metrics, t_injects, strict=True) if fm.fired and t is not None],
+        final_step, run.t_end)
     _account_restarts(m, tl, faults, t_injects)
     if fired:
         m.lost_steps = _worst([fm.lost_steps for fm in fired])
@@ -118,6 +122,30 @@ def compute_metrics(
     if baseline is not None:
         _compare_to_baseline(m, baseline, lineage)
     return m
+
+
+def _ettr(lineage: list[tuple[int, float, float | None]], tl: Timeline, t_injects: list[float],
+          final_step: int | None, t_end: float) -> tuple[float | None, float | None]:
+    """The effective training time ratio against a fault-free twin: the steps the run kept
+    from its first step to its end / the steps the twin makes in that time. The twin's step
+    takes the mean duration of the steps the run kept, less each step a fault struck (rank
+    0's first step to end after an injection: one that waited the fault out): the job's own
+    pace, checkpoints included, on the same host under the same load (a twin run at another
+    time meets another load: on a shared machine it swings tenfold within minutes). So,
+    unlike goodput, it charges the step a survivor spends waiting out a failure. Returns
+    (that step time, the ratio); None without two such steps."""
+    ref = [e for e in tl.step_ends if e["src"] == "rank-0"]
+    if not ref or final_step is None:
+        return None, None
+    struck = {int(next(e["step"] for e in ref if e["t"] > t)) for t in t_injects if ref[-1]["t"] > t}
+    durations = [d for step, d, _ in lineage if step not in struck]
+    if len(durations) < 2:
+        return None, None
+    twin_step_s = statistics.fmean(durations)
+    first = ref[0]
+    if twin_step_s <= 0 or t_end <= first["t"]:
+        return None, None
+    return twin_step_s, (final_step - int(first["step"])) * twin_step_s / (t_end - first["t"])
 
 
 def _account_restarts(m: RunMetrics, tl: Timeline, faults: list[FaultRecord],

@@ -249,6 +249,11 @@ class RunMetrics(_FamilyValues):
     productive_s: float = 0.0
     goodput: float | None = None
     lost_work_rank_s: float | None = None
+    twin_step_s: float | None = None
+    """A fault-free twin's step time: the mean duration of the steps the run kept, less those a
+    fault struck."""
+    ettr: float | None = None
+    """Steps kept / the steps the twin makes in the same time, first step to end."""
     faults: list[FaultMetrics] = field(default_factory=list)
     faults_fired: int = 0
     # worst case over fired faults

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 __all__ = ["Backend", "Bound", "Expectation", "FaultSpec", "Scenario", "Targets", "Topology", "Trigger",
            "Workload"]
 
-TriggerKind = Literal["at_step", "at_time", "after_event", "random", "poisson"]
+TriggerKind = Literal["at_step", "at_time", "after_event", "random", "poisson", "every"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Workload:
 @dataclass(frozen=True)
 class Trigger:
     kind: TriggerKind
-    """at_step | at_time | after_event | random | poisson."""
+    """at_step | at_time | after_event | random | poisson | every."""
     at_step: int | None = None
     """at_step: the step (in-process faults land exactly there, signals at N or N+1)."""
     at_time_s: float | None = None
@@ -103,8 +103,10 @@ class Trigger:
     """random: fire at a seeded uniform time in [lo, hi] seconds after the first step."""
     mtbf_s: float | None = None
     """poisson: mean time between faults (seeded exponential gaps)."""
+    interval_s: float | None = None
+    """every: seconds between faults, the first that long after the first step."""
     max_faults: int = 1
-    """poisson: at most this many faults."""
+    """poisson, every: at most this many faults."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Trigger forms: when a fault fires, one class per form, one interpreter.
 
-A fault's ``trigger:`` is one of ``at_step``, ``at_time``, ``after_event``, ``random`` and
-``poisson``; the record the runner reads is ``chaos.model.scenario.Trigger`` (``kind`` and that
+A fault's ``trigger:`` is one of ``at_step``, ``at_time``, ``after_event``, ``random``,
+``poisson`` and ``every``; the record the runner reads is ``chaos.model.scenario.Trigger`` (``kind`` and that
 kind's fields). Every reader asks the kind's form instead of testing ``kind``: building the
 record from the document (``build``), validation (``check``, ``exact_step``), the plan
 (``occurrences``: the seeded times, drawn once), the run loop (``due``, and ``near`` for
@@ -223,3 +223,24 @@ class Poisson(TriggerForm):
             t += rng.expovariate(1.0 / trigger.mtbf_s)
             out.append(t)
         return out
+
+
+@_form
+class Every(TriggerForm):
+    """Repeated failures at a fixed interval (``interval_s`` after the first step, then every
+    ``interval_s``), at most ``max_faults``: "one failure a minute" as a schedule rather than a
+    mean, so a short sustained run gets the count its window implies. Like ``poisson``, one due
+    while its target restarts lands once the target lives again; the later ones keep their
+    times (a slow restart does not stretch the schedule)."""
+
+    kind = "every"
+    waits_for_target = True
+
+    @staticmethod
+    def build(doc: Any) -> Trigger:
+        return Trigger(kind="every", interval_s=float(doc.interval_s), max_faults=doc.max_faults)
+
+    @staticmethod
+    def occurrences(trigger: Trigger, rng: random.Random) -> list[float | None]:
+        assert trigger.interval_s is not None
+        return [trigger.interval_s * (i + 1) for i in range(trigger.max_faults)]

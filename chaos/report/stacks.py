@@ -6,8 +6,11 @@ written as ``stacks.md`` and ``stacks.html`` beside the suite's reports.
 A standard fault's rows: detection, the survivors' stall, recovery, lost steps, goodput,
 the final-state check, the verdict. A sustained run's (many faults at a fixed mean
 interval): the failures injected and recovered, the medians of detection, stall and
-recovery over them, the steps lost in all, the restarts, and the training efficiency (the
-run's goodput: productive step time / wall time, ``chaos.metrics``).
+recovery over them, the steps lost in all, the restarts, the training efficiency (the
+run's goodput: productive step time / wall time, ``chaos.metrics``) and the ETTR (the steps
+kept against a fault-free twin's, whose step takes the run's mean step less the steps a
+failure struck: it also charges a survivor's step that waits out a failure, which productive
+step time counts as productive).
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ SUSTAINED_ROWS: list[Row] = [
     ("restarts", _run_metric("restart_count"), fmt_steps, False),
     ("wall time", lambda runs: _median([r.measured_wall_s for r in runs]), fmt_seconds, False),
     ("training efficiency (goodput)", _run_metric("goodput"), fmt_fraction, False),
+    ("ETTR (steps kept x twin's step / window)", _run_metric("ettr"), fmt_fraction, False),
     ("verdict", _verdict, _text, False),
     ("ranks started", _launch, _text, False),
 ]

@@ -130,6 +130,8 @@ class MetricsRecord(_Values):
     productive_s: Number | None = None
     goodput: Number | None = None
     lost_work_rank_s: Number | None = None
+    twin_step_s: Number | None = None
+    ettr: Number | None = None
     faults: list[FaultMetricsRecord] = Field(default_factory=list)
     faults_fired: int | None = None
     detection_s: Number | None = None

@@ -30,6 +30,7 @@ from chaos.faults.base import (
     example_of,
     known_types,
     lookup,
+    param_gaps,
 )
 from chaos.model import scenario as records
 from chaos.model.targets import parse_target
@@ -242,6 +243,7 @@ class _Checker(TargetChecks):
                                         if topology is not None else None)
                 for where, message in fault_type.check_params(params, context):
                     self.add((*loc, "params", *where), message)
+                self.params_fit_backend((*loc, "params"), fault_type, params)
         if fault_type is not None and workload is not None and loc not in self._bad_params:
             self.device_fits(loc, fault, fault_type, workload)
 
@@ -257,6 +259,18 @@ class _Checker(TargetChecks):
         whom = f"rank {rank}" if isinstance(rank, int) else "every rank it may hit"
         self.add((*loc, "type"), f"{fault_type.type_name} needs {whom} on a CUDA device ({why}); "
                  f"{workload.device_fix()}")
+
+    def params_fit_backend(self, loc: Path, fault_type: type[FaultType], params: Any) -> None:
+        """Params whose values need more of the backend than the type does (a power outage
+        whose power returns), on a backend without it."""
+        from chaos.cluster import UnknownBackend, lookup_backend
+
+        try:
+            backend = lookup_backend(self.backend_name)
+        except UnknownBackend:
+            return  # reported at backend:
+        for where, message in param_gaps(fault_type, params, backend):
+            self.add((*loc, *where), message)
 
     def backend_fits(self, loc: Path, fault_type: type[FaultType]) -> None:
         """A fault that acts through a backend capability (a scheduler fault: Slurm's) on a

@@ -25,7 +25,7 @@ from chaos.model.types import (
 )
 from chaos.runfiles.events import KINDS as _EVENT_KIND_NAMES
 
-__all__ = ["AfterEventDoc", "FaultDoc", "PoissonDoc", "RandomDoc", "TargetDoc", "TriggerDoc"]
+__all__ = ["AfterEventDoc", "EveryDoc", "FaultDoc", "PoissonDoc", "RandomDoc", "TargetDoc", "TriggerDoc"]
 
 if TYPE_CHECKING:
     # The kinds are the catalogue's (chaos.runfiles.events), known when the module loads: a Literal built
@@ -124,6 +124,17 @@ class PoissonDoc(StrictModel):
     """At most this many faults."""
 
 
+class EveryDoc(StrictModel):
+    """Fire at a fixed interval, in order: the first `interval_s` after the first step, then
+    every `interval_s`. As with `poisson`, an occurrence due while its target has no live
+    process fires once the target lives again; the later ones keep their times."""
+
+    interval_s: float = Field(gt=0, le=MAX_SECONDS)
+    """Seconds between faults (and from the first step to the first)."""
+    max_faults: int = Field(record_default(records.Trigger, "max_faults"), ge=1, le=MAX_POISSON_FAULTS)
+    """At most this many faults."""
+
+
 class TriggerDoc(StrictModel):
     """When a fault fires: exactly one key. In-process faults (bitflip, crash_during_checkpoint,
     device_error, straggler) are delivered by the probe at an exact step and take only
@@ -142,6 +153,8 @@ class TriggerDoc(StrictModel):
     """At a seeded uniform time: {window_s: [lo, hi]}."""
     poisson: PoissonDoc = optional_key()
     """Seeded exponential gaps: {mtbf_s: M, max_faults: 1}."""
+    every: EveryDoc = optional_key()
+    """A fixed interval: {interval_s: S, max_faults: 1}."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
@@ -168,7 +181,7 @@ class FaultDoc(StrictModel):
     {links: [[FROM, TO], ...]},
     {job: true}, {random: rank|node|rack|power_domain}."""
     trigger: TriggerDoc
-    """When to inject: exactly one of at_step, at_time, after_event, random, poisson."""
+    """When to inject: exactly one of at_step, at_time, after_event, random, poisson, every."""
     probability: float = Field(record_default(records.FaultSpec, "probability"), gt=0, le=1)
     """Chance that the fault fires when triggered (seeded)."""
     params: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ from chaos.metrics.catalogue import target_specs
 from chaos.model.types import is_model, limits_text, literal_values, type_text, unwrap
 from chaos.schema.fault_model import (
     AfterEventDoc,
+    EveryDoc,
     FaultDoc,
     PoissonDoc,
     RandomDoc,
@@ -79,6 +80,7 @@ _SECTIONS: list[tuple[str, type[BaseModel] | Callable[[], type[BaseModel]], str 
     ("`trigger.after_event`", AfterEventDoc, ""),
     ("`trigger.random`", RandomDoc, ""),
     ("`trigger.poisson`", PoissonDoc, ""),
+    ("`trigger.every`", EveryDoc, ""),
     ("`targets`", TargetsDoc, _targets_note()),
     ("Bound: `{max, min}`", BoundDoc, ""),
     ("Fraction bound: `{max, min}`", FractionBoundDoc, ""),

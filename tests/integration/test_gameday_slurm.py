@@ -4,7 +4,10 @@ two emulated slurmd, ``chaos.cluster.slurm_testbed``), driven through a pseudo-t
 runs under its own controller; a dry run names node 1's Slurm task and changes nothing; the
 shipped plan ``gamedays/slurm-node-down.yaml`` is confirmed at its prompt, takes node 1 DOWN
 through Slurm, sees the job's detection since, waits for the job to train again on the node
-it has left and RESUMEs the node. After the job's controller is stopped nothing is left on
+it has left and RESUMEs the node. Then the power faults: a power_outage whose power would
+return is refused by the dry run (exit 2: Slurm has no PowerReturn, nothing touched), and one
+without cuts the domain of the node the job has left: every process of its Slurm task
+killed. After the job's controller is stopped nothing is left on
 the testbed: no trainchaos job queued, every node idle, no process of the run, and
 ``cleanup --check`` exits 0.
 
@@ -124,6 +127,27 @@ def test_node_down_game_day_against_a_live_slurm_job(slurm_cluster: SlurmTestbed
         state = _node_states(slurm_cluster)[downed]
         assert "down" not in state and "drain" not in state, (downed, state)
         assert controller.poll() is None, "the job must outlive the loss of a node (no_kill)"
+
+        # Power on Slurm: the cut works (the tasks of the domain's nodes killed), a return does not.
+        returns = tmp_path / "power-returns.yaml"
+        returns.write_text("name: power-returns\nrun: latest\nsteps:\n"
+                           "  - inject: {type: power_outage, target: {power_domain: pd-a}, params: {duration_s: 30}}\n")
+        refused = run_trainchaos(["gameday", str(returns), "--dry-run"], env=env, cwd=tmp_path, timeout=60)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert (f"{returns}: steps[0].inject.params.duration_s: power_outage with duration_s needs PowerReturn"
+                in refused.stderr), refused.stderr
+        assert [p for p in find_run_processes(run_id) if p.node == 0], "a refused dry run touched node 0"
+        cut = tmp_path / "power-cut.yaml"
+        cut.write_text("name: power-cut\nrun: latest\nsteps:\n"
+                       "  - inject: {type: power_outage, target: {power_domain: pd-a}}\n")
+        power = run_trainchaos(["gameday", str(cut), "--yes", "--out", "gd-power"], env=env, cwd=tmp_path, timeout=60)
+        assert power.returncode == 0, power.stdout + power.stderr
+        [outage] = json.loads((tmp_path / "gd-power" / "report.json").read_text())["faults"]
+        assert outage["type"] == "power_outage" and outage["target"]["nodes"] == [0], outage
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [p for p in find_run_processes(run_id) if p.node == 0]:
+            time.sleep(0.2)
+        assert not [p for p in find_run_processes(run_id) if p.node == 0], "node 0 still runs after its power cut"
     finally:
         if controller.poll() is None:
             controller.send_signal(signal.SIGTERM)

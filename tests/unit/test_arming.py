@@ -72,3 +72,12 @@ def test_a_step_fault_is_armed_when_its_ranks_reach_the_step_before(tmp_path: Pa
     runner.intake.step_by_rank[1] = 4
     runner._arm_ahead()
     assert _armed(journal) == [("f0-hang_rank", None)]
+
+
+def test_an_every_trigger_arms_its_occurrences_one_interval_apart(tmp_path: Path, monkeypatch) -> None:
+    _frozen_clock(monkeypatch)
+    runner, journal = _runner(tmp_path, [{"every": {"interval_s": 0.6 * _ARM_AHEAD_S, "max_faults": 3}}])
+    assert [st.planned.offset_s for st in runner.states] == [0.6 * _ARM_AHEAD_S * k for k in (1, 2, 3)]
+    runner.intake.t_first_step, runner.intake.t_first_step_wall = time.monotonic(), NOW
+    runner._arm_ahead()
+    assert _armed(journal) == [("f0-hang_rank#1", NOW + 0.6 * _ARM_AHEAD_S)]  # the 2nd is 1.2 horizons off

@@ -40,7 +40,7 @@ CASES: dict[str, tuple[str, str]] = {
     "bad_name.yaml": ("name", "'../Escape' is not a valid name: use lowercase letters"),
     "trigger_two_kinds.yaml": (
         "faults[0].trigger", "give exactly one trigger of at_step, at_time, after_event, random, "
-        "poisson; got at_step and at_time"),
+        "poisson, every; got at_step and at_time"),
     "unknown_trigger_key.yaml": (
         "faults[0].trigger.at_stp", "unknown trigger 'at_stp'; did you mean 'at_step'?"),
     "in_process_at_time.yaml": (

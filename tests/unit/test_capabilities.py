@@ -18,6 +18,7 @@ from chaos.cluster.capabilities import (
     ContainerHost,
     Fabric,
     PowerControl,
+    PowerReturn,
     Scheduler,
     StorageLayer,
     describe,
@@ -87,10 +88,10 @@ def test_every_declared_capability_is_implemented_and_every_fault_type_has_a_bac
 
 
 def test_a_backend_that_declares_what_it_does_not_implement_is_refused_at_definition() -> None:
-    with pytest.raises(TypeError, match="declares PowerControl but does not implement power_on"):
+    with pytest.raises(TypeError, match="declares PowerReturn but does not implement power_on"):
         class _HalfPowered(ClusterBackend):  # noqa: F841 (defining it is the test)
             name: ClassVar[str] = "half"
-            capabilities: ClassVar[tuple[type, ...]] = (PowerControl,)
+            capabilities: ClassVar[tuple[type, ...]] = (PowerControl, PowerReturn)
 
             def power_off(self, nodes: tuple[int, ...]) -> Any: ...
 

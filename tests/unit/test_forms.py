@@ -101,5 +101,5 @@ def test_each_trigger_form_says_when_it_is_due() -> None:
     assert form_of(timed).due(timed, 20.0, (), clock) and not form_of(timed).due(timed, 31.0, (), clock)
     assert not form_of(timed).due(timed, 1.0, (), _Clock({}, {}, since=None))  # no step yet
     assert [f.kind for f in TRIGGER_FORMS.values() if f.exact_step] == ["at_step"]
-    assert [f.kind for f in TRIGGER_FORMS.values() if f.waits_for_target] == ["poisson"]
+    assert [f.kind for f in TRIGGER_FORMS.values() if f.waits_for_target] == ["poisson", "every"]
     assert form_of(after).describe(after, None) == "after ckpt_save_end #2 + 0 s"

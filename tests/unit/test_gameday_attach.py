@@ -217,3 +217,66 @@ def test_an_attached_slurm_run_reads_its_job_and_each_node_in_slurms_words(
         for proc in (frozen, running):
             proc.kill()
             proc.wait()
+
+
+# -- power faults on Slurm: the tasks of a domain killed; power does not return -------------
+
+def _power_plan(fault: str, target: str, params: str = "") -> Plan:
+    return Plan.model_validate(yaml.safe_load(f"""\
+name: p
+steps:
+  - observe: {{seconds: 1}}
+  - inject: {{type: {fault}, target: {target}{', params: ' + params if params else ''}}}
+"""))
+
+
+def test_a_power_cut_on_slurm_kills_every_task_process_of_its_nodes_and_no_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _slurm_run(tmp_path, nodes=3)
+    procs = {(node, role): subprocess.Popen(["sleep", "60"]) for node in range(3) for role in ("agent", "worker", "wrapper")}
+    try:
+        for node in range(3):
+            (tmp_path / "slurm" / f"node-{node}.json").write_text(json.dumps({
+                "node": node, "wrapper_pid": procs[node, "wrapper"].pid, "agent_pid": procs[node, "agent"].pid,
+                "host": socket.gethostname() if node < 2 else "elsewhere", "slurm_node": f"n{node + 1}",
+                "job_id": "17"}))
+        # The run's processes as /proc shows them: the task's wrapper is the run's, of no node.
+        monkeypatch.setattr(slurm_backend, "find_run_processes", lambda run_id: [
+            SimpleNamespace(pid=p.pid, node=None if role == "wrapper" else node) for (node, role), p in procs.items()])
+        through_srun: list[tuple[int, int, list[int]]] = []
+        cluster = slurm_backend.SlurmCluster(spec, None)  # type: ignore[arg-type]
+        monkeypatch.setattr(cluster, "_srun_signal", lambda node, sig, pids=None, whole_node=False:
+                            through_srun.append((node, sig, list(pids or []))) or list(pids or []))
+        cut = cluster.power_off((0, 1))
+        assert sorted(cut.pids) == sorted(p.pid for (node, _), p in procs.items() if node < 2)
+        assert all(procs[node, role].wait(timeout=5) == -signal.SIGKILL
+                   for node in (0, 1) for role in ("agent", "worker", "wrapper"))
+        assert procs[2, "agent"].poll() is None and through_srun == [] and cluster.lost == {0, 1}
+        # A node on another host: one one-task step there, naming its agent and wrapper.
+        assert cluster.power_off((2,)).pids == [procs[2, "agent"].pid, procs[2, "wrapper"].pid]
+        assert through_srun == [(2, signal.SIGKILL, [procs[2, "agent"].pid, procs[2, "wrapper"].pid])]
+        with pytest.raises(ToolError, match="local_data: all cannot wipe node 2's disk: its Slurm task runs on "
+                                            "elsewhere"):
+            cluster.wipe_local_data(2)
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize(("fault", "target"), [("power_outage", "{power_domain: pd-a}"), ("rack_loss", "{rack: r1}")])
+def test_power_that_returns_is_refused_on_an_attached_slurm_run_and_a_cut_for_good_is_not(
+        tmp_path: Path, fault: str, target: str) -> None:
+    gd = GameDay(_power_plan(fault, target, "{duration_s: 30}"), "plan.yaml", str(tmp_path / "out"))
+    gd.run = SimpleNamespace(spec=SimpleNamespace(run_id="trainchaos-att"))
+    with pytest.raises(ScenarioError) as info:
+        gd._check_types("slurm")
+    assert str(info.value) == (
+        f"plan.yaml: steps[1].inject.params.duration_s: {fault} with duration_s needs PowerReturn (power back on "
+        "a node after an outage: a fresh agent that rejoins the job), which the slurm backend has not; leave "
+        "duration_s out (the nodes stay off until the run ends), or run the job on a backend whose nodes it "
+        "starts itself (docker or local or netns); run trainchaos-att runs on slurm: nothing was started")
+    gd.plan = _power_plan(fault, target)
+    gd._check_types("slurm")  # the cut alone works there
+    gd.plan = _power_plan(fault, target, "{duration_s: 30}")
+    gd._check_types("docker")

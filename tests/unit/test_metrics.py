@@ -539,3 +539,24 @@ def test_restart_invariants_hold(build: str):
     m = compute_metrics(tl.sorted(), [kill()], run_info(t_end=57.0))
     assert m.faults[0].lost_steps == 5, "a restart that fails again loses nothing a second time"
     assert_restart_invariants(m)
+
+
+def test_ettr_is_the_steps_kept_against_a_twin_stepping_at_the_median_step_time():
+    m = compute_metrics(kill_and_resume().sorted(), [kill()], run_info())
+    # Every kept step took 1 s (step 21 from its ckpt_load, left out: the first step after the
+    # kill); from step 1 (t=1) to the end (t=41) the twin makes 40 steps; the run kept 39 past step 1.
+    assert m.twin_step_s == pytest.approx(1.0)
+    assert m.ettr == pytest.approx(39.0 / 40.0)
+
+
+def test_ettr_charges_a_survivor_step_that_waits_out_a_failure_which_goodput_counts_as_productive():
+    # No restart: the step after the fault at 22.5 waits 9 s for the lost peer, then 1 s steps;
+    # every 10th step saves a checkpoint for 1 s more, which the twin pays as well.
+    tl = Timeline().start(0.0).steps(0.0, 1, 20).steps(29.0, 21, 30)
+    for e in tl.events:
+        e["t"] += sum(1.0 for k in (10, 20, 30) if e.get("step", 0) >= k and e["kind"] == "step_end")
+    tl.end(42.0, 30, inc=0)
+    m = compute_metrics(tl.sorted(), [kill(t=22.5)], run_info(t_end=42.0, steps=30))
+    assert m.goodput == pytest.approx(1.0)
+    assert m.twin_step_s == pytest.approx(32.0 / 29.0)  # 29 steps (all but step 21): 29 s + 3 saves
+    assert m.ettr == pytest.approx(29.0 * (32.0 / 29.0) / 41.0)

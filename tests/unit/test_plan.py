@@ -108,3 +108,21 @@ def test_each_repeat_draws_its_own_plan_and_repeat_zero_is_the_scenario_seed():
     assert len(set(seeds)) == 5 and seeds == [plan_seed(3, i) for i in range(5)]
     offsets = {make_plan(_scenario(), s)[0].offset_s for s in seeds}
     assert len(offsets) == 5, "a random trigger must land at a different time in each repeat"
+
+
+def test_every_fires_at_a_fixed_interval_and_bad_values_are_located():
+    import pytest
+
+    from chaos.errors import ScenarioError
+
+    doc = {"name": "every", "topology": {"nodes": 2, "ranks_per_node": 1},
+           "faults": [{"type": "kill_rank", "target": {"rank": 1}, "trigger": {"every": {"interval_s": 60, "max_faults": 3}}}]}
+    plan = make_plan(parse_scenario(doc, "every.yaml"), 7)
+    assert [(p.fault_id, p.offset_s) for p in plan] == [("f0-kill_rank#1", 60.0), ("f0-kill_rank#2", 120.0),
+                                                       ("f0-kill_rank#3", 180.0)]
+    for bad, where in (({"interval_s": 0}, "interval_s"), ({"interval_s": 60, "max_faults": 0}, "max_faults"),
+                       ({"interval_s": 60, "period": 2}, "period")):
+        doc["faults"][0]["trigger"] = {"every": bad}
+        with pytest.raises(ScenarioError) as exc:
+            parse_scenario(doc, "every.yaml")
+        assert str(exc.value).startswith(f"every.yaml: faults[0].trigger.every.{where}: "), str(exc.value)

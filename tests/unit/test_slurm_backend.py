@@ -208,3 +208,18 @@ def test_a_requeued_node_rendezvouses_under_a_new_id_in_any_spelling_of_the_opti
     assert rdzv_id_for_restart(["torchrun", "--rdzv-id=run-1", *tail], 1) == ["torchrun", "--rdzv-id=run-1-r1", *tail]
     assert rdzv_id_for_restart(["torchrun", "--rdzv_id", "run-1"], 3) == ["torchrun", "--rdzv_id", "run-1-r3"]
     assert rdzv_id_for_restart(["torchrun", "--nnodes", "2"], 1) == ["torchrun", "--nnodes", "2"]
+
+
+def test_a_power_outage_whose_power_returns_is_refused_on_slurm_where_it_could_not_return() -> None:
+    topology = {"nodes": 2, "ranks_per_node": 1, "min_nodes": 1, "power_domains": {"pd-a": [1], "pd-b": [0]}}
+    fault = {"type": "power_outage", "target": {"power_domain": "pd-a"}, "trigger": {"at_step": 5},
+             "params": {"duration_s": 5}}
+    with pytest.raises(ScenarioError) as exc:
+        _scenario(faults=[fault], backend="slurm", topology=topology)
+    assert _messages(exc.value) == (
+        "s.yaml: faults[0].params.duration_s: power_outage with duration_s needs PowerReturn (power back on a "
+        "node after an outage: a fresh agent that rejoins the job), which the slurm backend has not; leave "
+        "duration_s out (the nodes stay off until the run ends), or run the job on a backend whose nodes it "
+        "starts itself (docker or local or netns)")
+    _scenario(faults=[{**fault, "params": {}}], backend="slurm", topology=topology)  # the cut alone: accepted
+    _scenario(faults=[fault], backend="local", topology=topology)

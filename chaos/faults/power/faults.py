@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from chaos.cluster.capabilities import LocalDisk, PowerControl
-from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
+from chaos.cluster.capabilities import LocalDisk, PowerControl, PowerReturn
+from chaos.faults.base import FailureClass, FaultParams, FaultType, ParamNeed, TargetKind, register
 from chaos.model.types import MAX_SECONDS
 
 if TYPE_CHECKING:
@@ -50,6 +50,14 @@ class _PowerFault(FaultType):
     cuts_nodes: ClassVar[bool] = True
     requires: ClassVar[tuple[type, ...]] = (PowerControl, LocalDisk)
 
+    @classmethod
+    def param_requires(cls, params: Any) -> list[ParamNeed]:
+        if params.duration_s is None:
+            return []
+        return [ParamNeed(("duration_s",), (PowerReturn,),
+                          "leave duration_s out (the nodes stay off until the run ends), or run the job on "
+                          "a backend whose nodes it starts itself")]
+
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         nodes = tuple(self.target.nodes)
         cut = ctx.require(PowerControl).power_off(nodes)
@@ -75,7 +83,7 @@ class _PowerFault(FaultType):
             return
         nodes = record.get("nodes") or list(self.target.nodes)
         for node in nodes:
-            ctx.require(PowerControl).power_on(int(node))
+            ctx.require(PowerReturn).power_on(int(node))
         ctx.emit("power_restored", fault=self.fault_id, nodes=nodes)
 
 
