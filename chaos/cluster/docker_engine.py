@@ -18,6 +18,7 @@ import tarfile
 import threading
 from typing import Any, ClassVar
 
+from chaos import contract
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ToolError
 from chaos.runfiles.resources import PREFIX, Leftover, ResourceKind, register_kind
 
@@ -37,8 +38,7 @@ __all__ = [
 LABEL_RUN = "trainchaos.run"
 LABEL_NODE = "trainchaos.node"
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
-DOCKER_HOSTS_ENV = "TRAINCHAOS_DOCKER_HOSTS"
-"""Engines besides the default that ``trainchaos cleanup`` scans for leftovers (comma-separated)."""
+DOCKER_HOSTS_ENV = contract.DOCKER_HOSTS_ENV
 
 
 class BlastRadiusError(ChaosError):
