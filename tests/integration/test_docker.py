@@ -151,7 +151,9 @@ def test_docker_pause_freeze_is_caught_by_the_watchdog(suite) -> None:
     hangs = [e for e in _events(work, "pause-node") if e.get("kind") == "detected"
              and e["t"] >= fault["t_inject"] and e.get("failure_class") == "hang"]
     assert hangs, "the frozen node's rank was never reported hung"
-    assert hangs[0]["suspect"] == "rank-1"
+    # The frozen node's rank: elastic rendezvous numbers ranks in the order the agents join,
+    # and node 1, on the other host, is as often first (its rank is then rank-0).
+    assert hangs[0]["suspect"] in [src for src in fault["target_srcs"] if src.startswith("rank-")], fault
     assert journal["metrics"]["detection_s"] >= 1.0  # a freeze is silent: only a watchdog sees it
 
 
