@@ -15,6 +15,7 @@ __all__ = [
     "CHECKPOINT_FORMAT_ENV",
     "CKPT_DIR_ENV",
     "CONTROLLER_ENV",
+    "DOCKER_HOSTS_ENV",
     "ENV_PREFIX",
     "EVENTS_DIR_ENV",
     "EVENTS_SUBDIR",
@@ -110,6 +111,9 @@ STORAGE_RUN_ID_ENV = "TRAINCHAOS_STORAGE_RUN_ID"
 must not kill the mount under them."""
 PLUGINS_ENV = "TRAINCHAOS_PLUGINS"
 """Comma-separated modules to import for their fault types."""
+DOCKER_HOSTS_ENV = "TRAINCHAOS_DOCKER_HOSTS"
+"""Comma-separated docker engines ``trainchaos cleanup`` scans for leftovers besides the
+default one (the other hosts of a multi-host cluster); never passed into a node."""
 STATE_DIR_ENV = "TRAINCHAOS_STATE_DIR"
 """Where trainchaos keeps machine-wide state (live runs, journals of applied faults)."""
 LIVE_DIR_ENV = "TRAINCHAOS_LIVE_DIR"

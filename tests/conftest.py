@@ -254,8 +254,8 @@ UNIT_TEST_S = 0.1
 # session fixture go together (named here), so it is set up once. Unit tests still come
 # first, one at a time to any worker.
 SHARED_GROUPS = {
-    "test_docker": "docker",  # one dockerd (docker_host), whose leftovers `cleanup` scans
-    "test_gameday": "docker",
+    # Not test_docker with test_gameday: they share no engine (test_docker starts two of its
+    # own, routed_dockerds), so they may run side by side.
     "test_process_faults": "smoke-device-error",  # the shared run in _shared_runs.py
     "test_scale_from_runs": "smoke-device-error",
 }

@@ -9,7 +9,11 @@ before they exist, removed newest first, found by ``trainchaos cleanup`` by thei
                                    are bind-mounted read-only (nothing is pulled)
     network    <run>-net           a bridge of its own per host (``tc-<short>-db``), subnet
                                    in 198.18.0.0/15, no masquerading; the controller's
-                                   rendezvous store listens on its gateway address only
+                                   rendezvous store listens on its gateway address only.
+                                   Routed hosts (``subnets``): each host's bridge has the
+                                   host's own subnet, and the store listens on the
+                                   controller's address every host routes to
+                                   (``store_address``)
     container  <run>-n<i>          node i, ``trainchaos.node=<i>``, address .10+i, host name
                                    node<i> (its /etc/hosts names the store and the other
                                    nodes); the run directory, the node's local disk and its
@@ -56,6 +60,7 @@ from chaos.cluster.capabilities import (
     PowerReturn,
 )
 from chaos.cluster.docker_engine import (
+    DOCKER_HOSTS_ENV,
     LABEL_NODE,
     LABEL_RUN,
     client,
@@ -64,7 +69,7 @@ from chaos.cluster.docker_engine import (
     is_local_host,
     owned,
 )
-from chaos.cluster.docker_options import DockerOptions, preflight_problems
+from chaos.cluster.docker_options import DockerOptions, placed_host, preflight_problems
 from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle
 from chaos.cluster.local import LocalCluster
 from chaos.model.types import StrictModel
@@ -102,7 +107,11 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         self.options = DockerOptions.model_validate(spec.options or {})
         self.hosts = list(self.options.hosts) or [default_host()]
         self.subnet: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
-        self.gateway = ""
+        """The run's one subnet, the same on every host (without ``subnets``)."""
+        self.subnets = {host: _network(text) for host, text in self.options.subnets.items()}
+        """Routed hosts: each host's own container subnet."""
+        self.gateway = self.options.store_address or ""
+        """Where the nodes reach the controller's rendezvous store (``trainchaos-store``)."""
         self._containers: dict[int, str] = {}
         self._status: dict[int, NodeStatus] = {}
         self._lost: set[int] = set()
@@ -118,7 +127,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
 
     # -- names ------------------------------------------------------------------------------
     def host_of(self, node: int) -> str:
-        return self.hosts[node % len(self.hosts)]
+        return placed_host(self.hosts, node)
 
     def container_name(self, node: int) -> str:
         return f"{self.spec.run_id}-n{node}"
@@ -175,7 +184,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
             self._containers.update({n: self.container_name(n) for n in states})
             for node in states:
                 self._status.setdefault(node, NodeStatus(None))
-            if self.subnet is None and states:
+            if self.subnet is None and not self.subnets and states:
                 import ipaddress
 
                 with contextlib.suppress(Exception):
@@ -194,20 +203,23 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         run_id = self.spec.run_id
         os.makedirs(RunDir(self.spec.run_dir).logs, exist_ok=True)
         os.makedirs(os.path.join(self.spec.run_dir, "docker"), exist_ok=True)
-        self.subnet = fabric.pick_subnet(run_id)
-        self.gateway = str(next(self.subnet.hosts()))
+        if not self.subnets:
+            self.subnet = fabric.pick_subnet(run_id)
+            self.gateway = self.gateway or str(next(self.subnet.hosts()))
         for host in dict.fromkeys(self.hosts):
             if self.options.image is None:
                 self.resources.acquire("docker_image", {"host": host, "name": self.image_name(),
                                                         "run_id": run_id})
+            subnet = self._subnet_of(host)
             self.resources.acquire("docker_network", {
                 "host": host, "name": self.network_name(), "run_id": run_id,
-                "subnet": str(self.subnet), "gateway": self.gateway,
+                "subnet": str(subnet), "gateway": str(next(subnet.hosts())),
                 "bridge": f"{fabric.NAME_PREFIX}{fabric.short_id(run_id)}-db"})
         for node in range(self.topology.total_nodes):
             self.acquire_node_dirs(node)
         # The store listens on the bridge's gateway only: reachable from the run's containers
-        # (and this host), from nowhere beyond the run's network.
+        # (and this host), from nowhere beyond the run's network. Routed hosts: on the
+        # controller's address their routes lead to (store_address).
         self.serve_rendezvous(self.gateway)
         for node in range(self.topology.nodes):
             self.start_node(node)
@@ -237,6 +249,7 @@ class DockerCluster(ContainerProcesses, LocalCluster):
             # comes first here too, or the nodes import the editable install's tree instead.
             keep["PYTHONPATH"] = env["PYTHONPATH"]
         keep.pop("DOCKER_HOST", None)
+        keep.pop(DOCKER_HOSTS_ENV, None)  # the controller's cleanup scan, not the node's
         return keep
 
     def _mounts(self, node: int) -> list[Any]:
@@ -410,9 +423,13 @@ class DockerCluster(ContainerProcesses, LocalCluster):
 
     # -- nodes ------------------------------------------------------------------------------
     def node_address(self, node: int) -> str:
-        if self.subnet is None:
+        return str(self._subnet_of(self.host_of(node)).network_address + NODE_HOST_OFFSET + node)
+
+    def _subnet_of(self, host: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        subnet = self.subnets.get(host) or self.subnet
+        if subnet is None:
             raise RuntimeError("node_address before start(): the run's subnet is chosen there")
-        return str(self.subnet.network_address + NODE_HOST_OFFSET + node)
+        return subnet
 
     def node_local_dir(self, node: int) -> str:
         return os.path.join(scratch_base(), self.spec.run_id, f"node-{node}")
@@ -434,6 +451,12 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                                  "run_id": self.spec.run_id}, {})
         self._lost.discard(node)
         self.start_node(node)
+
+
+def _network(text: str) -> ipaddress.IPv4Network:
+    import ipaddress
+
+    return ipaddress.IPv4Network(text)
 
 
 def _jsonable(create: dict[str, Any]) -> dict[str, Any]:

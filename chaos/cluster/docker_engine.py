@@ -5,8 +5,9 @@ Everything the backend creates carries ``trainchaos.run=<run id>`` (and containe
 ``trainchaos.node=<i>``), and every change to an engine object goes through ``owned``: an
 object without the run's label is never stopped, paused, disconnected, updated or removed,
 whatever a scenario or a game-day plan says. ``trainchaos cleanup`` finds leftovers by the
-same label (``scan``) on the default engine (``DOCKER_HOST`` or the local socket) and, from
-the resource journal, on every host a run used.
+same label (``scan``) on the default engine (``DOCKER_HOST`` or the local socket) and every
+engine ``TRAINCHAOS_DOCKER_HOSTS`` names (comma-separated: the other hosts of a multi-host
+staging cluster) and, from the resource journal, on every host a run used.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import tarfile
 import threading
 from typing import Any, ClassVar
 
+from chaos import contract
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ToolError
 from chaos.runfiles.resources import PREFIX, Leftover, ResourceKind, register_kind
 
 __all__ = [
+    "DOCKER_HOSTS_ENV",
     "LABEL_NODE",
     "LABEL_RUN",
     "BlastRadiusError",
@@ -29,11 +32,13 @@ __all__ = [
     "engine_problem",
     "is_local_host",
     "owned",
+    "scanned_hosts",
 ]
 
 LABEL_RUN = "trainchaos.run"
 LABEL_NODE = "trainchaos.node"
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
+DOCKER_HOSTS_ENV = contract.DOCKER_HOSTS_ENV
 
 
 class BlastRadiusError(ChaosError):
@@ -45,6 +50,13 @@ class BlastRadiusError(ChaosError):
 
 def default_host() -> str:
     return os.environ.get("DOCKER_HOST") or LOCAL_SOCKET
+
+
+def scanned_hosts() -> list[str]:
+    """The engines a leftover scan looks at, each once: the default one and every one of
+    ``TRAINCHAOS_DOCKER_HOSTS``; those that do not answer are left out (nothing to find)."""
+    named = [h.strip() for h in os.environ.get(DOCKER_HOSTS_ENV, "").split(",") if h.strip()]
+    return [host for host in dict.fromkeys([default_host(), *named]) if not engine_problem(host)]
 
 
 def is_local_host(url: str) -> bool:
@@ -163,13 +175,10 @@ class DockerImage(ResourceKind):
 
     @classmethod
     def scan(cls) -> list[Leftover]:
-        host = default_host()
-        if engine_problem(host):
-            return []
         return [Leftover(cls.kind, (img.tags or [img.short_id])[0], img.labels.get(LABEL_RUN),
                          {"host": host, "name": (img.tags or [img.id])[0].rsplit(":", 1)[0],
                           "run_id": img.labels.get(LABEL_RUN)})
-                for img in client(host).images.list(filters={"label": LABEL_RUN})]
+                for host in scanned_hosts() for img in client(host).images.list(filters={"label": LABEL_RUN})]
 
 
 @register_kind
@@ -213,12 +222,9 @@ class DockerNetwork(ResourceKind):
 
     @classmethod
     def scan(cls) -> list[Leftover]:
-        host = default_host()
-        if engine_problem(host):
-            return []
         return [Leftover(cls.kind, net.name, (net.attrs.get("Labels") or {}).get(LABEL_RUN),
                          {"host": host, "name": net.name, "run_id": (net.attrs.get("Labels") or {}).get(LABEL_RUN)})
-                for net in client(host).networks.list(filters={"label": LABEL_RUN})
+                for host in scanned_hosts() for net in client(host).networks.list(filters={"label": LABEL_RUN})
                 if net.name.startswith((net.attrs.get("Labels") or {}).get(LABEL_RUN) or PREFIX)]
 
 
@@ -254,13 +260,11 @@ class DockerContainer(ResourceKind):
 
     @classmethod
     def scan(cls) -> list[Leftover]:
-        host = default_host()
-        if engine_problem(host):
-            return []
         # Named after their run as well: a container someone started from a run's image
         # inherits the label, and is not ours.
         return [Leftover(cls.kind, c.name, c.labels.get(LABEL_RUN),
                          {"host": host, "name": c.name, "run_id": c.labels.get(LABEL_RUN)})
+                for host in scanned_hosts()
                 for c in client(host).containers.list(all=True, filters={"label": LABEL_RUN})
                 if c.name.startswith(c.labels.get(LABEL_RUN) or PREFIX)]
 

@@ -74,15 +74,22 @@ def _ours(name: str) -> bool:
 
 
 def _root_addresses() -> set[ipaddress.IPv4Network]:
+    """The networks of this namespace's addresses, and those it routes elsewhere: a subnet
+    another host's containers use (a routed docker host, ``docs/docker.md``) is as taken as
+    one on an interface here."""
     out = ip("-o", "-4", "addr", "show", check=False).stdout
     nets: set[ipaddress.IPv4Network] = set()
     for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+/\d+)", out):
         nets.add(ipaddress.IPv4Interface(m.group(1)).network)
+    for line in ip("-4", "route", "show", check=False).stdout.splitlines():
+        dest = line.split(" ", 1)[0]
+        if dest and dest[0].isdigit():
+            nets.add(ipaddress.IPv4Network(dest, strict=False))
     return nets
 
 
 def pick_subnet(run_id: str) -> ipaddress.IPv4Network:
-    """A /24 of 198.18.0.0/15 no interface of this namespace uses yet, starting from one
+    """A /24 of 198.18.0.0/15 no interface or route of this namespace uses yet, starting from one
     drawn from the run id (so concurrent runs rarely even probe the same one)."""
     subnets = list(FABRIC_RANGE.subnets(new_prefix=24))
     used = _root_addresses()

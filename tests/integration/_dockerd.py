@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -18,10 +19,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
-__all__ = ["docker_host", "engine_answers", "private_dockerd"]
+__all__ = ["RoutedHosts", "docker_host", "engine_answers", "private_dockerd", "routed_dockerds"]
 
 
 def engine_answers(url: str | None) -> bool:
@@ -41,6 +43,16 @@ def engine_answers(url: str | None) -> bool:
 @contextlib.contextmanager
 def private_dockerd(timeout_s: float = 60.0) -> Iterator[str]:
     """Yields the ``unix://`` URL of a dockerd started here; stops it after."""
+    with _dockerd(timeout_s) as (url, proc, root):
+        _wait_answers(url, proc, root, timeout_s)
+        yield url
+
+
+@contextlib.contextmanager
+def _dockerd(timeout_s: float, netns: str | None = None) -> Iterator[tuple[str, subprocess.Popen, str]]:
+    """A dockerd with a data root, exec root, pidfile and socket of its own under one temp
+    directory (in network namespace ``netns`` when given), not yet answering; stopped and its
+    directory removed after."""
     dockerd = shutil.which("dockerd")
     if dockerd is None:
         raise RuntimeError("dockerd not installed (make install adds docker.io)")
@@ -48,22 +60,17 @@ def private_dockerd(timeout_s: float = 60.0) -> Iterator[str]:
     root = tempfile.mkdtemp(prefix="tc-dockerd-", dir="/tmp")
     sock = os.path.join(root, "d.sock")
     log = open(os.path.join(root, "dockerd.log"), "wb")  # noqa: SIM115
+    # nsenter, not `ip netns exec`: that one remounts /sys for the namespace, and the cgroup
+    # hierarchy under /sys/fs/cgroup goes with it (no container could start).
+    enter = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
     proc = subprocess.Popen(
-        [dockerd, "--iptables=false", "--ip-masq=false", "--bridge=none",
+        [*enter, dockerd, "--iptables=false", "--ip-masq=false", "--bridge=none",
          "--storage-driver=vfs", "--data-root", os.path.join(root, "data"),
          "--exec-root", os.path.join(root, "exec"), "--pidfile", os.path.join(root, "dockerd.pid"),
          "-H", f"unix://{sock}", "--log-level=warn"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"unix://{sock}"
     try:
-        deadline = time.monotonic() + timeout_s
-        while not engine_answers(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                with open(os.path.join(root, "dockerd.log"), encoding="utf-8", errors="replace") as fh:
-                    raise RuntimeError(f"dockerd did not come up: {fh.read()[-2000:]}")
-            time.sleep(0.2)
-        yield url
+        yield f"unix://{sock}", proc, root
     finally:
         _stop(proc)
         log.close()
@@ -73,6 +80,83 @@ def private_dockerd(timeout_s: float = 60.0) -> Iterator[str]:
         for mnt in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_answers(url: str, proc: subprocess.Popen, root: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not engine_answers(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            with open(os.path.join(root, "dockerd.log"), encoding="utf-8", errors="replace") as fh:
+                raise RuntimeError(f"dockerd did not come up: {fh.read()[-2000:]}")
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class RoutedHosts:
+    """Engines as separate hosts would be, each with its containers' own routed subnet."""
+
+    hosts: list[str]
+    subnets: dict[str, str]
+    """Engine -> the subnet its containers get (``backend.docker.subnets``)."""
+    store_address: str
+    """This machine's address on the fabric: every host routes to it."""
+
+    def backend(self, hosts: list[str] | None = None) -> dict[str, object]:
+        """``backend:`` of a scenario whose nodes go round-robin over ``hosts`` (default: each
+        engine once)."""
+        return {"docker": {"hosts": hosts or self.hosts, "subnets": self.subnets,
+                           "store_address": self.store_address}}
+
+
+@contextlib.contextmanager
+def routed_dockerds(count: int = 2, timeout_s: float = 60.0) -> Iterator[RoutedHosts]:
+    """``count`` dockerds, each in a network namespace of its own (``tc-<t>-e<k>``), as
+    separate hosts on one L2 fabric: a bridge here (``tc-<t>-fab``, this machine's address
+    .1, where the controller's rendezvous store listens) and a veth to each namespace (.10+k).
+    Each host's containers get a /24 of their own; every host routes the other hosts'
+    subnets to them and this machine routes all of them: the routing docs/docker.md asks of
+    a staging cluster. Everything is removed after (engines, namespaces, links, routes),
+    also when the start fails half way."""
+    from chaos.net import fabric
+
+    token = secrets.token_hex(4)
+    bridge = f"tc-{token}-fab"
+    with contextlib.ExitStack() as undo:
+        fab = fabric.pick_subnet(f"{token}-fabric")
+        fabric.ip("link", "add", bridge, "type", "bridge")
+        undo.callback(fabric.ip, "link", "del", bridge, check=False)
+        fabric.ip("addr", "add", f"{fab.network_address + 1}/{fab.prefixlen}", "dev", bridge)
+        fabric.ip("link", "set", bridge, "up")
+        hops, subnets, namespaces = [], [], []
+        for k in range(count):
+            ns, outer, inner = f"tc-{token}-e{k}", f"tc-{token}-r{k}", f"tc-{token}-v{k}"
+            fabric.ip("netns", "add", ns)
+            undo.callback(fabric.ip, "netns", "del", ns, check=False)
+            fabric.ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
+            undo.callback(fabric.ip, "link", "del", outer, check=False)
+            fabric.ip("link", "set", outer, "master", bridge, "up")
+            hop = str(fab.network_address + 10 + k)
+            fabric.ip("addr", "add", f"{hop}/{fab.prefixlen}", "dev", inner, netns=ns)
+            fabric.ip("link", "set", inner, "up", netns=ns)
+            fabric.ip("link", "set", "lo", "up", netns=ns)
+            subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                           check=True, capture_output=True)
+            # Picked with the routes before it in place: each host's subnet is free of the others'.
+            subnet = fabric.pick_subnet(f"{token}-{k}")
+            fabric.ip("route", "add", str(subnet), "via", hop)
+            undo.callback(fabric.ip, "route", "del", str(subnet), check=False)
+            hops.append(hop)
+            subnets.append(str(subnet))
+            namespaces.append(ns)
+        for k, ns in enumerate(namespaces):
+            for j, (other_hop, other_subnet) in enumerate(zip(hops, subnets, strict=True)):
+                if j != k:
+                    fabric.ip("route", "add", other_subnet, "via", other_hop, netns=ns)
+        engines = [undo.enter_context(_dockerd(timeout_s, ns)) for ns in namespaces]
+        for url, proc, root in engines:
+            _wait_answers(url, proc, root, timeout_s)
+        hosts = [url for url, _, _ in engines]
+        yield RoutedHosts(hosts, dict(zip(hosts, subnets, strict=True)), str(fab.network_address + 1))
 
 
 def _stop(proc: subprocess.Popen) -> None:

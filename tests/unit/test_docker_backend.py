@@ -197,3 +197,63 @@ def test_container_fault_on_another_backend_is_refused(tmp_path: Path, monkeypat
                     "    target: {node: 1}\n    trigger: {at_step: 2}\n    params: {duration_s: 2}\n")
     code, out = _main(["validate", str(path)], monkeypatch, capsys)
     assert code == 2 and "faults[0].type: container_pause" in out and "docker" in out, out
+
+
+HOST_A, HOST_B = "unix:///tmp/a.sock", "ssh://staging-b"
+ROUTED = {"hosts": [HOST_A, HOST_B, HOST_B], "store_address": "198.18.0.1",
+          "subnets": {HOST_A: "198.18.10.0/24", HOST_B: "198.18.11.0/24"}}
+
+
+def test_routed_hosts_give_each_node_an_address_of_its_hosts_subnet(tmp_path: Path) -> None:
+    """Node i is .10+i of the subnet of the host it is placed on (a host named twice takes
+    twice the nodes), and every node finds the store at the controller's routed address."""
+    spec = RunSpec(run_id=RUN_ID, run_dir=str(tmp_path / "run"), topology=Topology(nodes=3, ranks_per_node=1),
+                   worker_argv=["-m", "harness"], options=ROUTED)
+    cluster = DockerCluster(spec, resources=None)  # type: ignore[arg-type]
+    cluster.rdzv_port = 29400
+    assert [cluster.host_of(n) for n in range(3)] == [HOST_A, HOST_B, HOST_B]
+    assert [cluster.node_address(n) for n in range(3)] == ["198.18.10.10", "198.18.11.11", "198.18.11.12"]
+    assert cluster.peer_hosts(2) == {STORE_HOST: "198.18.0.1", "node0": "198.18.10.10",
+                                     "node1": "198.18.11.11", "node2": "198.18.11.12"}
+    assert cluster.rdzv_endpoint() == "198.18.0.1:29400"
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ({**ROUTED, "subnets": {HOST_A: "198.18.10.0/24"}}, f"host {HOST_B} has no subnet"),
+    ({**ROUTED, "subnets": {HOST_A: "198.18.10.0/24", HOST_B: "198.18.10.128/25"}}, "overlaps"),
+    ({**ROUTED, "subnets": {HOST_A: "198.18.10.1/24", HOST_B: "198.18.11.0/24"}}, "host bits zero"),
+    ({**ROUTED, "store_address": None}, "store_address: required with subnets"),
+    ({**ROUTED, "store_address": "controller"}, "is not an IP address"),
+])
+def test_routed_hosts_options_are_refused_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          options: dict, said: str) -> None:
+    import yaml
+
+    path = tmp_path / "d.yaml"
+    path.write_text(SCENARIO.format(backend=yaml.safe_dump({"docker": options}, default_flow_style=True).strip()))
+    code, out = _main(["validate", str(path)], monkeypatch, capsys)
+    assert code == 2 and "backend.docker" in out and said in out, out
+
+
+def test_preflight_says_when_the_store_address_is_not_this_machines() -> None:
+    from chaos.cluster.docker_options import _routing_problems
+
+    options = DockerOptions.model_validate({**ROUTED, "store_address": "192.0.2.254"})
+    problems = _routing_problems(options, 3)
+    assert len(problems) == 1 and "docker.store_address: 192.0.2.254 is not an address of this machine" in problems[0]
+    small = DockerOptions.model_validate({**ROUTED, "store_address": "127.0.0.1",
+                                          "subnets": {HOST_A: "198.18.10.0/28", HOST_B: "198.18.11.0/28"}})
+    assert _routing_problems(small, 6) == [f"docker.subnets: {HOST_B}'s 198.18.11.0/28 has no address .15 for node 5"]
+
+
+def test_cleanup_scans_every_engine_named_besides_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.cluster import docker_engine
+
+    monkeypatch.setenv("DOCKER_HOST", HOST_A)
+    monkeypatch.setenv(docker_engine.DOCKER_HOSTS_ENV, f"{HOST_B}, {HOST_A},unix:///gone.sock")
+    monkeypatch.setattr(docker_engine, "engine_problem", lambda url: "down" if "gone" in url else None)
+    assert docker_engine.scanned_hosts() == [HOST_A, HOST_B]
+    # and the nodes are not told where the controller's cleanup looks
+    env = _cluster(Path("/tmp/x")).node_env(0)
+    assert docker_engine.DOCKER_HOSTS_ENV not in env

@@ -42,6 +42,21 @@ def test_subnet_is_in_the_benchmarking_range_and_avoids_subnets_in_use(monkeypat
     assert second != first and second.subnet_of(ipaddress.ip_network("198.18.0.0/15"))
 
 
+def test_subnet_routed_to_another_host_counts_as_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller of routed docker hosts routes their containers' subnets: a run here that
+    took one of them would shadow a host's containers."""
+    first = fabric.pick_subnet(RUN_ID)
+    outputs = {"addr": "2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\n",
+               "route": f"default via 192.0.2.1 dev eth0\n{first} via 198.18.200.10 dev tc-x-fab\n"}
+
+    def fake_ip(*args: str, **_: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(["ip", *args], 0, outputs[args[2] if args[0] == "-o" else args[1]], "")
+
+    monkeypatch.setattr(fabric, "ip", fake_ip)
+    assert first in fabric._root_addresses()
+    assert fabric.pick_subnet(RUN_ID) != first
+
+
 def test_agent_runs_in_its_namespace_against_the_bridge_store_with_gloo_on_its_link(
         tmp_path: Any) -> None:
     assert lookup_backend("netns") is NetnsCluster
