@@ -594,7 +594,7 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
                 where = ("before and after each file operation of it and half-way through each file it writes"
                          if points is None else "at its points " + ", ".join(sorted(set(process))))
                 crashes.append(f"one process crash ({sweep.process_crash_type}) {where}")
-            echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then "
+            echo(f"{sc.name}: a trace of the save of step {steps[sc.name]} (the fault-free twin too), then "
                  + "; ".join(crashes))
         return EXIT_OK
     code = EXIT_OK
