@@ -30,8 +30,10 @@ whether trainchaos flags it too (``missed`` must be empty); the points only trai
 equivalent of); cost per crash point, the median wall seconds, each tool run with one point
 at a time (``--jobs 1``: ckpt-chaos's bench defaults to 3 at once). ckpt-chaos's per-point
 time is the gap between consecutive points' results (each a crash run and a resume run);
-trainchaos's is each crash run's own wall time (a job that crashes and restarts itself).
-The twin/reference and the trace/dry runs are counted apart (``setup_s``).
+trainchaos's is each crash run's own wall time (a job that crashes and restarts itself,
+ended once the restart has reported its state at its first step past the load, or at once
+when the restart fails: ``chaos.runner.crashend``). ckpt-chaos's reference and dry runs, and
+trainchaos's trace (which is also its twin), are counted apart (``setup_s``).
 
 Writes ``<out>/compare.json`` and prints the markdown table docs/checkers.md carries. Heavy
 (every point is a real job): run it alone (under the integ lock on a shared machine).
@@ -87,7 +89,8 @@ class ToolRun:
     note: str = ""
     phases: dict[str, float] = field(default_factory=dict)
     """trainchaos: where a crash run's time goes (median s): job start to the crash point,
-    the crash to the restarted rank's first step, that step to the job's end."""
+    the crash to the restarted rank's first step, that step to the run's end (its teardown:
+    the run ends at that step)."""
 
 
 @dataclass

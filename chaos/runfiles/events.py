@@ -61,8 +61,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     # emitted by the controller: the job as a whole
     "job_start": ("nodes", "ranks_per_node", "spares", "backend", "run_id"),
     # trainchaos began stopping the job (timeout, interrupt, tool error, or the end): what
-    # the job reports from here on is teardown, never a detection.
-    "job_stop": ("status",),
+    # the job reports from here on is teardown, never a detection. reason: why a run handler
+    # ended the run before the job ended (chaos.runner.handlers.RunEnd)
+    "job_stop": ("status", "reason"),
     "job_end": ("status", "returncode"),
     # a power fault's nodes powered on again (fresh agents that may rejoin)
     "power_restored": ("fault", "nodes"),

@@ -6,14 +6,18 @@ after each file operation of the save and half-way through each file it writes (
 cache kept), what a checkpointer with no fsync and no rename still has to get right;
 ``both``, the two from one trace.
 
-1. The fault-free twin (the reference for the final digest and checkpoint freshness).
-2. A trace run: the fault layer over the shared checkpoint tier counts the boundaries of the
-   save of ``save_step`` (each fsync, each rename: a directory moved into place, a pointer
-   replaced) and reports them (``chaos.storage.crashpoints``).
-3. One run per boundary ``k`` (and ``k = 0``, before the first): the layer freezes right after
+1. The trace run, which is also the fault-free twin: the fault layer over the shared
+   checkpoint tier counts the boundaries of the save of ``save_step`` (each fsync, each
+   rename: a directory moved into place, a pointer replaced) and reports them
+   (``chaos.storage.crashpoints``), without ever freezing; the job records its state at
+   every step, the reference for checkpoint freshness and the restarts' state.
+2. One run per boundary ``k`` (and ``k = 0``, before the first): the layer freezes right after
    boundary ``k``, and a ``lose_unfsynced`` of the writer's node, triggered by that
    ``crash_point`` event, kills its ranks and drops every unfsynced write there. The layer
-   keeps the crash image; the job restarts and trains on to the end. ``points`` narrows
+   keeps the crash image; the job restarts (torchrun's budget: that one restart), and the
+   run ends once the restarted job has reported its state at its first step past the load,
+   or at once when the restart fails (``chaos.runner.crashend``; a job that reports no
+   state digests runs on to its end, for its final weights). ``points`` narrows
    this to chosen boundaries (``--crash-after``: re-check the ones a full sweep found wrong,
    or one boundary of each kind where the full sweep costs too much); the trace is whole.
    The process model's points (``chaos.storage.crashpoints``) are ``bK`` / ``aK``, right
@@ -32,8 +36,10 @@ Each boundary's outcome (``ok`` or what went wrong, several at once possible):
 - ``lost_saved``: the restart resumed from before a checkpoint the job had reported saved
   (``ckpt_save_end``) before the crash;
 - ``lost_interval``: it lost more than one checkpoint interval of steps;
-- ``stale`` / ``wrong_result`` / ``failed``: a checkpoint not the twin's state at its step,
-  final weights unlike the twin's, or a job that did not complete;
+- ``stale`` / ``wrong_result`` / ``failed``: a checkpoint saved before the crash not the
+  twin's state at its step; the restarted job's state at its first step past the load unlike
+  the twin's at that step (its final weights, for a job that reports no state digests); a
+  restart that did not get to that step (or a job that did not complete).
 - ``not_reached``: the crash point never froze (the save took another path than traced), or
   a chosen boundary the trace did not find (not run).
 """
@@ -44,7 +50,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -57,7 +63,8 @@ from chaos.model.scenario import Scenario
 from chaos.runfiles.events import Event, read_events
 from chaos.runfiles.record import MetricsRecord, RunRecord
 from chaos.runfiles.rundir import RunDir
-from chaos.runner.run import run_baseline, run_scenario_once
+from chaos.runner.crashend import CrashRunEnd, restart_digest
+from chaos.runner.run import run_scenario_once, twin_reference
 from chaos.runner.state import RunProgress
 from chaos.scenario.load import parse_scenario
 from chaos.workload import workload_for
@@ -226,10 +233,18 @@ def _no_default_save(scenario: Scenario) -> tuple[str, str]:
                                     f"{give}")
 
 
-def _variant(scenario: Scenario, name: str, faults: list[dict[str, Any]]) -> Scenario:
+CRASH_RUN_RESTARTS = 1
+"""torchrun's restart budget in a crash run: the one restart after its crash (a restart that
+cannot load has no second try to spend; ``chaos.runner.crashend`` ends the run at its failure)."""
+
+
+def _variant(scenario: Scenario, name: str, faults: list[dict[str, Any]], crash: bool = False) -> Scenario:
+    """The sweep's run of ``scenario`` with ``faults`` (``crash``: a crash run)."""
     with open(scenario.path, encoding="utf-8") as fh:
         doc = copy.deepcopy(yaml.safe_load(fh))
     doc.update(name=name, faults=faults, baseline=False, repeat=1)
+    if crash:
+        doc["topology"] = {**(doc.get("topology") or {}), "max_restarts": CRASH_RUN_RESTARTS}
     doc.pop("expect", None)
     # What a power loss is judged by here is the sweep's, not the scenario's targets.
     doc["targets"] = {}
@@ -291,8 +306,12 @@ def previous_save(scenario: Scenario, save_step: int) -> int | None:
 
 
 def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
-             twin_digest: str | None) -> tuple[list[str], str, int | None]:
-    """(outcomes, detail, resumed step) of one crash run (module docstring)."""
+             twin_digest: str | None, twin_digests: Mapping[int, str] | None = None
+             ) -> tuple[list[str], str, int | None]:
+    """(outcomes, detail, resumed step) of one crash run (module docstring). The restarted
+    job's state is judged at its first step past the load against ``twin_digests`` (the
+    twin's state at each step), and its final weights against ``twin_digest`` where it ran
+    to its end."""
     crash = next((e for e in events if e.get("kind") == _sweep().event), None)
     if crash is None:
         return ["not_reached"], "the crash point never froze the layer", None
@@ -333,9 +352,11 @@ def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
     if record.status != "completed":
         outcomes.append("failed")
         notes.append(f"run {record.status}: {record.error or ''}".rstrip(": "))
-    elif twin_digest is not None and metrics.final_digest != twin_digest:
-        outcomes.append("wrong_result")
-        notes.append("final weights differ from the twin's")
+    else:
+        outcomes_notes = _wrong_state(events, metrics.final_digest, twin_digest, twin_digests or {})
+        if outcomes_notes:
+            outcomes.append("wrong_result")
+            notes.append(outcomes_notes)
     if resumed is None and not outcomes:
         outcomes.append("failed")
         notes.append("no restart after the power loss")
@@ -343,6 +364,20 @@ def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
         outcomes.append("ok")
         notes.append(f"resumed from step {resumed}")
     return outcomes, "; ".join(notes), resumed
+
+
+def _wrong_state(events: list[Event], final_digest: str | None, twin_digest: str | None,
+                 twin_digests: Mapping[int, str]) -> str | None:
+    """Why the restarted job's state is not the twin's (None: it is): at its first step past
+    the load (a crash run ends there: ``chaos.runner.crashend``), and at its end where it ran
+    to it."""
+    after = restart_digest(events, _sweep().event)
+    if after is not None and after[0] in twin_digests and twin_digests[after[0]] != after[1]:
+        return f"the state at step {after[0]} after the restart differs from the twin's"
+    ended_early = any(e.get("kind") == "job_stop" and e.get("reason") for e in events)
+    if twin_digest is not None and not (ended_early and after is not None) and final_digest != twin_digest:
+        return "final weights differ from the twin's"
+    return None
 
 
 def _points(boundaries: list[dict[str, Any]], ops: list[dict[str, Any]], model: str,
@@ -385,11 +420,13 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
     workload = workload_for(scenario.workload)
     progress = RunProgress(on_note=None)
     prev_step = previous_save(scenario, save_step)
-    base = _variant(scenario, scenario.name, [])
-    twin, twin_journal = run_baseline(base, os.path.join(out_dir, "baseline"), scenario.seed, progress)
-    note(f"twin: {twin_journal.status} ({len(twin.digests)} step digests)")
+    # The twin and the trace are one run: the trace's crash point only reports (the layer never
+    # freezes), so the run is fault-free, and it records its state at every step as the twin does.
     trace_journal = run_scenario_once(_variant(scenario, f"{scenario.name}-trace", [_trace(save_step, model, prev_step)]),
-                                      os.path.join(out_dir, "trace"), scenario.seed, twin, progress)
+                                      os.path.join(out_dir, "trace"), scenario.seed, None, progress,
+                                      record_digests=True)
+    twin = twin_reference(scenario, trace_journal)
+    note(f"twin: {trace_journal.status} ({len(twin.digests)} step digests)")
     traced = read_events(RunDir(str(trace_journal.run_dir)).events)
     boundaries = [{k: e[k] for k in ("seq", "op", "path")} for e in traced if e.get("kind") == "storage_boundary"]
     ops = own_ops([{k: e.get(k) for k in ("seq", "op", "path", "bytes", "written_before", "own", "opened")}
@@ -411,15 +448,16 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
         name = f"{scenario.name}-crash-{point.label.zfill(2)}"
         began = time.monotonic()
         journal = run_scenario_once(_variant(scenario, name, [_arm_point(save_step, point, prev_step),
-                                                              _crash(point.model)]),
+                                                              _crash(point.model)], crash=True),
                                     os.path.join(out_dir, f"crash-{point.label.zfill(2)}"), scenario.seed, twin,
-                                    progress)
+                                    progress, handlers=[CrashRunEnd(_sweep().event, twin.digests, WRITER_NODE)],
+                                    record_digests=True)
         crash_s.append(time.monotonic() - began)
         rundir = RunDir(str(journal.run_dir))
         events = read_events(rundir.events)
         audit = (workload.audit_checkpoints(rundir.crash_image)
                  if os.path.isdir(rundir.crash_image) else None)
-        outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest)
+        outcomes, detail, resumed = classify(journal, events, audit, save_step, twin.digest, twin.digests)
         op, path = (point.op, point.path) if point.model == "power" else (f"{point.when} {point.op}", point.path)
         if point.model == "power" and not boundaries:
             # A save without a boundary froze where its window closed (the next save's first op).
@@ -434,7 +472,7 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
         where = f"after boundary {point.at}" if point.model == "power" else f"process crash {point.label}"
         note(f"crash {where} ({outcome.op} {outcome.path}): {', '.join(outcomes)}: {detail}")
     result = SweepResult(scenario=scenario.name, save_step=save_step, boundaries=boundaries, results=results,
-                         wall_s=time.monotonic() - started, twin_status=twin_journal.status,
+                         wall_s=time.monotonic() - started, twin_status=trace_journal.status,
                          trace_status=trace_journal.status, model=model, ops=ops, crash_s=crash_s)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, SWEEP_FILE), "w", encoding="utf-8") as fh:
@@ -507,7 +545,7 @@ def sweep_plan(scenarios: Sequence[Scenario], save_step: int | None,
                   SweepPoint("process", p, int(p[1:]), _WHEN_OF[p[0]], path="f", cut=1) for p in chosen]
         faults = [[_trace(step, model, prev)]] + [[_arm_point(step, p, prev), _crash(p.model)] for p in sample]
         try:
-            runs += [_variant(sc, f"{sc.name}-sweep", run) for run in faults]
+            runs += [_variant(sc, f"{sc.name}-sweep", run, crash=index > 0) for index, run in enumerate(faults)]
         except ScenarioError as exc:
             # The location is in the run the sweep writes: its faults, not the file's.
             issues += [ValidationIssue(sc.path, _sweep_location(i.location, faults[-1]),
@@ -556,7 +594,7 @@ def run_sweeps(paths: list[str], out_dir: str, save_step: int | None, dry_run: b
                 where = ("before and after each file operation of it and half-way through each file it writes"
                          if points is None else "at its points " + ", ".join(sorted(set(process))))
                 crashes.append(f"one process crash ({sweep.process_crash_type}) {where}")
-            echo(f"{sc.name}: the twin, a trace of the save of step {steps[sc.name]}, then "
+            echo(f"{sc.name}: a trace of the save of step {steps[sc.name]} (the fault-free twin too), then "
                  + "; ".join(crashes))
         return EXIT_OK
     code = EXIT_OK

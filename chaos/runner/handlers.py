@@ -4,13 +4,16 @@
 Whoever builds a run (``chaos.runner.run.run_scenario_once``) registers its handlers; the
 runner calls the registry at each point of the run, never a handler by name, so a new
 checker plugs in without editing the runner. A handler's failure is logged and the run goes
-on: a watcher must not break what it watches (CONVENTIONS: event handlers).
+on: a watcher must not break what it watches (CONVENTIONS: event handlers). A handler may
+also end the run before the job does (``end``): one that has seen all it watches for (the
+crash-point sweep's crash run, once its restart is judged: ``chaos.runner.crashend``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from chaos.cluster.base import InjectionContext
@@ -18,9 +21,18 @@ if TYPE_CHECKING:
     from chaos.runfiles.record import RunStart
     from chaos.runner.lifecycle import Injection
 
-__all__ = ["HandlerRegistry", "RunHandler"]
+__all__ = ["HandlerRegistry", "RunEnd", "RunHandler"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A handler's word that the run has shown what it watches for: the job is stopped now,
+    as at a timeout, and the run ends with this status (``failed``: ``reason`` is its error)."""
+
+    status: Literal["completed", "failed"]
+    reason: str
 
 
 class RunHandler:
@@ -42,6 +54,11 @@ class RunHandler:
 
     def run_stopped(self) -> None:
         """The job is torn down; what a handler still records goes in before ``job_end``."""
+
+    def end(self) -> RunEnd | None:
+        """Asked after each look at the run: end it now, before the job ends by itself
+        (None: run on, the default)."""
+        return None
 
 
 class HandlerRegistry:
@@ -67,6 +84,18 @@ class HandlerRegistry:
 
     def run_stopped(self) -> None:
         self._notify("run_stopped")
+
+    def end(self) -> RunEnd | None:
+        """The first handler's word to end the run now; None: every handler runs on."""
+        for handler in self.handlers:
+            try:
+                end = handler.end()
+            except Exception:  # noqa: BLE001 - a handler's bug must not end the run either
+                log.exception("run handler %s failed in end", type(handler).__name__)
+                continue
+            if end is not None:
+                return end
+        return None
 
     def _notify(self, hook: str, *args: Any) -> None:
         for handler in self.handlers:

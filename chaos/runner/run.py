@@ -77,7 +77,7 @@ from chaos.util import interrupts
 from chaos.util.interrupts import Interrupted
 from chaos.workload import workload_for
 
-__all__ = ["run_scenario_once", "run_baseline"]
+__all__ = ["run_baseline", "run_scenario_once", "twin_reference"]
 
 POLL_S = 0.05
 # The loop's fastest pace when woken by writes: a burst of events is read in one look.
@@ -111,7 +111,7 @@ class _Runner:
     def __init__(self, scenario: Scenario, run_dir: str, seed: int, with_faults: bool,
                  progress: RunProgress | None, repeat_index: int = 0,
                  baseline_run: dict[str, Any] | None = None,
-                 handlers: list[RunHandler] | None = None) -> None:
+                 handlers: list[RunHandler] | None = None, record_digests: bool = False) -> None:
         self.scenario = scenario
         self.rundir = RunDir.of(run_dir)
         self.run_dir = self.rundir.path
@@ -121,6 +121,7 @@ class _Runner:
         self.progress = progress or RunProgress()
         self.run_id = f"trainchaos-{uuid.uuid4().hex[:10]}"
         self.with_faults = with_faults
+        self.record_digests = record_digests or not with_faults
         self.workload = workload_for(scenario.workload)
         self.plan_seed = plan_seed(seed, repeat_index)
         self.plan = make_plan(scenario, self.plan_seed) if with_faults else []
@@ -139,6 +140,8 @@ class _Runner:
         self.error: str | None = None
         self.tool_errors: list[str] = []
         self.t_stop: float | None = None
+        self.end_reason: str | None = None
+        """Why a handler ended the run before the job ended (``RunHandler.end``)."""
         self._lifecycle: FaultLifecycle | None = None
         self.lock: RunDirLock | None = None
         self._preparing = True
@@ -328,7 +331,7 @@ class _Runner:
         backend = self.scenario.backend
         self.resources = RunResources(self.run_id, self.run_dir)
         extra_env = dict(launch.env)
-        if not self.with_faults:  # the twin: its state at every step is the freshness reference
+        if self.record_digests:  # the twin: its state at every step is the freshness reference
             extra_env[contract.RECORD_DIGESTS_ENV] = "1"
         spec = RunSpec(run_id=self.run_id, run_dir=self.run_dir, topology=self.scenario.topology,
                        worker_argv=launch.worker_argv, probe_faults_file=probe_file,
@@ -388,6 +391,8 @@ class _Runner:
                 self._output_failed()
                 if self.status != "running":
                     break  # a tool error: stop here, nothing more can be learned
+                if self._ended_by_handler():
+                    break
                 if self._job_ended():
                     break
                 if time.monotonic() >= deadline:
@@ -415,7 +420,8 @@ class _Runner:
             # Whatever the job reports from here on is caused by trainchaos stopping it.
             self.t_stop = time.time()
             self.ctx.stopping = True
-            injector.emit("job_stop", status=self.status)
+            injector.emit("job_stop", status=self.status,
+                          **({"reason": self.end_reason} if self.end_reason is not None else {}))
             self._teardown()
             try:
                 self.fault_journal.close()
@@ -448,6 +454,19 @@ class _Runner:
             if failure is not None and id(failure) not in self._output_failures:
                 self._output_failures.add(id(failure))
                 self._tool_error(f"the controller's own output failed: {describe_os_error(failure, path)}")
+
+    def _ended_by_handler(self) -> bool:
+        """A handler has seen all it watches for (``RunHandler.end``): the run ends now, the
+        job stopped by the teardown as at a timeout."""
+        end = self.handlers.end()
+        if end is None:
+            return False
+        self.status = end.status
+        self.end_reason = end.reason
+        if end.status != "completed":
+            self.error = end.reason
+        self.progress.note(f"run ended before the job: {end.reason}")
+        return True
 
     def _job_ended(self) -> bool:
         """Every node that is not lost has exited. Once the harness reported its end, the
@@ -496,17 +515,21 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
 
 def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: BaselineInfo | None = None,
                       progress: RunProgress | None = None, with_faults: bool = True, repeat_index: int = 0,
-                      baseline_run: dict[str, Any] | None = None) -> RunRecord:
+                      baseline_run: dict[str, Any] | None = None, handlers: list[RunHandler] | None = None,
+                      record_digests: bool = False) -> RunRecord:
     """Run once, write its record and reports and return the record; ``baseline_run``
-    describes the fault-free twin's run."""
+    describes the fault-free twin's run. ``handlers``: the caller's own beside the built-in
+    ones (one may end the run early: ``RunHandler.end``); ``record_digests``: the job reports
+    its model state at every step (``state_digest``) as the twin does, faults or not."""
     progress = progress or RunProgress()
-    handlers: list[RunHandler] = []
+    handlers = list(handlers or [])
     if (with_faults and baseline is not None and baseline.digests) or \
             (not with_faults and scenario.targets.bound("stale_checkpoints") is not None):
         # Each checkpoint the job saves, read as it is saved (chaos.runner.freshness); the
         # twin's too where freshness is a target: judged against its own step digests.
         handlers.append(FreshnessHandler(workload_for(scenario.workload), progress))
-    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run, handlers)
+    runner = _Runner(scenario, run_dir, seed, with_faults, progress, repeat_index, baseline_run, handlers,
+                     record_digests)
     try:
         events, t_end = runner.run()
         faults, metrics, verdict = measure(
@@ -538,7 +561,13 @@ def run_scenario_once(scenario: Scenario, run_dir: str, seed: int, baseline: Bas
 def run_baseline(scenario: Scenario, run_dir: str, seed: int, progress: RunProgress | None = None) -> tuple[BaselineInfo, RunRecord]:
     """The fault-free twin (same seed, same workload) that correctness is judged against."""
     record = run_scenario_once(scenario, run_dir, seed, None, progress, with_faults=False)
-    return _twin_reference(scenario, record.metrics or MetricsRecord(), read_events(RunDir(run_dir).events)), record
+    return twin_reference(scenario, record), record
+
+
+def twin_reference(scenario: Scenario, record: RunRecord) -> BaselineInfo:
+    """The reference a fault-free run gives (one that recorded its digests: the twin, or a
+    run whose only fault changes nothing, as the crash-point sweep's trace)."""
+    return _twin_reference(scenario, record.metrics or MetricsRecord(), read_events(RunDir(str(record.run_dir)).events))
 
 
 def _twin_reference(scenario: Scenario, metrics: MetricsRecord, events: list[Event]) -> BaselineInfo:

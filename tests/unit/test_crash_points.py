@@ -226,7 +226,7 @@ def test_a_commands_declared_cadence_chooses_its_second_save(tmp_path):
                         "topology: {nodes: 1, ranks_per_node: 2}\n")
     result = CliRunner().invoke(cli, ["run", "--crash-points", "--dry-run", str(scenario)])
     assert result.exit_code == 0, result.output
-    assert "s: the twin, a trace of the save of step 20" in result.output
+    assert "s: a trace of the save of step 20 (the fault-free twin too)" in result.output
     result = CliRunner().invoke(cli, ["run", "--crash-points", "--crash-save-step", "10", "--dry-run", str(scenario)])
     assert "a trace of the save of step 10" in result.output
 
@@ -384,7 +384,8 @@ def test_process_points_on_the_command_line_and_the_model_they_need(tmp_path):
     run = ["run", "--crash-points", "--dry-run", "--no-preflight", str(scenario)]
     result = CliRunner().invoke(cli, run + ["--crash-model", "process"])
     assert result.exit_code == 0, result.output
-    assert ("a trace of the save of step 20, then one process crash (process_crash) before and after each "
+    assert ("a trace of the save of step 20 (the fault-free twin too), then one process crash (process_crash) "
+            "before and after each "
             "file operation of it and half-way through each file it writes") in result.output
     result = CliRunner().invoke(cli, run + ["--crash-model", "both", "--crash-after", "2,t3"])
     assert result.exit_code == 0, result.output

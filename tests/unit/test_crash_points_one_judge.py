@@ -1,5 +1,5 @@
 """``run --crash-points`` has one judge: what ``--dry-run`` accepts, the real run does not
-refuse later for the same reason, and what it refuses it refuses before the twin runs
+refuse later for the same reason, and what it refuses it refuses before the trace (the twin) runs
 (``chaos.runner.crashsweep.sweep_plan``)."""
 
 from __future__ import annotations
@@ -21,25 +21,21 @@ TRACE = [{"kind": "storage_boundary", "seq": k, "op": "fsync", "path": f"f{k}", 
 
 
 class _Started(Exception):
-    """The real run reached its first process (the twin): everything before it accepted."""
+    """The real run reached its first process (the trace, the twin): everything before it accepted."""
 
 
 def _real_run_accepts(path: str, save_step: int | None, points: list[int] | None,
                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[bool, str]:
-    """The real sweep up to the moment it would start the twin; then every run it would
-    start is built as the real sweep builds it (processes replaced by stand-ins), so that a
-    refusal after the twin is seen too."""
+    """The real sweep up to the moment it would start the trace (the twin); then every run
+    it would start is built as the real sweep builds it (processes replaced by stand-ins),
+    so that a refusal after the trace is seen too."""
     started: list[str] = []
 
-    def twin(scenario: Any, *_args: Any) -> tuple[Any, Any]:
-        started.append(scenario.name)
-        return SimpleNamespace(digests=[], digest=None), SimpleNamespace(status="completed")
-
-    def once(scenario: Any, *_args: Any) -> Any:
+    def once(scenario: Any, *_args: Any, **_kwargs: Any) -> Any:
         started.append(scenario.name)
         return SimpleNamespace(status="completed", run_dir=str(tmp_path))
 
-    monkeypatch.setattr(crashsweep, "run_baseline", twin)
+    monkeypatch.setattr(crashsweep, "twin_reference", lambda *_a: SimpleNamespace(digests={}, digest=None))
     monkeypatch.setattr(crashsweep, "run_scenario_once", once)
     monkeypatch.setattr(crashsweep, "read_events", lambda _path: TRACE)
     monkeypatch.setattr(crashsweep, "RunDir", lambda _d: SimpleNamespace(events="", crash_image=str(tmp_path / "none")))
