@@ -46,16 +46,18 @@ Each boundary's outcome (``ok`` or what went wrong, several at once possible):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import yaml
 
+from chaos import contract
 from chaos.ckptformat import check_format_env
 from chaos.errors import ToolError
 from chaos.faults.family import CrashSweep, crash_sweep
@@ -71,7 +73,7 @@ from chaos.workload import workload_for
 
 __all__ = ["CRASH_MODELS", "BoundaryOutcome", "CrashModel", "SweepPoint", "SweepResult", "classify",
            "crash_point_sweep", "default_save_step", "own_ops", "parse_points", "process_points", "run_sweeps", "sweep_plan",
-           "sweep_table"]
+           "sweep_starts_warm", "sweep_table"]
 
 SWEEP_FILE = "crash_points.json"
 WRITER_NODE = 0
@@ -414,7 +416,33 @@ def crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int,
                       note: Callable[[str], None] = lambda _text: None,
                       points: Sequence[Point] | None = None, model: str = "power") -> SweepResult:
     """Twin, trace, one crash run per point of ``model`` (each of ``points`` only, when
-    given: power 0 is before the first boundary); writes ``<out_dir>/crash_points.json``."""
+    given: power 0 is before the first boundary); writes ``<out_dir>/crash_points.json``.
+
+    Its runs start warm where neither the scenario nor TRAINCHAOS_WARM_START says otherwise
+    (``sweep_starts_warm``)."""
+    with sweep_starts_warm():
+        return _crash_point_sweep(scenario, out_dir, save_step, note, points, model)
+
+
+@contextlib.contextmanager
+def sweep_starts_warm() -> Iterator[None]:
+    """TRAINCHAOS_WARM_START=1 for the sweep's runs where it is unset: a sweep judges what a
+    restart loads and trains, not how long a launch takes, and each of its runs would
+    otherwise import torch (and the stack) in every rank twice, the start and the restart
+    (docs/checkers.md, cost per crash point). A scenario's own ``warm_start`` still wins, as
+    does the variable set to 0; a workload that cannot start warm starts cold."""
+    if os.environ.get(contract.WARM_START_ENV):
+        yield
+        return
+    os.environ[contract.WARM_START_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(contract.WARM_START_ENV, None)
+
+
+def _crash_point_sweep(scenario: Scenario, out_dir: str, save_step: int, note: Callable[[str], None],
+                       points: Sequence[Point] | None, model: str) -> SweepResult:
     started = time.monotonic()
     check_format_env()  # the auditor's format, before a run is spent on it
     workload = workload_for(scenario.workload)

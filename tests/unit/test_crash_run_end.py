@@ -149,3 +149,18 @@ def test_a_crash_run_has_torchruns_budget_of_one_restart_and_records_its_digests
     assert _variant(scenario, "trace", [_arm(20, -1)]).topology.max_restarts == scenario.topology.max_restarts
     runner = _Runner(scenario, "/nonexistent", 1, True, RunProgress(), record_digests=True)
     assert runner.record_digests and not _Runner(scenario, "/nonexistent", 1, True, RunProgress()).record_digests
+
+
+def test_a_sweeps_runs_start_warm_unless_the_environment_says(monkeypatch) -> None:
+    import os
+
+    from chaos import contract
+    from chaos.runner.crashsweep import sweep_starts_warm
+
+    monkeypatch.delenv(contract.WARM_START_ENV, raising=False)
+    with sweep_starts_warm():
+        assert os.environ[contract.WARM_START_ENV] == "1"
+    assert contract.WARM_START_ENV not in os.environ  # the controller's environment as it was
+    monkeypatch.setenv(contract.WARM_START_ENV, "0")
+    with sweep_starts_warm():
+        assert os.environ[contract.WARM_START_ENV] == "0"
