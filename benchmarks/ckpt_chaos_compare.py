@@ -272,9 +272,20 @@ def trainchaos_point(label: str, ops: list[dict[str, Any]], events: list[tuple[i
     n, kind, name, mode = m.groups()
     # a file written: its create (an existing one emptied: a truncate) before, its close torn
     wanted = (EVENT_OPS[kind],) if kind in EVENT_OPS else ("create", "truncate") if mode == "before" else ("close",)
+    if n is not None and kind == "os.mkdir" and any(seq < int(n) and k == kind and nm == name for seq, k, nm in events):
+        return _same_state(int(n), name, kind, ops, events)  # made again: it exists, the layer sees nothing
     for found in ops:
         if found["op"] in wanted and _normal(str(found["path"])) == _normal(name):
             return f"process {'b' if mode == 'before' else 't'}{found['seq']}"
+    if mode == "before" and kind not in EVENT_OPS:
+        # written under a temporary name, then renamed to it (safetensors' save_file): before
+        # the temporary file's create
+        for found in ops:
+            source, _, dest = str(found["path"]).partition(" -> ")
+            if found["op"] == "rename" and _normal(dest) == _normal(name):
+                created = [o for o in ops if o["op"] == "create" and o["path"] == source and o["seq"] < found["seq"]]
+                if created:
+                    return f"process b{created[-1]['seq']}"
     if mode != "before" or n is None or kind not in ("os.mkdir", "os.rename"):
         return None
     return _same_state(int(n), name, kind, ops, events)
