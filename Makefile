@@ -13,7 +13,7 @@ DOCKER_DEB := $(if $(and $(shell command -v docker 2>/dev/null),$(shell command 
 DEB_PACKAGES := iproute2 nftables fuse3 libfuse3-dev procps libcap2-bin chromium slurm-wlm munge $(DOCKER_DEB)
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode demo slurm-demo test test-stress test-fuzz test-unit test-integration lint audit bench bench-sigkill clean
+.PHONY: install bytecode demo slurm-demo test test-stress test-fuzz test-unit test-integration lint audit bench bench-sigkill bench-compare clean
 
 install: $(STAMP)
 
@@ -129,6 +129,16 @@ bench: bytecode
 SIGKILL_TRIALS ?= 50
 bench-sigkill: bytecode
 	$(BIN)/python benchmarks/sigkill_bench.py --trials $(SIGKILL_TRIALS)
+
+# trainchaos's crash-point sweep side by side with ckpt-chaos 0.1.8, one target after the
+# other (benchmarks/ckpt_chaos_compare.py; the figures in docs/checkers.md). Its hf_trainer
+# target is a transformers Trainer under both tools: the `compare` extra, installed here only
+# (make test does not need it), with the torch pin again so the resolver keeps it. Heavy
+# (every crash point is a real job: tens of minutes): run it alone.
+COMPARE_TARGETS ?= plain,loop_ddp_rename,loop_ddp,lightning_trainer,hf_trainer
+bench-compare: bytecode
+	$(BIN)/pip install -q --disable-pip-version-check --no-compile -e '.[dev,stacks,compare]' "$(TORCH_PIN)"
+	$(BIN)/python benchmarks/ckpt_chaos_compare.py --targets $(COMPARE_TARGETS)
 
 clean:
 	rm -rf $(VENV) reports/smoke .pytest_cache

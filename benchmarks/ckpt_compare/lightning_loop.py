@@ -2,17 +2,19 @@
 ``benchmarks/ckpt_chaos_compare.py``: the same training and checkpointing, written here, not
 copied. A tiny MLP in a LightningModule, 5 steps an epoch, ``ModelCheckpoint`` at every epoch
 end keeping every checkpoint plus ``last.ckpt``, and the resume is Lightning's own
-``fit(ckpt_path="last")``. The files are named ``step-N.ckpt`` (the target's ``ck-step=N``
-has no name trainchaos's save window matches). A callback reports progress, the load and the
-final digest through the probe (a no-op outside trainchaos)."""
+``fit(ckpt_path="last")``. The files are named as the target names them (``ck-step=N.ckpt``),
+straight in the checkpoint folder (the target's ``checkpoints/`` subfolder aside). A
+callback reports progress, the load and the final digest through the probe (a no-op outside
+trainchaos); the saves are not reported (as a script without the adapter), so a lost save is
+known by the crash image's audit alone."""
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import lightning.pytorch as pl
 import torch
+from _cli import cadence_parser  # this folder: the script's own, on sys.path
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -48,17 +50,14 @@ class Report(Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--every", type=int, default=5)
+    parser = cadence_parser()
     args = parser.parse_args()
     pl.seed_everything(0, workers=False)
     model = Lit()
     gen = torch.Generator().manual_seed(123)
     x = torch.randn(args.every * 16, 8, generator=gen)
     data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16, shuffle=False)
-    checkpoints = ModelCheckpoint(dirpath=args.out, filename="step-{step}", auto_insert_metric_name=False,
+    checkpoints = ModelCheckpoint(dirpath=args.out, filename="ck-{step}",
                                   every_n_epochs=1, save_top_k=-1, save_last=True)
     trainer = pl.Trainer(max_epochs=args.steps // args.every, accelerator="cpu", devices=1,
                          callbacks=[Report(), checkpoints], enable_progress_bar=False,

@@ -9,22 +9,19 @@ with no completeness check. SGD with momentum on an 8-16-1 MLP, 30 steps, as the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import time
 
 import torch
+from _cli import cadence_parser  # this folder: the script's own, on sys.path
 
 from chaos import probe
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--every", type=int, default=5)
+    parser = cadence_parser()
     parser.add_argument("--sleep", type=float, default=0.05)
     parser.add_argument("--tmp-rename", action="store_true")
     args = parser.parse_args()

@@ -15,6 +15,16 @@ Accelerate's ``save_state`` folder.
   when the weights read whole and ``random_states_0.pkl`` (the main process's last file) is
   there.
 
+Tied weights: ``save_pretrained`` leaves out a weight tied to another (GPT-2's and most
+small language models' ``lm_head.weight``, the token embedding's tie), where the live
+model's ``state_dict`` holds both names. The folder's ``config.json`` names the model's class
+(``architectures``) and whether its embeddings are tied; the class's ``_tied_weights_keys``
+(transformers 5: tied name -> source name) says which weight each left-out name repeats, and
+the reader puts it back, so the checkpoint is keyed as the live model is (the freshness
+checker compares their digests). transformers is imported for it only, in the process that
+reads such a folder; where it is not installed (or names no source: transformers 4's list
+form) nothing is added and the digest differs from the live model's.
+
 Neither keeps a pointer: the Trainer resumes from the highest ``checkpoint-N``, Accelerate's
 ``load_state()`` from the newest folder; the Trainer's ``best_model_checkpoint`` names the
 best checkpoint, not the latest, and is not taken as one.
@@ -22,8 +32,11 @@ best checkpoint, not the latest, and is not taken as one.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from chaos.ckptformat import register_format
@@ -39,6 +52,7 @@ SAFE_WEIGHTS = "model.safetensors"
 WEIGHTS = "pytorch_model.bin"
 WEIGHTS_INDEX = "pytorch_model.bin.index.json"
 ACCELERATE_LAST = "random_states_0.pkl"
+CONFIG = "config.json"
 _TRAINER_MARKS = (TRAINER_STATE, "training_args.bin", "optimizer.pt", "scheduler.pt")
 _ACCELERATE_MARKS = ("optimizer.bin", "scheduler.bin", "sampler.bin")
 
@@ -83,6 +97,37 @@ def _torch_shards(path: str) -> dict[str, Any]:
     return state
 
 
+def _retied(path: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the tied weights save_pretrained left out put back (module docstring)."""
+    try:
+        with open(os.path.join(path, CONFIG), encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return state
+    if not isinstance(config, dict) or config.get("tie_word_embeddings") is False:
+        return state
+    for arch in config.get("architectures") or ():
+        ties = {target: source for target, source in _tied_keys(str(arch)).items()
+                if target not in state and source in state}
+        if ties:
+            return {**state, **{target: state[source] for target, source in ties.items()}}
+    return state
+
+
+@functools.cache
+def _tied_keys(arch: str) -> dict[str, str]:
+    """Tied name -> source name of transformers' model class ``arch`` ({} unknown)."""
+    if importlib.util.find_spec("transformers") is None:
+        return {}
+    import transformers
+
+    try:
+        keys = getattr(getattr(transformers, arch), "_tied_weights_keys", None)
+    except (AttributeError, ImportError, RuntimeError):  # not a class of transformers: nothing tied
+        return {}
+    return {str(k): str(v) for k, v in keys.items()} if isinstance(keys, Mapping) else {}
+
+
 def _global_step(path: str) -> int:
     try:
         with open(os.path.join(path, TRAINER_STATE), encoding="utf-8") as fh:
@@ -120,7 +165,7 @@ class HfFolderFormat(CheckpointFormat):
             if ACCELERATE_LAST not in names:
                 raise ValueError(f"{path}: no {ACCELERATE_LAST} (save_state writes it last: the save did not end)")
             step = step_from_name(path)
-        return LoadedState(step=step, model=_weights(path, names))
+        return LoadedState(step=step, model=_retied(path, _weights(path, names)))
 
     def pointer_names(self) -> tuple[str, ...]:
         return ()

@@ -127,10 +127,12 @@ def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: MetricStats,
     b, c = finite_number(base.median), finite_number(cur.median)
     row = MetricComparison(name, metric.key, b, c, "n/a")
     # A missing value that means the fault was not handled (undetected, never recovered) is
-    # worse; for a fault-scope metric only (a run-level "unknown" is no news).
+    # worse; for a fault-scope metric only (a run-level "unknown" is no news). A value the
+    # tool could not observe (detection unknown: no source in that workload) is no miss of
+    # the job's: it reads as unknown, with its fix, never as a regression or an improvement.
     missing_words = metric.missing if metric.scope == "fault" else ""
     direction = metric.direction
-    b_missing, c_missing = base.missing_rate, cur.missing_rate
+    b_missing, c_missing = base.missed_rate, cur.missed_rate
     if b is not None and c is not None:
         allowance = tol.allowance(b)
         worse = (c - b) if direction == "lower" else (b - c)
@@ -144,9 +146,13 @@ def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: MetricStats,
             row.result = "improved"
         else:
             row.result = "ok"
+    elif c is None and cur.unknown and cur.unknown == cur.missing:
+        row.note = f"unknown now: {cur.note}"
     elif b is not None and c is None:
         row.result = "regression" if missing_words else "n/a"
         row.note = f"{missing_words or 'missing'} in every repeat now"
+    elif b is None and c is not None and base.unknown and base.unknown == base.missing:
+        row.note = f"baseline unknown: {base.note}"
     elif b is None and c is not None:
         row.result = "improved" if missing_words else "n/a"
         row.note = f"baseline {missing_words or 'missing'} in every repeat"
@@ -154,6 +160,8 @@ def _metric(name: str, metric: MetricSpec, tol: Tolerance, base: MetricStats,
     if missing_words and b is not None and c is not None and c_missing > b_missing + 1e-9:
         row.result = "regression"
         row.note += f"; {cur.note or missing_words} (baseline {base.note or 'never'})"
+    elif cur.unknown and cur.note not in row.note:
+        row.note += f"; {cur.note}"  # said, with its fix, and no verdict on the job
     if not tol.gate:
         row.result = "ok" if row.result == "regression" else row.result
         row.note = (row.note + "; " if row.note else "") + "not gated"

@@ -95,6 +95,8 @@ def _stats(runs: list[RunRecord], key: str) -> MetricStats:
     values: list[float] = []
     none_with_metrics = 0
     no_metrics = 0
+    unknown: dict[str, int] = {}
+    """Why -> the repeats trainchaos could not observe ``key`` in (the tool was blind)."""
     for record in runs:
         value = record.measured_wall_s if key == "wall_s" else record.metric(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
@@ -102,6 +104,8 @@ def _stats(runs: list[RunRecord], key: str) -> MetricStats:
             continue
         if record.metrics is None and key != "wall_s":
             no_metrics += 1
+        elif record.metrics is not None and (why := record.metrics.unknown_reason(key)) is not None:
+            unknown[why] = unknown.get(why, 0) + 1
         else:
             none_with_metrics += 1
     total = len(runs)
@@ -110,6 +114,8 @@ def _stats(runs: list[RunRecord], key: str) -> MetricStats:
         # "undetected" only means something when a fault was injected.
         label = missing_label(key) if any(r.had_faults for r in runs) else "missing"
         notes.append(f"{label} in {none_with_metrics}/{total}")
+    # A value the tool could not observe is unknown, with its fix: never the stack's miss.
+    notes += [f"unknown in {count}/{total} ({why})" for why, count in unknown.items()]
     if no_metrics:
         notes.append(f"no metrics in {no_metrics}/{total}")
     return MetricStats(
@@ -117,7 +123,8 @@ def _stats(runs: list[RunRecord], key: str) -> MetricStats:
         min=min(values) if values else None,
         max=max(values) if values else None,
         n=len(values),
-        missing=none_with_metrics + no_metrics,
+        missing=none_with_metrics + sum(unknown.values()) + no_metrics,
+        unknown=sum(unknown.values()),
         note="; ".join(notes),
     )
 

@@ -134,6 +134,19 @@ class MetricsRecord(_Values):
     ettr: Number | None = None
     faults: list[FaultMetricsRecord] = Field(default_factory=list)
     faults_fired: int | None = None
+
+    def unknown_reason(self, key: str) -> str | None:
+        """Why the run-level ``key`` is None when trainchaos could not observe it (the tool
+        was blind: a stack without its adapter line), with the fix where one is known; None
+        when it was observed or is a real miss. A run-level fault metric is the worst over
+        the fired faults, None only when every one's is: unknown when each of those is
+        unknown, a miss when any one is merely missing (the job missed that fault)."""
+        if self.value(key) is not None:
+            return None
+        missing = [fm for fm in self.faults if fm.fired is not False and fm.value(key) is None]
+        if missing and all(key in (fm.unknown or {}) for fm in missing):
+            return (missing[0].unknown or {})[key]
+        return None
     detection_s: Number | None = None
     recovery_s: Number | None = None
     catchup_s: Number | None = None

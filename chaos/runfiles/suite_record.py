@@ -83,14 +83,23 @@ class MetricStats(OpenPart):
     """The values used."""
     missing: int = 0
     """The repeats without a value."""
+    unknown: int = 0
+    """Of ``missing``, those trainchaos could not observe (detection ``unknown``: no source
+    reports it in that workload): no failure of the job's."""
     note: str = ""
-    """``undetected in 1/3``, ``no metrics in 1/3``."""
+    """``undetected in 1/3``, ``unknown in 1/3 (why; the fix)``, ``no metrics in 1/3``."""
 
     @property
     def missing_rate(self) -> float:
         """The share of repeats without a value (0 when there were none)."""
         total = self.n + self.missing
         return self.missing / total if total else 0.0
+
+    @property
+    def missed_rate(self) -> float:
+        """The share of repeats without a value that are no ``unknown``: the job's misses."""
+        total = self.n + self.missing
+        return (self.missing - self.unknown) / total if total else 0.0
 
 
 class ScenarioSummary(OpenPart):

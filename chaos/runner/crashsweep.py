@@ -34,7 +34,9 @@ Each boundary's outcome (``ok`` or what went wrong, several at once possible):
   names loads it);
 - ``loaded_torn``: the restart loaded a checkpoint the crash image has torn;
 - ``lost_saved``: the restart resumed from before a checkpoint the job had reported saved
-  (``ckpt_save_end``) before the crash;
+  (``ckpt_save_end``) before the crash, or one complete in the crash image (a newer
+  checkpoint was durable and the loader passed over it: Lightning's resume from an older
+  ``last.ckpt`` while the step's own file is whole, ckpt-chaos's ``LOST_WORK``);
 - ``lost_interval``: it lost more than one checkpoint interval of steps;
 - ``stale`` / ``wrong_result`` / ``failed``: a checkpoint saved before the crash not the
   twin's state at its step; the restarted job's state at its first step past the load unlike
@@ -340,9 +342,13 @@ def classify(record: RunRecord, events: list[Event], audit: Any, save_step: int,
         if resumed is not None and resumed in audit.torn:
             outcomes.append("loaded_torn")
             notes.append(f"the restart loaded step {resumed}, torn in the crash image")
+    complete = [s for s in audit.complete if s is not None] if audit is not None else []
     if resumed is not None and saved and resumed < max(saved):
         outcomes.append("lost_saved")
         notes.append(f"resumed from step {resumed}, but step {max(saved)} was reported saved before the crash")
+    elif resumed is not None and complete and resumed < max(complete):
+        outcomes.append("lost_saved")
+        notes.append(f"resumed from step {resumed}, but step {max(complete)} was complete in the crash image")
     if resumed is not None and before and max(before) - resumed > interval:
         outcomes.append("lost_interval")
         notes.append(f"lost {max(before) - resumed} steps (step {max(before)} -> {resumed}), "

@@ -73,7 +73,8 @@ class CheckpointReader:
     def _read(self, event: Event) -> None:
         path = str(event["path"])
         fields: dict[str, Any] = {"path": path, "tier": event.get("tier"), "saved_by": event.get("src"),
-                                  "saved_incarnation": event.get("incarnation"), "step": event.get("step")}
+                                  "saved_incarnation": event.get("incarnation"), "saved_t": event.get("t"),
+                                  "step": event.get("step")}
         try:
             image = self.workload.read_checkpoint(path)
         except (OSError, ValueError) as exc:

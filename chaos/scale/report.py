@@ -152,7 +152,7 @@ def _designs_intro(outcome: Outcome) -> str:
     return (f"per recovery design (--from-stacks {outcome.from_stacks}; the same failures drawn for each, "
             "costed with the design's measured medians [min-max of its samples]; lost work: none where "
             "no run of that fault type lost a step, else the simulated rollback; classes it did not "
-            "measure, and unusable samples (undetected or never recovered), keep the config's figures):")
+            "measure, and unusable samples (no detection, undetected or unknown, or never recovered), keep the config's figures):")
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -185,7 +185,7 @@ def render_text(outcome: Outcome) -> str:
         r = outcome.runs
         lines.append(f"  --from-runs {r['dir']}: {r['journals']} journal(s), {r['samples']} measured "
                      f"fault(s) of type {', '.join(r['fault_types'])}"
-                     + (f"; unusable (undetected or unrecovered): {r['unusable']}" if r["unusable"] else ""))
+                     + (f"; unusable (no detection: undetected or unknown; or unrecovered): {r['unusable']}" if r["unusable"] else ""))
     lines.append("")
     lines += _table(_CLASS_HEAD, _class_rows(s))
     lines.append("")

@@ -57,7 +57,8 @@ class RunSamples:
     journals: int = 0
     samples: list[Sample] = field(default_factory=list)
     unusable: dict[str, int] = field(default_factory=dict)
-    """Fault type -> faults that fired but were undetected or never recovered."""
+    """Fault type -> faults that fired but have no detection (undetected, or unknown: the tool
+    was blind) or were never recovered."""
     unreadable: list[str] = field(default_factory=list)
 
     @property

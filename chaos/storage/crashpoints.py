@@ -12,9 +12,9 @@ preemption's SIGKILL, a segfault) leaves everything it wrote in the page cache.
 
 The save's window opens at the first operation on a path that matches ``save`` (a glob or a
 list of them: the harness's ``*step-00000020*``, a plain ``torch.save`` script's
-``step-20.pt``, DeepSpeed's ``global_step20/``) and closes at the ``mkdir`` or ``create`` that
-starts the next save (``stop``, a path not matching ``save``: the harness's next folder, a
-script's next file, DeepSpeed's next tag); its points are numbered from 1. In the process model the window also looks back: the file operations since
+``step-20.pt``, DeepSpeed's ``global_step20/``, the HF Trainer's ``checkpoint-20/``) and closes
+at the ``mkdir`` or ``create`` that starts the next save (``stop``, a path not matching
+``save``: the harness's next folder, a script's next file, DeepSpeed's next tag); its points are numbered from 1. In the process model the window also looks back: the file operations since
 the last one on a path of the previous save (``prev``; ``[]``: the first save, since the mount)
 belong to this save too, so a "latest" pointer written *before* the data (the classic bug)
 is tested; a pointer the previous save wrote last is then tested here (a crash there is a
@@ -55,9 +55,10 @@ __all__ = ["BOUNDARY_OPS", "FILE_OPS", "WHENS", "CrashPoint", "copy_tree_at"]
 
 BOUNDARY_OPS: tuple[str, ...] = ("fsync", "rename")
 """Operation names (as the layer gates them; a directory fsync is ``fsync``) that are boundaries."""
-NEXT_SAVE: tuple[str, ...] = ("*step-*", "*_step[0-9]*")
+NEXT_SAVE: tuple[str, ...] = ("*step-*", "*_step[0-9]*", "*checkpoint-[0-9]*", "*step=[0-9]*")
 """Where a next save begins when the spec names no ``stop``: a ``step-N`` file or folder (the
-harness's, a script's), a ``<prefix>_stepN`` folder (DeepSpeed's ``global_stepN`` tag)."""
+harness's, a script's), a ``<prefix>_stepN`` folder (DeepSpeed's ``global_stepN`` tag), the
+HF Trainer's ``checkpoint-N/``, Lightning's default ``epoch=E-step=N.ckpt``."""
 
 FILE_OPS: tuple[str, ...] = ("mkdir", "create", "truncate", "close", "fsync", "rename", "unlink", "rmdir")
 """What a process crash falls before or after: every operation that changes what the file

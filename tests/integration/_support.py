@@ -355,6 +355,39 @@ def _docker() -> str | None:
     return None
 
 
+def slurm_cluster_fixture(nodes: int) -> Any:
+    """A module's ``slurm_cluster`` fixture: a throwaway Slurm of ``nodes`` emulated nodes
+    (``chaos.cluster.slurm_testbed``), started once for the module and stopped after, every
+    daemon gone and its folder removed (``slurm_cluster = slurm_cluster_fixture(4)``)."""
+
+    @pytest.fixture(scope="module")
+    def slurm_cluster() -> Iterator[Any]:
+        from chaos.cluster import slurm_testbed
+
+        bed = slurm_testbed.SlurmTestbed(nodes=nodes)
+        bed.start()
+        root = bed.root
+        try:
+            yield bed
+        finally:
+            bed.stop()
+        assert not slurm_testbed.testbed_processes(root), "the test's Slurm daemons must all be stopped"
+        assert not os.path.exists(root)
+
+    return slurm_cluster
+
+
+def slurm_cmd(bed: Any, *argv: str) -> str:
+    """A Slurm command's output (``squeue``, ``sinfo``...) against testbed ``bed``."""
+    return subprocess.run(list(argv), env={**os.environ, **bed.env()}, capture_output=True, text=True,
+                          timeout=15, check=True).stdout
+
+
+def slurm_node_states(bed: Any) -> dict[str, str]:
+    """Node name -> its Slurm state (``idle``, ``down``...) in testbed ``bed``."""
+    return dict(line.split() for line in slurm_cmd(bed, "sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+
+
 def _slurm() -> str | None:
     from chaos.cluster.slurm_testbed import missing_binaries
 

@@ -23,12 +23,10 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.runfiles.rollback import FaultJournal
 from chaos.util.procs import find_run_processes
@@ -38,6 +36,9 @@ from tests.integration._support import (
     cli_env,
     machine_cleanup_lock,
     run_trainchaos,
+    slurm_cluster_fixture,
+    slurm_cmd,
+    slurm_node_states,
     warm_copy,
 )
 
@@ -48,25 +49,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 PLAN = REPO / "gamedays" / "slurm-node-down.yaml"
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster() -> Iterator[SlurmTestbed]:
-    bed = SlurmTestbed(nodes=2)
-    bed.start()
-    root = bed.root
-    try:
-        yield bed
-    finally:
-        bed.stop()
-    assert not slurm_testbed.testbed_processes(root), "the test's Slurm daemons must all be stopped"
-
-
-def _slurm(bed: SlurmTestbed, *argv: str) -> str:
-    return subprocess.run(list(argv), env={**os.environ, **bed.env()}, capture_output=True, text=True,
-                          timeout=15, check=True).stdout
-
-
-def _node_states(bed: SlurmTestbed) -> dict[str, str]:
-    return dict(line.split() for line in _slurm(bed, "sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+slurm_cluster = slurm_cluster_fixture(nodes=2)
 
 
 def _stepping(run_dir: Path, ranks: int) -> bool:
@@ -90,20 +73,20 @@ def test_node_down_game_day_against_a_live_slurm_job(slurm_cluster: SlurmTestbed
             time.sleep(0.5)
         assert _stepping(run_dir, 2), "the staging job never stepped on both nodes"
         run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
-        nodes_before = _node_states(slurm_cluster)
+        nodes_before = slurm_node_states(slurm_cluster)
 
         dry = run_trainchaos(["gameday", str(PLAN), "--dry-run"], env=env, cwd=tmp_path, timeout=60)
         assert dry.returncode == 0, dry.stdout + dry.stderr
         assert "node_down -> node 1 = Slurm task of job " in dry.stdout and "(running)" in dry.stdout, dry.stdout
         assert "precondition: Slurm task running and ranks live (met)" in dry.stdout, dry.stdout
-        assert _node_states(slurm_cluster) == nodes_before, "a dry run changed a node"
+        assert slurm_node_states(slurm_cluster) == nodes_before, "a dry run changed a node"
         assert not (tmp_path / "reports" / "gameday").exists(), "a dry run wrote a report"
 
         gd = pexpect.spawn(TRAINCHAOS[0], [*TRAINCHAOS[1:], "gameday", str(PLAN), "--out", "gd-down"], env=env,
                            cwd=str(tmp_path), encoding="utf-8", timeout=60, dimensions=(50, 200))
         gd.expect("Slurm tasks")  # the live panel (a terminal): the job's nodes as Slurm's tasks
         gd.expect(r"proceed\? \[y\]es", timeout=60)
-        assert "down" not in " ".join(_node_states(slurm_cluster).values()), "injected before the operator said yes"
+        assert "down" not in " ".join(slurm_node_states(slurm_cluster).values()), "injected before the operator said yes"
         gd.sendline("y")
         gd.expect("injected node_down")
         gd.expect(r"check detections >= 1: (passed|FAILED)", timeout=60)
@@ -124,7 +107,7 @@ def test_node_down_game_day_against_a_live_slurm_job(slurm_cluster: SlurmTestbed
         records = list(FaultJournal(str(tmp_path / "gd-down" / "fault_journal.jsonl")).records())
         assert records[-1]["op"] == "reverted"
         (downed,) = {s["slurm_node"] for r in records if r.get("op") == "applied" for s in r["details"]["node_states"]}
-        state = _node_states(slurm_cluster)[downed]
+        state = slurm_node_states(slurm_cluster)[downed]
         assert "down" not in state and "drain" not in state, (downed, state)
         assert controller.poll() is None, "the job must outlive the loss of a node (no_kill)"
 
@@ -159,11 +142,11 @@ def test_node_down_game_day_against_a_live_slurm_job(slurm_cluster: SlurmTestbed
         if run_id:
             run_trainchaos(["cleanup", "--run-dir", str(run_dir)], env=env, cwd=tmp_path, timeout=120)
     # Nothing of the run or of the game day is left on the testbed.
-    assert not [line for line in _slurm(slurm_cluster, "squeue", "-h", "-o", "%j").split() if "trainchaos-" in line]
+    assert not [line for line in slurm_cmd(slurm_cluster, "squeue", "-h", "-o", "%j").split() if "trainchaos-" in line]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and set(_node_states(slurm_cluster).values()) != {"idle"}:
+    while time.monotonic() < deadline and set(slurm_node_states(slurm_cluster).values()) != {"idle"}:
         time.sleep(0.2)
-    assert set(_node_states(slurm_cluster).values()) == {"idle"}, _node_states(slurm_cluster)
+    assert set(slurm_node_states(slurm_cluster).values()) == {"idle"}, slurm_node_states(slurm_cluster)
     assert not find_run_processes(run_id)
     with machine_cleanup_lock():
         check = run_trainchaos(["cleanup", "--check"], env=env, cwd=tmp_path, timeout=60)

@@ -22,12 +22,10 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from chaos.cluster import slurm_testbed
 from chaos.cluster.slurm_testbed import SlurmTestbed
 from chaos.runfiles.rollback import FaultJournal
 from chaos.util.procs import find_run_processes
@@ -37,6 +35,9 @@ from tests.integration._support import (
     cli_env,
     machine_cleanup_lock,
     run_trainchaos,
+    slurm_cluster_fixture,
+    slurm_cmd,
+    slurm_node_states,
     warm_copy,
 )
 
@@ -45,17 +46,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 SCENARIOS = REPO / "scenarios" / "slurm"
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster() -> Iterator[SlurmTestbed]:
-    bed = SlurmTestbed(nodes=4)
-    bed.start()
-    root = bed.root
-    try:
-        yield bed
-    finally:
-        bed.stop()
-    assert not slurm_testbed.testbed_processes(root), "the test's Slurm daemons must all be stopped"
-    assert not os.path.exists(root)
+slurm_cluster = slurm_cluster_fixture(nodes=4)
 
 
 def _env(bed: SlurmTestbed, tmp_path: Path) -> dict[str, str]:
@@ -66,17 +57,8 @@ def _cli(bed: SlurmTestbed, tmp_path: Path, *argv: str, timeout: float = 200) ->
     return run_trainchaos(list(argv), env=_env(bed, tmp_path), cwd=tmp_path, timeout=timeout)
 
 
-def _slurm(bed: SlurmTestbed, *argv: str) -> str:
-    return subprocess.run(list(argv), env={**os.environ, **bed.env()}, capture_output=True, text=True,
-                          timeout=15, check=True).stdout
-
-
 def _trainchaos_jobs(bed: SlurmTestbed) -> list[str]:
-    return [line for line in _slurm(bed, "squeue", "-h", "-o", "%i %j %T").splitlines() if "trainchaos-" in line]
-
-
-def _node_states(bed: SlurmTestbed) -> dict[str, str]:
-    return dict(line.split() for line in _slurm(bed, "sinfo", "-h", "-N", "-o", "%N %T").splitlines())
+    return [line for line in slurm_cmd(bed, "squeue", "-h", "-o", "%i %j %T").splitlines() if "trainchaos-" in line]
 
 
 def _events(run_dir: Path, src_glob: str = "*") -> list[dict]:
@@ -89,9 +71,9 @@ def _events(run_dir: Path, src_glob: str = "*") -> list[dict]:
 def _assert_clean(bed: SlurmTestbed, tmp_path: Path, run_id: str | None = None) -> None:
     assert not _trainchaos_jobs(bed), "no trainchaos job may be left in squeue"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and set(_node_states(bed).values()) != {"idle"}:
+    while time.monotonic() < deadline and set(slurm_node_states(bed).values()) != {"idle"}:
         time.sleep(0.2)
-    assert set(_node_states(bed).values()) == {"idle"}, f"every node back in service: {_node_states(bed)}"
+    assert set(slurm_node_states(bed).values()) == {"idle"}, f"every node back in service: {slurm_node_states(bed)}"
     if run_id:
         assert not find_run_processes(run_id)
     with machine_cleanup_lock():  # a test beside it may have a SIGKILLed controller's leftovers
@@ -206,7 +188,7 @@ def test_sigkilled_controller_with_a_node_down_is_cleaned_up(slurm_cluster: Slur
         (downed,) = {s["slurm_node"] for s in applied["details"]["node_states"]}
         # Out of service: DOWN as the fault set it, shown as "drained" when Slurm added its
         # own DRAIN flag (a step it failed to end on a loaded host), which RESUME clears too
-        states = _node_states(slurm_cluster)
+        states = slurm_node_states(slurm_cluster)
         assert any(word in states[downed] for word in ("down", "drain")), (downed, states)
         assert _trainchaos_jobs(slurm_cluster), "the job outlives its controller until cleanup"
         check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
@@ -263,11 +245,11 @@ def test_a_run_inside_an_existing_allocation_leaves_the_allocation_alone(slurm_c
                                                                          tmp_path: Path) -> None:
     """``jobid``: the run is one job step of someone's allocation; it ends, the allocation
     does not."""
-    job = _slurm(slurm_cluster, "sbatch", "--parsable", "-N2", "--job-name=user-alloc", "--output=/dev/null",
+    job = slurm_cmd(slurm_cluster, "sbatch", "--parsable", "-N2", "--job-name=user-alloc", "--output=/dev/null",
                  "--wrap", "sleep 300").strip()
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "RUNNING" not in _slurm(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"):
+        while time.monotonic() < deadline and "RUNNING" not in slurm_cmd(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"):
             time.sleep(0.2)
         scenario = tmp_path / "in-alloc.yaml"
         scenario.write_text((SCENARIOS / "rank-kill.yaml").read_text()
@@ -280,12 +262,12 @@ def test_a_run_inside_an_existing_allocation_leaves_the_allocation_alone(slurm_c
         assert journal["status"] == "completed" and journal["metrics"]["lost_steps"] <= 10
         resources = (tmp_path / "out" / "in-alloc" / "0" / "resources.jsonl").read_text()
         assert '"kind": "slurm_step"' in resources and '"kind": "slurm_job"' not in resources
-        assert "RUNNING" in _slurm(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"), "the allocation must live on"
-        steps = _slurm(slurm_cluster, "squeue", "-h", "-s", "-j", job, "-o", "%i %j")
+        assert "RUNNING" in slurm_cmd(slurm_cluster, "squeue", "-h", "-j", job, "-o", "%T"), "the allocation must live on"
+        steps = slurm_cmd(slurm_cluster, "squeue", "-h", "-s", "-j", job, "-o", "%i %j")
         assert "trainchaos-" not in steps, steps
         assert not find_run_processes(journal["run_id"])
         with machine_cleanup_lock():
             check = _cli(slurm_cluster, tmp_path, "cleanup", "--check", timeout=60)
         assert check.returncode == 0, check.stdout + check.stderr
     finally:
-        _slurm(slurm_cluster, "scancel", job)
+        slurm_cmd(slurm_cluster, "scancel", job)

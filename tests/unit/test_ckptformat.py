@@ -251,6 +251,41 @@ def test_an_hf_trainer_checkpoint_with_sharded_weights(tmp_path):
     assert _read(tmp_path / "checkpoint-8") == CheckpointImage(8, _digest(model))
 
 
+class _Tied(torch.nn.Module):
+    """A language model's head tied to its token embedding, as GPT-2's is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wte = torch.nn.Embedding(5, 3)
+        self.lm_head = torch.nn.Linear(3, 5, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+
+def test_a_tied_weight_save_pretrained_left_out_is_put_back_as_the_live_model_holds_it(tmp_path, monkeypatch):
+    """save_pretrained writes one of two tied names; the live state dict (the twin's digest)
+    has both: without the tie put back every checkpoint of such a model read as stale."""
+    from chaos.ckptformat import hf
+
+    model = _Tied()
+    monkeypatch.setattr(hf, "_tied_keys", lambda arch: {"lm_head.weight": "wte.weight"} if arch == "TiedLM" else {})
+    _trainer_checkpoint(tmp_path / "checkpoint-5", _model(), 5)  # its weights replaced by the tied model's:
+    save_file({"wte.weight": model.wte.weight.detach().clone()}, tmp_path / "checkpoint-5" / "model.safetensors")
+    (tmp_path / "checkpoint-5" / "config.json").write_text('{"architectures": ["TiedLM"]}')
+    assert _read(tmp_path / "checkpoint-5") == CheckpointImage(5, _digest(model))
+    (tmp_path / "checkpoint-5" / "config.json").write_text('{"architectures": ["TiedLM"], "tie_word_embeddings": false}')
+    assert _read(tmp_path / "checkpoint-5") != CheckpointImage(5, _digest(model))
+
+
+def test_what_save_pretrained_really_writes_of_a_tied_model_reads_as_the_live_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=11, n_positions=4, n_embd=8,
+                                                                 n_layer=1, n_head=2))
+    model.save_pretrained(str(tmp_path / "checkpoint-3"))
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    assert _read(tmp_path / "checkpoint-3") == CheckpointImage(3, _digest(model))
+
+
 def test_an_accelerate_save_state_folder_takes_its_step_from_its_name_or_the_saver(tmp_path):
     model = _model()
     _accelerate_folder(tmp_path / "step_40", model)

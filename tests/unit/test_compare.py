@@ -110,6 +110,36 @@ def test_undetected_in_one_repeat_is_a_regression_whatever_the_median(tmp_path):
     assert row.metric == "detection_s" and "undetected in 1/3" in row.note
 
 
+BLIND = ("no detection source sees a process fault in this workload; add the adapter line "
+         "'trainer = lightning.Trainer(callbacks=[ChaosCallback()])'")
+
+
+def _blind(scenario: str, repeat: int) -> RunRecord:
+    """A repeat whose detection trainchaos could not observe (a stack without its adapter)."""
+    record = _journal(scenario, repeat, detection=None)
+    assert record.metrics is not None
+    return RunRecord.from_dict({**record.to_dict(), "metrics": {
+        **record.metrics.model_dump(), "faults": [{"fault_id": "f0", "type": "kill_rank", "fired": True,
+                                                   "detection_s": None, "unknown": {"detection_s": BLIND}}]}})
+
+
+def test_a_detection_the_tool_could_not_observe_is_unknown_with_its_fix_never_a_regression(tmp_path):
+    """Was "undetected in 1/3" and a regression: a repeat where the tool was blind read as
+    the stack's miss."""
+    base = _suite(tmp_path / "a", _three())
+    cur = _suite(tmp_path / "b", [_blind("kill-rank", 0), *_three()[1:]])
+    comparison = _compare(base, cur)
+    assert not comparison.regressions, comparison.regressions
+    [row] = [r for r in comparison.rows if r.metric == "detection_s"]
+    assert "undetected" not in row.note and f"unknown in 1/3 ({BLIND})" in row.note, row.note
+    every = _compare(base, _suite(tmp_path / "c", [_blind("kill-rank", i) for i in range(3)]))
+    [row] = [r for r in every.rows if r.metric == "detection_s"]
+    assert row.result == "n/a" and row.note.startswith("unknown now: unknown in 3/3"), row.note
+    # one fault the job missed beside a blind one: the run's None is a miss
+    missed = _journal("kill-rank", 0, detection=None)
+    assert missed.metrics is not None and missed.metrics.unknown_reason("detection_s") is None
+
+
 def test_fewer_passes_is_a_regression(tmp_path):
     base = _suite(tmp_path / "a", _three())
     cur = _suite(tmp_path / "b", [_journal("kill-rank", 0, passed=False), *_three()[1:]])

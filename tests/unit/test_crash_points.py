@@ -176,6 +176,17 @@ def test_classify_losing_a_reported_save_or_the_twins_result():
     assert classify(_journal(), _RUN[:-1], None, 20, "d")[0] == ["not_reached"]
 
 
+def test_classify_a_restart_that_passes_over_a_complete_newer_checkpoint_lost_it():
+    """Lightning resumes from last.ckpt: a crash after step-20.ckpt is whole and before
+    last.ckpt names it resumes from step 10 though step 20 was durable (ckpt-chaos's
+    LOST_WORK), whether or not the job reported the save before it was killed."""
+    restart = [_ev(3, "rank_start", incarnation=1), _ev(3.5, "ckpt_load", step=10, incarnation=1)]
+    outcomes, detail, _ = classify(_journal(), _RUN + restart, CheckpointAudit(complete=(10, 20), pointer=10), 20, "d")
+    assert outcomes == ["lost_saved"] and "step 20 was complete in the crash image" in detail
+    resumed_20 = [_ev(3, "rank_start", incarnation=1), _ev(3.5, "ckpt_load", step=20, incarnation=1)]
+    assert classify(_journal(), _RUN + resumed_20, CheckpointAudit(complete=(10, 20)), 20, "d")[0] == ["ok"]
+
+
 def test_the_sweep_refuses_what_it_cannot_sweep_before_starting_anything(tmp_path):
     from click.testing import CliRunner
 
@@ -449,3 +460,27 @@ def test_deepspeeds_tag_of_a_step_is_its_save_and_another_steps_is_not():
 
     assert in_save("ckpt/global_step20") and in_save("ckpt/global_step20/mp_rank_00_model_states.pt")
     assert not in_save("ckpt/global_step200") and not in_save("ckpt/global_step2")
+
+
+def test_the_hf_trainers_and_lightnings_default_names_are_their_save_and_open_the_next():
+    """The HF Trainer writes checkpoint-20/ and Lightning's default file is
+    epoch=3-step=20.ckpt: neither carries ``step-20``, and without its own glob the sweep of
+    such a job found no save at all."""
+    from fnmatch import fnmatchcase
+
+    from chaos.faults.storage.crash import save_globs
+
+    def in_save(path: str) -> bool:
+        return any(fnmatchcase(path, glob) for glob in save_globs(20))
+
+    assert in_save("ckpt/checkpoint-20") and in_save("ckpt/checkpoint-20/model.safetensors")
+    assert in_save("ckpt/epoch=3-step=20.ckpt")
+    assert not in_save("ckpt/checkpoint-200") and not in_save("ckpt/epoch=39-step=200.ckpt")
+    events: list[str] = []
+    crash = CrashPoint({"save": save_globs(20), "after": 0}, lambda kind, **f: events.append(kind))
+    assert not crash.before("mkdir", "checkpoint-20")
+    assert not crash.before("create", "checkpoint-20/trainer_state.json")
+    assert crash.before("mkdir", "checkpoint-25") and crash.frozen
+    crash = CrashPoint({"save": save_globs(20), "after": 0}, lambda kind, **f: None)
+    assert not crash.before("create", "epoch=3-step=20.ckpt") and not crash.before("create", "last.ckpt")
+    assert crash.before("create", "epoch=4-step=25.ckpt") and crash.frozen

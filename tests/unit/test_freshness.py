@@ -48,6 +48,40 @@ def test_what_cannot_be_judged_is_unchecked_never_stale():
     assert (m["stale_checkpoints"], m["checked_checkpoints"], m["unchecked_checkpoints"]) == (0, 0, 3)
 
 
+def test_a_checkpoint_is_judged_by_the_world_it_was_trained_in_not_by_when_it_was_read():
+    """The NVRx in-process restart (kill-mid-epoch-data.yaml): steps 10 and 20 saved in the
+    twin's world of two but read after rank 1 died; the survivor restarted in place alone
+    (world 1) and saved step 30; torchrun restarted both from step 20 (world 2 again) and
+    saved step 40. All four were once unchecked ("read after the world changed"): 10, 20 and
+    40 hold states the twin had and are judged; 30, trained alone, is not."""
+    def start(t: float, world: int) -> dict:
+        return {"t": t, "src": "rank-0", "kind": "rank_start", "world_size": world}
+
+    def save(t: float, step: int) -> dict:
+        return {"t": t, "src": "rank-0", "kind": "ckpt_save_end", "step": step}
+
+    def load(t: float, step: int) -> dict:
+        return {"t": t, "src": "rank-0", "kind": "ckpt_load", "step": step}
+
+    def image(t: float, step: int, digest: str, saved_t: float) -> dict:
+        return _image(t, step, digest, saved_by="rank-0", saved_t=saved_t)
+
+    events = [start(0, 2), save(1, 10), save(2, 20), start(2.5, 1), load(2.6, 20),  # the survivor alone
+              image(3.0, 10, "a", 1), image(3.1, 20, "b", 2), save(3.5, 30), image(3.6, 30, "x", 3.5),
+              start(4, 2), load(4.1, 20), save(5, 40), image(5.1, 40, "d", 5)]
+    twin = _twin(s10="a", s20="b", s30="c", s40="d")
+    m = freshness_metrics(events, twin)
+    assert (m["stale_checkpoints"], m["checked_checkpoints"], m["unchecked_checkpoints"]) == (0, 3, 1), m
+    # resumed from the survivor's own step 30: step 40 then holds a world-1 lineage, unjudged
+    events[-3] = load(4.1, 30)
+    m = freshness_metrics(events, twin)
+    assert (m["checked_checkpoints"], m["unchecked_checkpoints"]) == (2, 2), m
+    # and a stale save in the twin's world is still stale, read late or not
+    events[-1] = image(5.1, 40, "zz", 5)
+    events[-3] = load(4.1, 20)
+    assert freshness_metrics(events, twin)["stale_checkpoints"] == 1
+
+
 def test_without_twin_digests_freshness_is_unknown():
     assert freshness_metrics([_image(1, 10, "a")], None)["stale_checkpoints"] is None
     assert freshness_metrics([_image(1, 10, "a")], _twin())["stale_checkpoints"] is None
@@ -105,7 +139,7 @@ def test_the_reader_reads_each_saved_checkpoint_once_off_the_loop():
     assert reader.close(5.0)
     assert workload.paths == ["/c/step-10", "/c/gone"]
     assert emitted[0] == ("ckpt_image", {"path": "/c/step-10", "tier": "disk", "saved_by": "rank-0",
-                                         "saved_incarnation": 0, "step": 10, "digest": "d"})
+                                         "saved_incarnation": 0, "saved_t": None, "step": 10, "digest": "d"})
     assert emitted[1][1]["step"] == 20 and emitted[1][1]["error"].startswith("FileNotFoundError")
 
 

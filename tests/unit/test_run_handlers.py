@@ -97,4 +97,4 @@ def test_the_freshness_handler_reads_each_saved_checkpoint_between_start_and_sto
     handler.event({"t": 1.5, "kind": "step_end", "step": 8})
     handler.run_stopped()
     assert emitted == [("ckpt_image", {"path": "/c/s7", "tier": "disk", "saved_by": "rank-0",
-                                       "saved_incarnation": None, "step": 7, "digest": "d:/c/s7"})]
+                                       "saved_incarnation": None, "saved_t": 1.0, "step": 7, "digest": "d:/c/s7"})]

@@ -153,8 +153,10 @@ class CrashPointParams(FaultParams):
 def save_globs(step: int) -> list[str]:
     """The paths of the save of ``step``: the harness's ``step-00000020`` folder (and its
     ``.tmp-step-00000020-*``), a script's ``step-20.pt`` or ``step-20/`` (not ``step-200``),
-    DeepSpeed's ``global_step20/`` tag folder (not ``global_step200``)."""
-    return [f"*step-{step:08d}*", f"*step-{step}", f"*step-{step}[!0-9]*", f"*_step{step}", f"*_step{step}[!0-9]*"]
+    DeepSpeed's ``global_step20/`` tag folder (not ``global_step200``), the HF Trainer's
+    ``checkpoint-20/`` folder, Lightning's default ``epoch=1-step=20.ckpt``."""
+    return [f"*step-{step:08d}*", *(f"*{mark}{step}{tail}" for mark in ("step-", "_step", "checkpoint-", "step=")
+                                    for tail in ("", "[!0-9]*"))]
 
 
 @register
