@@ -38,6 +38,7 @@ import shutil
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -45,6 +46,9 @@ sys.path.insert(0, REPO)
 from chaos.scale.config import load_config  # noqa: E402
 from chaos.scale.engine import simulate  # noqa: E402
 from chaos.scale.simulate import build_model, run_simulation  # noqa: E402
+
+if TYPE_CHECKING:
+    from chaos.model.scenario import Scenario
 
 CONFIG = os.path.join(REPO, "scenarios", "scale", "llama3.yaml")
 GOAL_S = 10.0
@@ -74,7 +78,7 @@ def cluster_shape(ranks: int) -> tuple[int, int]:
     return nodes, ranks // nodes
 
 
-def _cluster_scenario(ranks: int, mode: str) -> object:
+def _cluster_scenario(ranks: int, mode: str) -> Scenario:
     from chaos.scenario.load import parse_scenario
 
     nodes, per_node = cluster_shape(ranks)
@@ -190,10 +194,13 @@ def cluster_run(ranks: int, mode: str, run_dir: str, cgroup: _RunCgroup) -> dict
     job_start = next(e["t"] for e in events if e["kind"] == "job_start")
     first = min(e["t"] for e in events if e["kind"] == "step_end")
     peak = cgroup.peak_bytes()
+    recovery_s = journal.metrics.faults[0].recovery_s if journal.metrics is not None else None
+    if recovery_s is None:
+        raise SystemExit(f"{ranks} ranks {mode}: the kill was never recovered from ({run_dir})")
     return {
-        "ranks": ranks, "mode": mode, "nodes": scenario.topology.nodes,  # type: ignore[attr-defined]
+        "ranks": ranks, "mode": mode, "nodes": scenario.topology.nodes,
         "launch_to_first_step_s": round(first - job_start, 3),
-        "kill_to_next_step_s": round(journal.metrics.faults[0].recovery_s, 3),
+        "kill_to_next_step_s": round(float(recovery_s), 3),
         "run_wall_s": round(wall, 3),
         "controller_cpu_s": round(controller_cpu, 3),
         "agent_zygote_cpu_s": round(zygote_cpu, 3),
@@ -243,7 +250,19 @@ def run_sizes(sizes: list[int], modes: list[str], cold_max: int, repeats: int, o
     finally:
         cgroup.close()
     _print_table(list(rows.values()))
+    for key in ("launch_to_first_step_s", "kill_to_next_step_s"):
+        print(ascii_chart(list(rows.values()), key))
     return 0
+
+
+def ascii_chart(rows: list[dict], key: str = "launch_to_first_step_s", width: int = 50) -> str:
+    """One bar per size and mode, ``key`` in seconds: the curve as docs/scale.md draws it."""
+    rows = sorted(rows, key=lambda r: (r["ranks"], r["mode"]))
+    top = max(r[key] for r in rows) or 1.0
+    lines = [f"{key} (each # = {top / width:.2f} s)"]
+    for r in rows:
+        lines.append(f"{r['ranks']:>4} {r['mode']:4} |{'#' * max(1, round(r[key] / top * width)):<{width}} {r[key]:.1f}")
+    return "\n".join(lines)
 
 
 def _print_table(rows: list[dict]) -> None:

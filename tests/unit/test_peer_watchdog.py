@@ -9,7 +9,14 @@ import time
 import pytest
 
 from harness.failures import FailureHandling
-from harness.health import WATCHED_RING_PEERS, Diagnosis, LivenessServer, PeerAddress, Watchdog, watched_ranks
+from harness.health import (
+    WATCHED_RING_PEERS,
+    Diagnosis,
+    LivenessServer,
+    PeerAddress,
+    Watchdog,
+    watched_ranks,
+)
 
 
 @pytest.fixture
