@@ -56,8 +56,8 @@ __all__ = [
 
 # Limits of what one machine can host: every node is a torchrun agent with its own processes,
 # every rank a process. Measured on the 2-core, 24 GiB reference machine
-# (benchmarks/scale_bench.py --cluster, docs/scale.md#emulated-cluster-size): 128 warm ranks
-# on 32 nodes fit in memory; beyond that, not the schema but the machine is the limit.
+# (benchmarks/scale_bench.py --cluster, docs/scale.md#emulated-cluster-size): a warm rank takes
+# ~185 MiB at 64 ranks, so 128 ranks (32 nodes x 4) take ~23 GiB, the machine's memory.
 MAX_NODES = 32
 MAX_RANKS_PER_NODE = 8
 MAX_SPARES = 8
@@ -66,7 +66,7 @@ MAX_TOTAL_NODES = MAX_NODES + MAX_SPARES
 ``tc-<8 hex>-h<node>`` stay within Linux's 15 characters for node < 100, and node addresses
 ``.10+node`` within the run's /24 (chaos/net/fabric.py; a unit test holds both)."""
 MAX_WORLD_SIZE = 128
-"""nodes * ranks_per_node: each rank is a process of this machine (~0.1 GiB when warm)."""
+"""nodes * ranks_per_node: each rank is a process of this machine."""
 MAX_RESTARTS = 20
 MAX_REPEAT = 100
 
