@@ -267,7 +267,9 @@ class HarnessConfig:
     2.0 s warm, 5.7 s cold, 4.7 s plain torchrun on 2 cores; benchmarks/harness_bench.py). Off by
     default: recovery is what trainchaos measures, and a cold restart is what most stacks
     pay; on for quick iterations (tests, demos; TRAINCHAOS_WARM_START=1 turns it on where a
-    scenario does not set it). On the local backend the node's torchrun agent is forked too,
+    scenario does not set it), and for jobs of 16 ranks or more, where neither the scenario
+    nor TRAINCHAOS_WARM_START sets it: there a cold start measures the host's CPU importing
+    torch once per rank more than the job (docs/scale.md#emulated-cluster-size). On the local backend the node's torchrun agent is forked too,
     from imports the controller's agent zygote did once (harness/agent_zygote.py), and on
     every backend its rendezvous names the events it records without inspect.stack()
     (harness/rdzv_records.py: most of a warm agent's CPU). The run record says which was

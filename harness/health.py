@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from chaos import contract
 
-__all__ = ["PROGRESS_REQUEST", "Diagnosis", "LivenessServer", "PeerAddress", "Watchdog", "ask", "diagnose",
-           "diagnose_peers"]
+__all__ = ["PROGRESS_REQUEST", "WATCHED_RING_PEERS", "Diagnosis", "LivenessServer", "PeerAddress", "Watchdog",
+           "ask", "diagnose", "diagnose_peers", "watched_ranks"]
 
 PROGRESS_REQUEST = b"progress\n"
 """Asks a rank's liveness endpoint for its training loop's state (harness.progress)."""
@@ -53,6 +53,27 @@ class Diagnosis:
     rank: int
     failure_class: str  # crash | hang | network | alive
     detail: str
+
+
+WATCHED_RING_PEERS = 8
+"""Beyond its node-mates, the peers a rank keeps a heartbeat connection to: the next ranks
+around the ring. Every rank is then watched by its node-mates and the 8 ranks before it. A
+full mesh costs N(N-1) connections, each with a thread answering pings twice a second: at 64
+ranks on 2 cores, 4,032 threads and 8,000 pings a second, most of a step's time
+(docs/scale.md#emulated-cluster-size). Jobs of up to 9 ranks still watch everyone."""
+
+
+def watched_ranks(peers: list[PeerAddress], rank: int, node: int, ring: int = WATCHED_RING_PEERS) -> set[int]:
+    """The ranks of ``peers`` (every other rank of the job) that ``rank`` on ``node`` keeps a
+    heartbeat connection to: all of them in a job of at most ``ring`` + 1 ranks; else its
+    node-mates (a hung one is killed by a node-mate, ``FailureHandling._kill_hung_node_mate``)
+    and the next ``ring`` ranks after it, wrapping around."""
+    if len(peers) <= ring:
+        return {p.rank for p in peers}
+    world = sorted([rank, *(p.rank for p in peers)])
+    at = world.index(rank)
+    after = {world[(at + step) % len(world)] for step in range(1, ring + 1)}
+    return after | {p.rank for p in peers if p.node == node}
 
 
 class LivenessServer:
@@ -187,7 +208,8 @@ def diagnose_peers(peers: list[PeerAddress], timeout_s: float = 1.0,
 
 
 class Watchdog:
-    """Watches every peer over one persistent connection each.
+    """Watches its peers (``watched``: every peer when None) over one persistent connection
+    each; a fresh diagnosis may still look at any peer of the job.
 
     * A peer whose connection hits EOF/reset died: reported at once as ``crash``, and its
       time of death is kept, so that when several peers are gone (an agent tears down the
@@ -207,8 +229,10 @@ class Watchdog:
         heartbeat_s: float,
         timeout_s: float,
         on_failure: Callable[[Diagnosis], None],
+        watched: set[int] | None = None,
     ) -> None:
         self._peers = {p.rank: p for p in peers}
+        self._watched = [p for p in peers if watched is None or p.rank in watched]
         self._heartbeat_s = heartbeat_s
         self._timeout_s = timeout_s
         self._on_failure = on_failure
@@ -225,7 +249,8 @@ class Watchdog:
 
     def start(self) -> None:
         now = time.monotonic()
-        for rank, peer in self._peers.items():
+        for peer in self._watched:
+            rank = peer.rank
             self._last_pong[rank] = now
             try:
                 sock = socket.create_connection((peer.host, peer.port), timeout=max(1.0, self._heartbeat_s))

@@ -51,6 +51,7 @@ from harness.health import (
     PeerAddress,
     TerminationGuard,
     Watchdog,
+    watched_ranks,
 )
 from harness.model import build_model, build_optimizer, state_digest
 from harness.preempt import EXIT_STOPPED, EmergencyStop
@@ -124,7 +125,8 @@ class Trainer(FailureHandling):
         TerminationGuard(self._on_sigterm)
         if self.peers:
             # Always watching for dead peers; hang detection only when watchdog_s > 0.
-            self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog)
+            self.watchdog = Watchdog(self.peers, cfg.failure.heartbeat_s, cfg.failure.watchdog_s, self._on_watchdog,
+                                     watched=watched_ranks(self.peers, env.rank, env.node))
             self.watchdog.start()
         self.progress = ProgressWatchdog.for_config(cfg.progress, env.rank, self.peers, liveness,
                                                     cfg.failure.heartbeat_s, cfg.steps, self._on_stall)

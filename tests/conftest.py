@@ -236,7 +236,7 @@ MODULE_SECONDS: dict[str, float] = {
     "test_stack_deepspeed": 95, "test_gameday": 145, "test_hardening": 104, "test_storage": 97,
     "test_harness": 90, "test_sdc": 78, "test_netns": 67, "test_stack_torchft": 66, "test_process_faults": 63,
     "test_checkers": 45, "test_net_heal": 55, "test_report_gate": 54, "test_stack_lightning": 35,
-    "test_warm_start": 48, "test_checkpoint_formats": 28, "test_stack_accelerate": 28,
+    "test_warm_start": 66, "test_checkpoint_formats": 28, "test_stack_accelerate": 28,
     "test_controller_faults": 43, "test_stack_nvrx": 35, "test_preempt": 39, "test_net_latency": 39,
     "test_own_script": 25, "test_stack_dcp": 25, "test_net_faults": 33, "test_toxi_store": 30,
     "test_neighbor": 28, "test_gameday_slurm": 35, "test_data_checker": 23, "test_stall_throttle": 22,

@@ -26,7 +26,8 @@ def build_scenario(doc: ScenarioDoc, path: str) -> records.Scenario:
     """The records of a document that passed every check (``chaos.schema.checks`` too)."""
     return records.Scenario(
         name=doc.name, path=path, description=doc.description, seed=doc.seed,
-        workload=_workload(doc.workload), topology=topology_record(doc.topology),
+        workload=_workload(doc.workload, doc.topology.nodes * doc.topology.ranks_per_node),
+        topology=topology_record(doc.topology),
         faults=tuple(_fault(i, f) for i, f in enumerate(doc.faults or ())),
         targets=_targets(doc.targets), baseline=doc.baseline, repeat=doc.repeat,
         timeout_s=float(doc.timeout_s), backend=_backend(doc.backend),
@@ -43,9 +44,10 @@ def topology_record(doc: TopologyDoc) -> records.Topology:
     )
 
 
-def _workload(doc: Any) -> records.Workload:
-    """The record of the section as its kind reads it (the kind validated it already)."""
-    workload, problems = lookup_workload(kind_of(doc)).validate(doc, None)
+def _workload(doc: Any, world_size: int) -> records.Workload:
+    """The record of the section as its kind reads it (the kind validated it already; the
+    world size may settle a default, as the harness's warm start from 16 ranks)."""
+    workload, problems = lookup_workload(kind_of(doc)).validate(doc, world_size)
     assert workload is not None and not problems, problems
     return workload.spec
 

@@ -39,7 +39,7 @@ from chaos.model.types import close_match
 from chaos.schema.build import backend_choice, topology_record, trigger_kind
 from chaos.schema.errors import Path, Problem, translate
 from chaos.schema.fault_model import FaultDoc, TriggerDoc
-from chaos.schema.models import MAX_TOTAL_NODES, ScenarioDoc, TopologyDoc
+from chaos.schema.models import MAX_WORLD_SIZE, ScenarioDoc, TopologyDoc
 from chaos.schema.suggest import suggest_param, suggest_type
 from chaos.schema.target_checks import GROUPS, TargetChecks, nodes_text
 from chaos.schema.targets_model import TargetsDoc
@@ -155,9 +155,11 @@ class _Checker(TargetChecks):
         if doc.min_nodes is not None and doc.min_nodes > doc.nodes:
             self.add(("topology", "min_nodes"),
                      f"{doc.min_nodes} is out of range: must be between 1 and {doc.nodes}")
-        if total > MAX_TOTAL_NODES:
-            self.add(("topology", "spares"), f"{doc.nodes} nodes + {doc.spares} spares = {total} "
-                     f"nodes: at most {MAX_TOTAL_NODES} in all")
+        if doc.nodes * doc.ranks_per_node > MAX_WORLD_SIZE:
+            self.add(("topology", "ranks_per_node"),
+                     f"{doc.nodes} nodes x {doc.ranks_per_node} ranks = {doc.nodes * doc.ranks_per_node} "
+                     f"ranks: at most {MAX_WORLD_SIZE} in all (every rank is a process of this machine; "
+                     "e.g. 32 nodes x 4 ranks)")
         for key, word in (("racks", "rack"), ("power_domains", "power domain")):
             owner: dict[int, str] = {}
             for name, members in getattr(doc, key).items():

@@ -47,18 +47,27 @@ __all__ = [
     "MAX_RANKS_PER_NODE",
     "MAX_SPARES",
     "MAX_TOTAL_NODES",
+    "MAX_WORLD_SIZE",
     "ExpectationDoc",
     "ScenarioDoc",
     "SuiteDoc",
     "TopologyDoc",
 ]
 
-# Limits of what one machine can host: every node is a torchrun agent with its own processes.
-MAX_NODES = 8
+# Limits of what one machine can host: every node is a torchrun agent with its own processes,
+# every rank a process. Measured on the 2-core, 24 GiB reference machine
+# (benchmarks/scale_bench.py --cluster, docs/scale.md#emulated-cluster-size): a warm rank takes
+# 107 MiB at 8 ranks and 186 MiB at 64 (its per-peer buffers grow with the world), so 64 ranks
+# take 12 GiB there and 128 an estimated 28-35 GiB: a larger host's size, allowed here.
+MAX_NODES = 32
 MAX_RANKS_PER_NODE = 8
 MAX_SPARES = 8
-MAX_TOTAL_NODES = 12
-"""nodes + spares."""
+MAX_TOTAL_NODES = MAX_NODES + MAX_SPARES
+"""nodes + spares. Within what the netns fabric's plan holds: interface names
+``tc-<8 hex>-h<node>`` stay within Linux's 15 characters for node < 100, and node addresses
+``.10+node`` within the run's /24 (chaos/net/fabric.py; a unit test holds both)."""
+MAX_WORLD_SIZE = 128
+"""nodes * ranks_per_node: each rank is a process of this machine."""
 MAX_RESTARTS = 20
 MAX_REPEAT = 100
 
@@ -74,7 +83,8 @@ class TopologyDoc(StrictModel):
     """Nodes of the job."""
     ranks_per_node: int = Field(record_default(records.Topology, "ranks_per_node"), ge=1,
                                 le=MAX_RANKS_PER_NODE)
-    """Worker processes per node; the world size is nodes * ranks_per_node."""
+    """Worker processes per node; the world size is nodes * ranks_per_node, at most 128 (from
+    16 ranks on, a harness job starts its ranks warm unless it says warm_start: false)."""
     min_nodes: int | None = Field(record_default(records.Topology, "min_nodes"), ge=1, le=MAX_NODES)
     """Elastic lower bound, at most nodes: the job continues with this many nodes left;
     null means every node is required (no elastic shrink)."""
@@ -83,7 +93,7 @@ class TopologyDoc(StrictModel):
     spares: int = Field(record_default(records.Topology, "spares"), ge=0, le=MAX_SPARES)
     """Extra nodes started beside `nodes` that wait in the rendezvous and join when a node is
     lost; their indices follow the job's nodes (nodes .. nodes + spares - 1). nodes + spares
-    is at most 12."""
+    is at most 40."""
     racks: dict[Name, NodeList] = {}
     """Rack name -> node indices (spares included), e.g. {r1: [0, 1], r2: [2, 3]}; each node
     in at most one rack. Makes {rack: NAME} and {random: rack} targets possible."""

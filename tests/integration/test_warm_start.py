@@ -76,6 +76,38 @@ def test_a_rank_killed_under_warm_start_is_the_trainer_and_the_model_ends_as_col
     assert _digest(run_dir) == _digest(cold["run_dir"])
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_sixteen_ranks_start_warm_by_default_and_a_kill_is_blamed_with_ring_heartbeats(tmp_path, state_dir,
+                                                                                       monkeypatch):
+    """Issue 45: a job of 16 ranks (4 x 4) that says nothing of warm_start starts warm
+    (harness.WARM_BY_DEFAULT_FROM_RANKS), and above 9 ranks each rank watches only its
+    node-mates and the next 8 ranks (harness.health.watched_ranks): the killed rank's
+    watchers still see it die first, and the group recovers at full size."""
+    monkeypatch.delenv("TRAINCHAOS_WARM_START", raising=False)  # the default itself, not the suite's switch
+    scenario = parse_scenario({
+        "name": "sixteen-ranks", "seed": 5,
+        "workload": {"harness": {"steps": 12, "global_batch": 16, "model": {"name": "mlp"},
+                                 "checkpoint": {"every_steps": 5}}},
+        "topology": {"nodes": 4, "ranks_per_node": 4},
+        "faults": [{"type": "kill_rank", "target": {"rank": 13}, "trigger": {"at_step": 7}}],
+        "timeout_s": 240,
+    }, "<test_warm_start>")
+    assert scenario.workload.harness == {"steps": 12, "global_batch": 16, "model": {"name": "mlp"},
+                                         "checkpoint": {"every_steps": 5}, "warm_start": True}
+    record = run_scenario_once(scenario, str(tmp_path / "run"), 5).to_dict()
+    assert record["status"] == "completed", record["error"]
+    assert record["rank_launch"] == "warm"
+    events = read_events(os.path.join(record["run_dir"], "events"))
+    (fault,) = record["faults"]
+    detected = sorted((e for e in events if e["kind"] == "detected" and e["t"] >= fault["t_inject"]),
+                      key=lambda e: e["t"])
+    assert detected and detected[0]["suspect"] == "rank-13", detected[:3]
+    after = {e["rank"] for e in events if e["kind"] == "rank_start" and e["t"] > fault["t_inject"]}
+    assert after == set(range(16))
+    assert not find_run_processes(record["run_id"])
+
+
 _REPORT = """\
 import json, os, sys
 fds = sorted(os.listdir("/proc/self/fd"))[:-1]  # the last: the listing's own

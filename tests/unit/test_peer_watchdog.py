@@ -9,7 +9,14 @@ import time
 import pytest
 
 from harness.failures import FailureHandling
-from harness.health import Diagnosis, LivenessServer, PeerAddress, Watchdog
+from harness.health import (
+    WATCHED_RING_PEERS,
+    Diagnosis,
+    LivenessServer,
+    PeerAddress,
+    Watchdog,
+    watched_ranks,
+)
 
 
 @pytest.fixture
@@ -147,3 +154,41 @@ def test_silent_peers_name_a_hung_one_before_one_that_left(peers) -> None:
         frozen.close()
     assert [(d.rank, d.failure_class) for d in reports] == [(3, "hang")]
     assert watchdog.farewells() == {1}
+
+
+def _ring(world: int, per_node: int) -> list[PeerAddress]:
+    return [PeerAddress(rank=r, host="127.0.0.1", port=0, pid=0, node=r // per_node) for r in range(world)]
+
+
+def test_a_big_job_watches_node_mates_and_the_next_ranks_so_every_rank_is_watched_by_as_many() -> None:
+    """harness.health.watched_ranks: bounded heartbeat connections (a full mesh of 64 ranks
+    was most of a step's time on 2 cores), and still every rank watched by its node-mates
+    (who kill it when hung) and by WATCHED_RING_PEERS others."""
+    world = _ring(64, 4)
+    watched = {r: watched_ranks([p for p in world if p.rank != r], r, r // 4) for r in range(64)}
+    assert watched[0] == {1, 2, 3, 4, 5, 6, 7, 8} and watched[62] == {60, 61, 63, 0, 1, 2, 3, 4, 5, 6}
+    for rank in range(64):
+        watchers = {r for r, seen in watched.items() if rank in seen}
+        mates = {r for r in range(64) if r // 4 == rank // 4} - {rank}
+        assert mates <= watchers and len(watchers - mates) >= WATCHED_RING_PEERS - 3
+        assert len(watched[rank]) <= WATCHED_RING_PEERS + 3
+    small = _ring(9, 1)
+    assert watched_ranks(small[1:], 0, 0) == set(range(1, 9)), "a job of 9 ranks still watches everyone"
+
+
+def test_a_watchdog_connects_only_to_the_ranks_it_watches(peers) -> None:
+    reports: list[Diagnosis] = []
+    addresses = [PeerAddress(rank=r, host="127.0.0.1", port=s.port, pid=0, node=r) for r, s in peers.items()]
+    watchdog = Watchdog(addresses, heartbeat_s=30.0, timeout_s=0.0, on_failure=reports.append, watched={3})
+    watchdog.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not peers[3]._conns and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert peers[3]._conns and not peers[1]._conns and not peers[2]._conns
+        peers[1].close()  # not watched: no report
+        peers[3].close()
+        _wait_for(reports)
+        assert [(d.rank, d.failure_class) for d in reports] == [(3, "crash")]
+    finally:
+        watchdog.stop()

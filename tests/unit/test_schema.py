@@ -222,7 +222,8 @@ def test_rank_targets_do_not_reach_spares() -> None:
 
 
 @pytest.mark.parametrize(("topology", "location_", "fragment"), [
-    ({"nodes": 8, "spares": 8}, "topology.spares", "at most 12 in all"),
+    ({"nodes": 32, "ranks_per_node": 8}, "topology.ranks_per_node", "256 ranks: at most 128 in all"),
+    ({"nodes": 33}, "topology.nodes", "must be between 1 and 32"),
     ({"racks": {"r1": []}}, "topology.racks.r1", "expected a non-empty list of node numbers"),
     ({"racks": {"r1": [0, 0]}}, "topology.racks.r1", "lists the same node twice"),
     ({"racks": {"R1": [0]}}, "topology.racks.R1", "'R1' is not a valid name"),
