@@ -68,7 +68,7 @@ class AgentZygote(Zygote):
     """The fork server of warm agents: a request carries the agent's program (``code``, run as
     ``python -c`` runs it), its arguments, environment, working directory and stdio."""
 
-    program = "code"
+    programs = ("code",)
 
     def __init__(self, listener, controller_fd: int = 0, idle_exit_s: float | None = None) -> None:  # noqa: ANN001
         super().__init__(listener)
