@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -178,6 +179,16 @@ def _task(tmp_path: Path, node: int, agent: int, slurm_node: str) -> None:
         "slurm_node": slurm_node, "job_id": "17", "restart_count": 0}))
 
 
+def _wait_stopped(pid: int, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} not stopped {within_s:g} s after SIGSTOP")
+
+
 def test_an_attached_slurm_run_reads_its_job_and_each_node_in_slurms_words(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     job = {"state": "RUNNING"}
@@ -195,6 +206,7 @@ def test_an_attached_slurm_run_reads_its_job_and_each_node_in_slurms_words(
     running = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(frozen.pid, signal.SIGSTOP)
+        _wait_stopped(frozen.pid)  # the kernel marks it stopped a moment after the signal
         spec = _slurm_run(tmp_path, nodes=6)
         _task(tmp_path, 0, frozen.pid, "n1")
         _task(tmp_path, 1, running.pid, "n2")

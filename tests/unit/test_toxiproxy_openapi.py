@@ -168,9 +168,23 @@ def listen_addresses(c: _Client) -> None:
         listen = c.proxy("off", listen=f"{LOOPBACK}:{free_port()}")["listen"]
         assert c.call("POST", "/proxies/{proxy}", {"enabled": False}, proxy="off").status_code == 200
         with socket.socket() as squatter:
-            squatter.bind((LOOPBACK, int(listen.rsplit(":", 1)[1])))
+            _bind_when_released(squatter, int(listen.rsplit(":", 1)[1]))
             squatter.listen(1)
             assert c.call("POST", "/reset").status_code == 409
+
+
+def _bind_when_released(sock: socket.socket, port: int, within_s: float = 10.0) -> None:
+    """Bind ``sock`` to the port a proxy was just disabled on: its listener is closed by the
+    server's own thread, which a busy host may run a moment after the reply."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            sock.bind((LOOPBACK, port))
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 @_case
