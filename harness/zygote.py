@@ -131,7 +131,7 @@ class _Rank:
 class Zygote:
     """The fork server: one selector loop, one thread. Each request forks one rank."""
 
-    programs = ("module", "script")
+    programs: tuple[str, ...] = ("module", "script")
     """The request's fields that name what the child runs, one of them: ``python -m <module>``
     or ``python <script>`` (a stack's training script, ``chaos.workload.script``)."""
 
