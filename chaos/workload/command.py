@@ -228,11 +228,16 @@ class CommandWorkload(Workload):
 
     @property
     def warm_start(self) -> bool:
-        """``workload.warm_start``, else TRAINCHAOS_WARM_START's (checked by ``validate``), else
-        cold; a command that is not a Python script or module then starts cold."""
-        if self.spec.warm_start is not None:
-            return self.spec.warm_start
-        return bool(warm_start_from_env())
+        """The scenario's ``warm_start`` (``warm_start_option``), else TRAINCHAOS_WARM_START's
+        (checked by ``validate``), else cold; a command that is not a Python script or module
+        then starts cold."""
+        option = self.warm_start_option
+        return option if option is not None else bool(warm_start_from_env())
+
+    @property
+    def warm_start_option(self) -> bool | None:
+        """What the scenario says of warm starts: ``workload.warm_start`` beside ``command``."""
+        return self.spec.warm_start
 
     def progress(self, events_dir: str) -> LogProgress:
         """Step lines by ``progress_regex`` (when given), and every worker exit the agents

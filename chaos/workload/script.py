@@ -284,12 +284,9 @@ class ScriptWorkload(CommandWorkload):
         return Launch(launcher, steps_target=steps or 0, env={**self.env, **self.ckpt_env(run_dir)})
 
     @property
-    def warm_start(self) -> bool:
-        """The scenario's ``warm_start``, else TRAINCHAOS_WARM_START's (checked by ``validate``),
-        else cold."""
-        if self.options.warm_start is not None:
-            return self.options.warm_start
-        return bool(warm_start_from_env())
+    def warm_start_option(self) -> bool | None:
+        """``workload.<kind>.warm_start``."""
+        return self.options.warm_start
 
     def progress(self, events_dir: str) -> LogProgress:
         return LogProgress(self.progress_regex, events_dir, report_exit_codes=True,

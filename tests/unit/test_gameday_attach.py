@@ -31,6 +31,7 @@ from chaos.errors import ScenarioError, ToolError
 from chaos.gameday.plan import Plan
 from chaos.gameday.session import GameDay
 from chaos.model.scenario import Topology
+from chaos.util.procs import process_state
 
 
 class _Stand(ClusterBackend):
@@ -182,9 +183,8 @@ def _task(tmp_path: Path, node: int, agent: int, slurm_node: str) -> None:
 def _wait_stopped(pid: int, within_s: float = 10.0) -> None:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
-                return
+        if process_state(pid) == "T":
+            return
         time.sleep(0.01)
     raise AssertionError(f"pid {pid} not stopped {within_s:g} s after SIGSTOP")
 
