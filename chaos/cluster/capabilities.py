@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "NodeHandle", "PowerControl",
-           "PowerCut", "PowerReturn", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
+__all__ = ["CAPABILITIES", "Attachable", "ContainerHost", "Fabric", "LocalDisk", "NodeHandle", "PacketFilter",
+           "PowerControl", "PowerCut", "PowerReturn", "Scheduler", "ServiceProxies", "StorageLayer", "describe", "has", "missing", "providers"]
 
 
 class Fabric(Protocol):
@@ -50,6 +50,25 @@ class Fabric(Protocol):
 
     def running_link_emulator(self) -> Any | None:
         """The link emulator if one was started (a revert never starts one)."""
+
+    def mark_lost(self, node: int) -> None:
+        """The node is cut off for the rest of the run: its exit is not the job's outcome."""
+
+
+class PacketFilter(Protocol):
+    """each node's network namespace open to nftables drops from the controller (partitions)"""
+
+    # Apart from Fabric: cutting nodes from each other needs only drop rules where their
+    # packets arrive, which any node with a network namespace of its own on this machine has
+    # (a netns node, a local engine's container); shaping a link (latency, bandwidth, loss on
+    # a veth) needs the fabric's links, which a container network does not hand out.
+    def node_netns(self, node: int) -> str | int:
+        """The node's network namespace: its name under /run/netns, or the pid of a process
+        in it (a container's init), which the fault names while its rules are in place."""
+
+    def rendezvous_address(self) -> str:
+        """The rendezvous store's address as the nodes reach it (a partition decides which
+        side keeps it)."""
 
     def mark_lost(self, node: int) -> None:
         """The node is cut off for the rest of the run: its exit is not the job's outcome."""
@@ -198,7 +217,7 @@ class Attachable(Protocol):
 
 
 
-CAPABILITIES: tuple[type, ...] = (Fabric, ServiceProxies, ContainerHost, Scheduler, PowerControl,
+CAPABILITIES: tuple[type, ...] = (Fabric, PacketFilter, ServiceProxies, ContainerHost, Scheduler, PowerControl,
                                   PowerReturn, LocalDisk, StorageLayer, Attachable)
 
 

@@ -56,6 +56,7 @@ from chaos.cluster.capabilities import (
     ContainerHost,
     LocalDisk,
     NodeHandle,
+    PacketFilter,
     PowerControl,
     PowerReturn,
 )
@@ -72,6 +73,7 @@ from chaos.cluster.docker_engine import (
 from chaos.cluster.docker_options import DockerOptions, placed_host, preflight_problems
 from chaos.cluster.docker_procs import PID_STRIDE, ContainerProcesses, handle
 from chaos.cluster.local import LocalCluster
+from chaos.errors import ToolError
 from chaos.model.types import StrictModel
 from chaos.runfiles.resources import scratch_base, tmp_dir_for
 from chaos.runfiles.rundir import RunDir
@@ -100,7 +102,8 @@ class DockerCluster(ContainerProcesses, LocalCluster):
                               "hosts), on a bridge network of the run; container faults: "
                               "docker kill, pause (freezer), disconnect, live limits")
     options_model: ClassVar[type[StrictModel]] = DockerOptions
-    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PowerControl, PowerReturn, LocalDisk, Attachable)
+    capabilities: ClassVar[tuple[type, ...]] = (ContainerHost, PacketFilter, PowerControl, PowerReturn, LocalDisk,
+                                                Attachable)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
         super().__init__(spec, resources)
@@ -440,6 +443,24 @@ class DockerCluster(ContainerProcesses, LocalCluster):
     def mark_lost(self, node: int) -> None:
         """Taken down by a fault (killed, frozen for good, cut off): its exit is not the job's."""
         self._lost.add(node)
+
+    # -- packet filter --------------------------------------------------------------------
+    def node_netns(self, node: int) -> int:
+        """The container's init pid: its network namespace, reached through this machine's
+        /proc. A remote engine's containers are out of reach (their pids are another
+        kernel's): a partition there would need the hosts' own firewalls."""
+        host = self.host_of(node)
+        if not self.shares_this_machine(host):
+            raise ToolError(f"a partition puts drop rules in each container's network namespace through this "
+                            f"machine's /proc: node {node} is on remote engine {host}")
+        pid = int(self.container(node).attrs.get("State", {}).get("Pid") or 0)
+        if pid <= 0:
+            raise ToolError(f"node {node}'s container {self.container_name(node)} is not running: "
+                            "it has no network namespace to filter")
+        return pid
+
+    def rendezvous_address(self) -> str:
+        return self.gateway
 
     # -- power ----------------------------------------------------------------------------
     def power_on(self, node: int) -> None:

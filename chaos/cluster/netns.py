@@ -31,6 +31,7 @@ from chaos.cluster import register_backend
 from chaos.cluster.capabilities import (
     Fabric,
     LocalDisk,
+    PacketFilter,
     PowerControl,
     PowerCut,
     PowerReturn,
@@ -69,7 +70,8 @@ class NetnsCluster(LocalCluster):
                               "fabric (veth + bridge, 198.18.0.0/15); for network faults; needs "
                               "root, or CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip and nft")
     options_model: ClassVar[type[StrictModel]] = NetnsOptions
-    capabilities: ClassVar[tuple[type, ...]] = (Fabric, ServiceProxies, PowerControl, PowerReturn, LocalDisk)
+    capabilities: ClassVar[tuple[type, ...]] = (Fabric, PacketFilter, ServiceProxies, PowerControl, PowerReturn,
+                                                LocalDisk)
     forks_agents: ClassVar[bool] = False  # an agent starts in its node's namespace (ip netns exec)
 
     def __init__(self, spec, resources) -> None:  # noqa: ANN001 (see ClusterBackend)
@@ -152,6 +154,12 @@ class NetnsCluster(LocalCluster):
 
     def namespace(self, node: int) -> str:
         return fabric.node_namespace(self.spec.run_id, node)
+
+    def node_netns(self, node: int) -> str:
+        return self.namespace(node)
+
+    def rendezvous_address(self) -> str:
+        return self.gateway
 
     def node_interface(self, node: int) -> str:
         """The node's end of its link (inside its namespace)."""

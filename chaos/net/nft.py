@@ -17,8 +17,11 @@ import subprocess
 
 from chaos.errors import ToolError
 
-__all__ = ["add_input_drops", "attach_namespace", "delete_table", "forget_namespace", "namespace_exists",
+__all__ = ["ALL_INPUT", "add_input_drops", "attach_namespace", "delete_table", "forget_namespace", "namespace_exists",
            "table_name", "tbf_add", "tbf_del"]
+
+ALL_INPUT = "meta nfproto { ipv4, ipv6 }"
+"""A match for every IP packet: the rule that drops all a node receives (loopback aside)."""
 
 
 def table_name(fault_id: str) -> str:

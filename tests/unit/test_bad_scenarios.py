@@ -121,8 +121,8 @@ CASES: dict[str, tuple[str, str]] = {
     "packet_loss_above_100.yaml": (
         "faults[0].params.percent", "150 is out of range: must be > 0 and <= 100"),
     "network_fault_on_local.yaml": (
-        "faults[0].type", "partition acts through the netns backend; this scenario runs on local "
-        "(set backend: netns)"),
+        "faults[0].type", "partition acts through the docker or netns backend; this scenario runs on "
+        "local (set backend: docker): local has no PacketFilter"),
     # a backend capability the backend lacks (chaos.cluster.capabilities)
     "container_fault_on_local.yaml": (
         "faults[0].type", "container_pause acts through the docker backend; this scenario runs on "

@@ -50,7 +50,7 @@ def test_a_container_fault_on_local_names_the_capability_and_the_backends_that_h
 
 
 @pytest.mark.parametrize(("fault", "backend", "capability", "fits"), [
-    ({"type": "partition", "target": {"node": 1}}, "docker", Fabric, "netns"),
+    ({"type": "bandwidth", "target": {"node": 1}, "params": {"rate_mbit": 10}}, "docker", Fabric, "netns"),
     ({"type": "io_stall", "target": {"node": 1}}, "netns", StorageLayer, "local"),
     ({"type": "preempt_job", "target": {"job": True}}, "netns", Scheduler, "slurm"),
 ])

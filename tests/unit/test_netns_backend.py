@@ -13,7 +13,7 @@ import pytest
 
 from chaos.cluster import lookup_backend
 from chaos.cluster.base import InjectionContext, RunSpec
-from chaos.cluster.capabilities import Fabric
+from chaos.cluster.capabilities import Fabric, PacketFilter
 from chaos.cluster.netns import NetnsCluster
 from chaos.faults.base import lookup
 from chaos.model.scenario import Topology
@@ -102,10 +102,12 @@ def test_missing_capability_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatc
 
 class _Fabric:
     name = "netns"
-    capabilities = (Fabric,)
+    capabilities = (Fabric, PacketFilter)
 
     def gateway_address(self) -> str:
         return "198.18.5.1"
+
+    rendezvous_address = gateway_address
 
     def __init__(self, nodes: int) -> None:
         self.topology = Topology(nodes=nodes, ranks_per_node=1)
@@ -113,6 +115,8 @@ class _Fabric:
 
     def namespace(self, node: int) -> str:
         return f"ns{node}"
+
+    node_netns = namespace
 
     def node_interface(self, node: int) -> str:
         return f"p{node}"
@@ -140,7 +144,7 @@ def _rules(monkeypatch: pytest.MonkeyPatch, nodes: int, target: tuple[int, ...],
 
 def test_isolate_drops_at_the_node_and_from_it_everywhere_else(monkeypatch: pytest.MonkeyPatch) -> None:
     rules, cluster = _rules(monkeypatch, 3, (2,), shape="isolate")
-    assert rules == {"ns2": ['iifname "p2"'], "ns0": ["ip saddr { 198.18.5.12 }"],
+    assert rules == {"ns2": ["meta nfproto { ipv4, ipv6 }"], "ns0": ["ip saddr { 198.18.5.12 }"],
                      "ns1": ["ip saddr { 198.18.5.12 }"]}
     assert cluster.lost == [2]
 
@@ -150,6 +154,44 @@ def test_split_keeps_the_store_with_the_majority(monkeypatch: pytest.MonkeyPatch
     assert rules["ns0"] == ["ip saddr { 198.18.5.12 }"]
     assert rules["ns2"] == ["ip saddr { 198.18.5.10, 198.18.5.11 }", "ip saddr 198.18.5.1"]
     assert cluster.lost == [2]
+
+
+def test_a_container_partition_names_each_namespace_for_the_fault_and_forgets_it_on_revert(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker hands out a container's init pid: the fault names that namespace for itself (two
+    faults on one node never share a name) and its record lets the journal undo both."""
+    from types import SimpleNamespace
+
+    from chaos.net import nft
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(nft, "attach_namespace", lambda name, pid: calls.append(("attach", name, pid)))
+    monkeypatch.setattr(nft, "add_input_drops", lambda ns, table, rules: calls.append(("drops", ns, *rules)))
+    monkeypatch.setattr(nft, "delete_table", lambda ns, table: calls.append(("delete", ns)))
+    monkeypatch.setattr(nft, "forget_namespace", lambda name: calls.append(("forget", name)))
+
+    class _Containers(_Fabric):
+        name = "docker"
+        capabilities = (PacketFilter,)
+        spec = SimpleNamespace(run_id="run-1")
+
+        def node_netns(self, node: int) -> int:  # type: ignore[override]
+            return 4000 + node
+
+    cls = lookup("partition")
+    records = []
+    for fault_id in ("f0-partition", "f1-partition"):
+        fault = cls(fault_id=fault_id, target=ResolvedTarget(nodes=(1,)),
+                    params=cls.params_model.model_validate({"shape": "split", "duration_s": 5}).model_dump())
+        records.append(fault.inject(InjectionContext("/nonexistent", _Containers(2), None)))  # type: ignore[arg-type]
+    names = [r["attached"] for r in records]
+    assert len({n for pair in names for n in pair}) == 4, names  # one name per node and fault
+    assert [c[2] for c in calls if c[0] == "attach"] == [4000, 4001, 4000, 4001]
+    assert ("drops", names[0][0], "ip saddr { 198.18.5.11 }") in calls
+    calls.clear()
+    cls.revert_record(records[0])
+    assert calls == [("delete", names[0][0]), ("delete", names[0][1]),
+                     ("forget", names[0][0]), ("forget", names[0][1])]
 
 
 def test_one_way_drops_only_at_the_receiving_end(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -298,6 +298,7 @@ class ContainerPacketLoss(_ContainerFault):
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         import shutil
 
+        from chaos.faults.network.fabric import attached_name
         from chaos.net import nft
 
         cluster = ctx.require(ContainerHost)
@@ -314,13 +315,13 @@ class ContainerPacketLoss(_ContainerFault):
         try:
             for node, cont in targets:
                 pid = int(cont.attrs.get("State", {}).get("Pid") or 0)
-                ns = _netns_name(record["run_id"], node)
+                ns = attached_name(record["run_id"], node, self.fault_id)
                 record["nodes"].append(node)
                 record["containers"].append([cluster.host_of(node), cont.name])
                 record["netns"].append(ns)
                 nft.attach_namespace(ns, pid)
                 # Every packet: a bare drop (numgen's range stops at 9999).
-                rule = f"numgen random mod 10000 < {threshold}" if threshold < 10000 else "meta nfproto { ipv4, ipv6 }"
+                rule = f"numgen random mod 10000 < {threshold}" if threshold < 10000 else nft.ALL_INPUT
                 nft.add_input_drops(ns, table, [rule])
         except Exception:
             # Half applied: the runner only journals what inject returns, so undo it here.
@@ -345,11 +346,3 @@ class ContainerPacketLoss(_ContainerFault):
 def _engine(record: dict[str, Any]) -> type[ContainerHost]:
     """The backend class whose engine holds the record's containers."""
     return backend_of(record, ContainerHost)
-
-
-def _netns_name(run_id: str, node: int) -> str:
-    """A name for the container's network namespace under /run/netns while a fault holds
-    it (``-c``: never mistaken for a netns node's ``-n`` namespace)."""
-    from chaos.net.fabric import NAME_PREFIX, short_id
-
-    return f"{NAME_PREFIX}{short_id(run_id)}-c{node}"

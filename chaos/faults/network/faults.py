@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from chaos.cluster.capabilities import PacketFilter
 from chaos.errors import ToolError
 from chaos.faults.base import FailureClass, FaultParams, ParamsContext, TargetKind, register
 from chaos.faults.network.fabric import NetFault, require_fabric
@@ -94,16 +95,22 @@ def _addrs(cluster: Any, nodes: list[int] | tuple[int, ...]) -> str:
 class Partition(NetFault):
     type_name: ClassVar[str] = "partition"
     summary: ClassVar[str] = "Cut the fabric: isolate nodes, split them into groups, or drop one direction."
-    mechanism: ClassVar[str] = "nftables drops on the receiving side, in each node's network namespace"
+    mechanism: ClassVar[str] = ("nftables drops on the receiving side, in each node's network namespace (a "
+                                "netns node's, or a container's on a local docker engine)")
     fidelity: ClassVar[str] = (
         "Stands for a switch, cable or optics failure that black-holes traffic (no RST, no "
         "ICMP): connects, gloo collectives and store calls time out. Exercises network "
         "failure detection and attribution, elastic shrink, and what a minority does when it "
         "loses the majority. Packets vanish in the receiving kernel, so a sender sees no "
-        "local error; routing reconvergence and partial (ECMP) failures are not modelled."
+        "local error; routing reconvergence and partial (ECMP) failures are not modelled. "
+        "On docker, split groups of nodes by host ({rack: ...} or {power_domain: ...} "
+        "targets) to cut host from host, as a failed link between two racks does."
     )
     params_model: ClassVar[type[FaultParams]] = PartitionParams
     target_kinds: ClassVar[tuple[TargetKind, ...]] = ("node", "link")
+    # Only drop rules where packets arrive: a container network has that (its namespace),
+    # while the links the other network faults shape are the netns fabric's alone.
+    requires: ClassVar[tuple[type, ...]] = (PacketFilter,)
 
     @classmethod
     def check_params(cls, params: PartitionParams, context: ParamsContext) -> list[tuple[tuple[str | int, ...], str]]:
@@ -137,7 +144,7 @@ class Partition(NetFault):
         return problems
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
-        cluster = require_fabric(ctx)
+        cluster: Any = ctx.require(PacketFilter)  # its base interface too: topology, node addresses
         nodes = self._all_nodes(cluster)
         targets = list(self.target.nodes)
         shape = self.params.get("shape", "isolate")
@@ -149,7 +156,9 @@ class Partition(NetFault):
         if shape == "isolate":
             others = [n for n in nodes if n not in targets]
             for n in targets:
-                rules[n].append(f'iifname "{cluster.node_interface(n)}"')
+                # Whatever reaches the node from outside it (loopback is accepted first): its
+                # link, and the link emulator's device when latency is on as well.
+                rules[n].append(nft.ALL_INPUT)
             if others:
                 for m in others:
                     rules[m].append(f"ip saddr {_addrs(cluster, targets)}")
@@ -166,7 +175,7 @@ class Partition(NetFault):
                         rules[n].append(f"ip saddr {_addrs(cluster, foreign)}")
                 if i != keeper:
                     for n in group:
-                        rules[n].append(f"ip saddr {cluster.gateway_address()}")
+                        rules[n].append(f"ip saddr {cluster.rendezvous_address()}")
         else:  # one_way
             links = named or self.params.get("links") or [
                 [a, b] for a in targets for b in nodes if b not in targets]
@@ -180,7 +189,7 @@ class Partition(NetFault):
                 n for i, g in enumerate(groups) if i != keeper for n in g]
             for n in cut:
                 cluster.mark_lost(n)
-        return {"tables": self._made["tables"], "qdiscs": [], "shape": shape}
+        return {"tables": self._made["tables"], "qdiscs": [], "attached": self._made["attached"], "shape": shape}
 
 
 @register
