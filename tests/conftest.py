@@ -232,8 +232,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # run's `--durations=0` (or `--timeline`) when a module's cost changes by much: they only
 # order and plan, nothing fails on them.
 MODULE_SECONDS: dict[str, float] = {
-    "test_slurm": 226, "test_power": 216, "test_command_storage": 80, "test_docker": 190, "test_safety": 105,
-    "test_stack_deepspeed": 95, "test_gameday": 145, "test_hardening": 104, "test_storage": 97,
+    "test_slurm": 226, "test_power": 216, "test_command_storage": 80, "test_docker": 245, "test_safety": 105,
+    "test_stack_deepspeed": 95, "test_gameday": 160, "test_hardening": 104, "test_storage": 97,
     "test_harness": 90, "test_sdc": 78, "test_netns": 67, "test_stack_torchft": 66, "test_process_faults": 63,
     "test_checkers": 45, "test_net_heal": 55, "test_report_gate": 54, "test_stack_lightning": 35,
     "test_warm_start": 66, "test_checkpoint_formats": 28, "test_stack_accelerate": 28,

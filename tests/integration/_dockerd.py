@@ -108,6 +108,15 @@ class RoutedHosts:
                            "store_address": self.store_address}}
 
 
+def routed_unavailable() -> str | None:
+    """Why two routed engines cannot start here (a reason to skip on), or None."""
+    from tests.integration._support import missing
+
+    return missing("docker") or ("two routed engines need root, ip and nsenter"
+                                 if os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("nsenter"))
+                                 else None)
+
+
 @contextlib.contextmanager
 def routed_dockerds(count: int = 2, timeout_s: float = 60.0) -> Iterator[RoutedHosts]:
     """``count`` dockerds, each in a network namespace of its own (``tc-<t>-e<k>``), as

@@ -16,8 +16,6 @@ engine.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +24,8 @@ import pytest
 import yaml
 
 from chaos.cluster.docker_engine import DOCKER_HOSTS_ENV
-from tests.integration._dockerd import RoutedHosts, routed_dockerds
-from tests.integration._support import REPO, cli_env, missing, run_trainchaos
+from tests.integration._dockerd import RoutedHosts, routed_dockerds, routed_unavailable
+from tests.integration._support import REPO, cli_env, run_trainchaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -60,10 +58,7 @@ def _labelled(host: str, run_id: str | None = None) -> list[str]:
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[RoutedHosts]:
     """Two engines as two hosts, for this module only (removed after it)."""
-    lacks = missing("docker") or ("two routed engines need root, ip and nsenter"
-                                  if os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("nsenter"))
-                                  else None)
-    if lacks:
+    if lacks := routed_unavailable():
         pytest.skip(lacks)
     with routed_dockerds(2) as routed:
         yield routed

@@ -3,9 +3,9 @@ pseudo-terminal (pexpect) as an operator would: a dry run that changes nothing, 
 at an unlabelled container refused with exit 2 (that container untouched), a confirmed
 freeze whose stop condition trips and reverts everything, the report; then the job's
 controller is SIGKILLed and ``trainchaos cleanup`` leaves no container or network of it.
-Last, the shipped plans in sequence against the staging job (issue 26): the power-domain
-outage detected and counted, then the freeze of a node the outage took stopped before it
-reaches the engine.
+Last, the shipped plans in sequence against the staging job on two routed engines (issues 26
+and 45): the power-domain outage (all of the second engine) detected and counted, then the
+freeze of a node the outage took stopped before it reaches the engine.
 
 One job serves the tests up to the SIGKILL (a module's slot, tests in file order; a test run
 again after the SIGKILL gets a new job), the staging job the last one: starting containers
@@ -28,7 +28,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chaos.cluster.docker_engine import DOCKER_HOSTS_ENV
 from chaos.net.fabric import short_id
+from tests.integration._dockerd import routed_dockerds, routed_unavailable
 from tests.integration._support import REPO, TRAINCHAOS, run_trainchaos
 
 pexpect = pytest.importorskip("pexpect")
@@ -56,10 +58,13 @@ def _docker():  # noqa: ANN202
 
 
 class Job:
-    def __init__(self, work: Path, scenario: str = JOB, ranks: int = 2) -> None:
+    def __init__(self, work: Path, scenario: str = JOB, ranks: int = 2, hosts: list[str] | None = None) -> None:
         self.work = work
         self.ranks = ranks
-        self.env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(work / "state"), "COLUMNS": "200"}
+        self.hosts = hosts or [os.environ["DOCKER_HOST"]]
+        # cleanup scans every engine of the job for leftovers, not only the default one
+        self.env = {**os.environ, "TRAINCHAOS_STATE_DIR": str(work / "state"), "COLUMNS": "200",
+                    DOCKER_HOSTS_ENV: ",".join(self.hosts)}
         (work / "job.yaml").write_text(scenario)
         self.controller = subprocess.Popen([*TRAINCHAOS, "run", "job.yaml", "--out", "reports"], env=self.env,
                                            cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -109,13 +114,25 @@ class Job:
                              encoding="utf-8", timeout=60, dimensions=(50, 200))
 
     def states(self) -> dict[str, tuple[str, str]]:
-        """Container name -> (status, StartedAt) of the run's containers."""
-        client = _docker()
-        try:
-            return {c.name: (c.status, c.attrs["State"]["StartedAt"])
-                    for c in client.containers.list(all=True, filters={"label": f"trainchaos.run={self.run_id}"})}
-        finally:
-            client.close()
+        """Container name -> (status, StartedAt) of the run's containers, on every engine."""
+        return {name: state for name, (_, state) in self._containers().items()}
+
+    def placement(self) -> dict[str, str]:
+        """Container name -> the engine it runs on."""
+        return {name: host for name, (host, _) in self._containers().items()}
+
+    def _containers(self) -> dict[str, tuple[str, tuple[str, str]]]:
+        import docker
+
+        found = {}
+        for host in self.hosts:
+            client = docker.DockerClient(base_url=host)
+            try:
+                found.update({c.name: (host, (c.status, c.attrs["State"]["StartedAt"])) for c in client.containers.list(
+                    all=True, filters={"label": f"trainchaos.run={self.run_id}"})})
+            finally:
+                client.close()
+        return found
 
 
 @contextlib.contextmanager
@@ -188,11 +205,15 @@ def live_job(job_slot: JobSlot) -> Job:
 
 
 @pytest.fixture
-def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:
+def staging(tmp_path: Path) -> Iterator[Job]:
     """scenarios/gameday/staging-job.yaml (three nodes, pd-a: [0], pd-b: [1, 2], down to one
     node), long enough to outlast the test whatever the host's pace, and without the hang
     watchdog: a crash is still seen (the peer monitor always runs), and no restart of its
-    own races the steps the test reads."""
+    own races the steps the test reads. Across two engines as two routed hosts (issue 45):
+    node 0 on the first, pd-b (nodes 1 and 2) all of the second, so the game day's outage is
+    a host going dark and the exercise attaches to a job on both."""
+    if lacks := routed_unavailable():
+        pytest.skip(lacks)
     scenario = yaml.safe_load((REPO / "scenarios" / "gameday" / "staging-job.yaml").read_text())
     harness = scenario["workload"]["harness"]
     harness["steps"] = 20000
@@ -201,8 +222,11 @@ def staging(docker_host: str, tmp_path: Path) -> Iterator[Job]:
     # importing torch before it joins the rendezvous), its ranks had not all stepped after
     # 150 s once (2026-12-02; cause not found yet), where cold it starts in well under that.
     harness["warm_start"] = False
-    with _running(Job(tmp_path, yaml.safe_dump(scenario), ranks=3)) as job:
-        yield job
+    with routed_dockerds(2) as routed:
+        a, b = routed.hosts
+        scenario["backend"] = routed.backend([a, b, b])
+        with _running(Job(tmp_path, yaml.safe_dump(scenario), ranks=3, hosts=routed.hosts)) as job:
+            yield job
 
 
 def _plan(job: Job, name: str, body: str) -> str:
@@ -435,6 +459,8 @@ def test_power_domain_then_freeze_a_node_against_the_staging_job(staging: Job) -
     (down since the outage) stops before the step with one line, exit 2, nothing touched."""
     power = str(REPO / "gamedays" / "power-domain.yaml")
     freeze = str(REPO / "gamedays" / "freeze-a-node.yaml")
+    a, b = staging.hosts
+    assert staging.placement() == {f"{staging.run_id}-n0": a, f"{staging.run_id}-n1": b, f"{staging.run_id}-n2": b}
     gd = staging.spawn("gameday", power, "--out", "gd-power")
     gd.expect("stop when")  # the live panel (a terminal): stop conditions against their values
     gd.expect(r"proceed\? \[y\]es", timeout=90)
