@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster.base import InjectionContext
-from chaos.cluster.capabilities import Fabric
+from chaos.cluster.capabilities import Fabric, PacketFilter
 from chaos.cluster.netns import FABRIC_MTU, NODE_HOST_OFFSET
 from chaos.faults.base import lookup
 from chaos.model.scenario import Topology
@@ -73,10 +73,12 @@ class StandInCluster:
     topology: Topology = field(default_factory=lambda: Topology(nodes=2, ranks_per_node=1))
     nodes: dict[int, _Node] = field(default_factory=lambda: {0: _Node(), 1: _Node()})
     name: str = "netns"
-    capabilities = (Fabric,)
+    capabilities = (Fabric, PacketFilter)
 
     def namespace(self, node: int) -> str:
         return fabric.node_namespace(self.run_id, node)
+
+    node_netns = namespace
 
     def node_interface(self, node: int) -> str:
         return fabric.fabric_names(self.run_id, node)[1]
@@ -89,6 +91,8 @@ class StandInCluster:
 
     def gateway_address(self) -> str:
         return str(self.subnet.network_address + 1)
+
+    rendezvous_address = gateway_address
 
     def mark_lost(self, node: int) -> None:
         self.nodes[node].lost = True

@@ -58,7 +58,14 @@ def test_trigger_kinds_fire_once_each_and_are_reverted(tmp_path, state_dir):
     assert pause["t_inject"] >= saves[1]
     assert 1.4 <= pause["t_revert"] - pause["t_inject"] <= 10
     pause_metrics = next(m for m in journal["metrics"]["faults"] if m["fault_id"] == "pause")
-    assert pause_metrics["restarted"] is False and pause_metrics["lost_steps"] == 0
+    # The job went on through the freeze: the one restart of the run is the kill's. On a
+    # loaded host the second save comes late and the kill (7-8 s after the first step) can
+    # land while the rank is frozen (a fresh clone's make test, 2026-12-06): the pause's
+    # window then holds the kill's restart, which the pause did not cause.
+    assert pause_metrics["restarts_caused"] == 0, pause_metrics
+    assert [r["cause"] for r in journal["metrics"]["restarts"]] == ["late-kill"]
+    if pause["t_revert"] < faults["late-kill"]["t_inject"]:
+        assert pause_metrics["restarted"] is False and pause_metrics["lost_steps"] == 0
 
     # random: the seeded window is measured from the first step; the random target is one rank.
     kill = faults["late-kill"]
