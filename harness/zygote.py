@@ -30,8 +30,8 @@ The design, and why (fault semantics stay honest):
   the agent's, the run's id included, with room for the ranks' own
   (``TorchrunPerNode.node_env``), which the agent takes out of what its workers inherit.
 
-- torchrun's worker is a thin client (``python -m harness.zygote rank <harness args>``,
-  standard library only, ~30 ms) that hands its argv, environment, working directory and
+- torchrun's worker is a thin client (``harness/zygote_client.py rank <harness args>``,
+  started without ``site``: standard library only, ~28 ms of CPU) that hands its argv, environment, working directory and
   stdin/stdout/stderr (``SCM_RIGHTS``) to its node's zygote over an abstract unix socket.
   The zygote forks a child that becomes the rank: its own session (as torchrun's
   ``start_new_session``), those fds as 0/1/2 and nothing else open, that environment,
@@ -91,6 +91,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos import contract
+from harness.zygote_client import (
+    FORWARDED,
+    LOG_PREFIX,
+    MAX_MESSAGE,
+    kill_group,
+    receive_message,
+    run_rank,
+    send_message,
+    socket_address,
+)
+from harness.zygote_client import main as client_main
 
 __all__ = ["PREIMPORTS", "Zygote", "die_with", "fork_from_agent", "fork_into", "imported_unthreaded", "listen",
            "live_threads", "main", "receive_message", "run_rank", "send_message", "serve", "socket_address",
@@ -100,24 +111,6 @@ PREIMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel"
               "harness.procenv", "harness.train", "harness.config", "harness.config_load", "runpy")
 """What a rank imports on its way to its first step (``torch._dynamo``: DDP's constructor)."""
 
-# Signals torchrun (or anyone signalling the worker) may send that the rank must get.
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-             signal.SIGUSR2)
-_MAX_MESSAGE = 1 << 20
-_CONNECT_WAIT_S = 60.0
-_LOG = "[trainchaos-zygote]"
-
-
-def socket_address(name: str) -> str:
-    return "\0" + name  # the abstract namespace: nothing on disk to leave behind
-
-
-def send_message(conn: socket.socket, message: dict, fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    if fds:
-        socket.send_fds(conn, [data], fds)
-    else:
-        conn.send(data)
 
 
 # -- the zygote -------------------------------------------------------------------------------
@@ -160,7 +153,7 @@ class Zygote:
             if uid != os.getuid():  # the abstract namespace has no file permissions
                 conn.close()
                 return
-            data, fds, _flags, _addr = socket.recv_fds(conn, _MAX_MESSAGE, 3)
+            data, fds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 3)
         except OSError:
             conn.close()
             return
@@ -214,7 +207,7 @@ class Zygote:
 
     def _abandoned(self, pid: int) -> None:
         """What becomes of a child whose client is gone: a rank goes with it."""
-        _kill_group(pid, signal.SIGKILL)
+        kill_group(pid, signal.SIGKILL)
 
     def _drop_conn(self, rank: _Rank) -> None:
         assert rank.conn is not None
@@ -260,7 +253,7 @@ def take_over(request: dict, fds: list[int], what: str) -> None:
     complete = procenv.set_environ({str(k): str(v) for k, v in request["env"].items()})
     os.chdir(request["cwd"])
     if not complete:
-        print(f"{_LOG} {what} environment larger than the zygote's room: /proc/{os.getpid()}/environ "
+        print(f"{LOG_PREFIX} {what} environment larger than the zygote's room: /proc/{os.getpid()}/environ "
               "shows RANK and the trainchaos names first, not every variable", file=sys.stderr)
 
 
@@ -313,14 +306,6 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:  # not its own group leader yet (or gone)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
 def die_with(parent: int) -> None:
     """SIGKILL when the agent that started us exits (set, then checked: it may be gone)."""
     import ctypes
@@ -343,7 +328,7 @@ def imported_unthreaded(modules: tuple[str, ...]) -> bool:
         __import__(module)
     threads = live_threads()
     if threads != 1:
-        print(f"{_LOG} importing {', '.join(modules)} started {threads - 1} thread(s): forking "
+        print(f"{LOG_PREFIX} importing {', '.join(modules)} started {threads - 1} thread(s): forking "
               "now is unsafe; no warm start (set harness.warm_start: false)", file=sys.stderr, flush=True)
         return False
     return True
@@ -357,7 +342,7 @@ def listen(name: str) -> socket.socket:
 
 
 def _forking(name: str, modules: tuple[str, ...], started: float) -> None:
-    print(f"{_LOG} {name}: imported {', '.join(modules)} in {time.perf_counter() - started:.1f} s; "
+    print(f"{LOG_PREFIX} {name}: imported {', '.join(modules)} in {time.perf_counter() - started:.1f} s; "
           "forking ranks", file=sys.stderr, flush=True)
 
 
@@ -432,89 +417,11 @@ def serve(parent: int) -> int:
     return 0
 
 
-# -- the client: torchrun's worker ----------------------------------------------------------
-def run_rank(module: str, argv: list[str], *, program: str = "module") -> int:
-    """``python -m harness.zygote rank <harness options>`` (``run <module> <args>`` for
-    another module, ``script <path> <args>`` for a script): have the node's zygote fork
-    ``python -m <module> <args>`` (``python <path> <args>``), then be its proxy towards
-    torchrun until it exits."""
-    name = os.environ.get(contract.ZYGOTE_SOCKET_ENV)
-    if not name:
-        print(f"{_LOG} no zygote on this node ({contract.ZYGOTE_SOCKET_ENV} is not set)", file=sys.stderr)
-        return 1
-    # Held until the rank's pid is known, then forwarded: a stop must reach the rank.
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    conn = _connect(name)
-    env = dict(os.environ)
-    send_message(conn, {program: module, "argv": argv, "env": env, "cwd": os.getcwd()}, [0, 1, 2])
-    reply = receive_message(conn)
-    if reply is None or "pid" not in reply:
-        why = reply.get("error") if reply else "the zygote closed the connection"
-        print(f"{_LOG} the zygote did not start the rank: {why}", file=sys.stderr)
-        return 1
-    pid = int(reply["pid"])
-    # The rank carries RANK; its proxy must not look like it (chaos.util.procs finds ranks by it).
-    from harness import procenv
-
-    procenv.set_environ({k: v for k, v in env.items() if k != "RANK"})
-    for sig in FORWARDED:
-        signal.signal(sig, lambda signum, _frame: _kill_group(pid, signum))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    done = receive_message(conn)
-    if done is None or "status" not in done:
-        print(f"{_LOG} the zygote went away; ending rank pid {pid}", file=sys.stderr)
-        _kill_group(pid, signal.SIGKILL)
-        return 1
-    return _leave_as(int(done["status"]))
-
-
-def _connect(name: str) -> socket.socket:
-    deadline = time.monotonic() + _CONNECT_WAIT_S
-    while True:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            conn.connect(socket_address(name))
-            return conn
-        except (ConnectionRefusedError, FileNotFoundError):
-            conn.close()
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{_LOG} no zygote answers at {name} after {_CONNECT_WAIT_S:g} s") from None
-            time.sleep(0.02)  # the agent started it a moment ago: it binds before importing
-
-
-def receive_message(conn: socket.socket) -> dict | None:
-    data = conn.recv(_MAX_MESSAGE)
-    return json.loads(data) if data else None
-
-
-def _leave_as(status: int) -> int:
-    """Exit as the rank did: the same code, or the same signal (torchrun reads -9 as -9)."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the rank's core, if any, is its own
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), sig)
-        return 128 + sig  # a signal whose default is not to end the process
-    return os.waitstatus_to_exitcode(status)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["serve"] and len(args) == 2 and args[1].isdigit():
         return serve(int(args[1]))
-    if args[:1] == ["rank"]:
-        return run_rank("harness", args[1:])
-    if args[:1] == ["run"] and len(args) >= 2:
-        return run_rank(args[1], args[2:])
-    if args[:1] == ["script"] and len(args) >= 2:
-        return run_rank(args[1], args[2:], program="script")
-    print("usage: python -m harness.zygote serve <agent pid> | rank <harness options> | "
-          "run <module> <args> | script <path> <args>", file=sys.stderr)
-    return 2
+    return client_main(args)  # rank, run, script: the client (harness.zygote_client)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,11 @@ from harness.zygote import fork_from_agent
 _trainchaos_zygote = fork_from_agent({argv!r}{modules})
 from harness.rdzv_records import name_records_by_frame
 name_records_by_frame()
+# Each worker a client started without site (harness/zygote_client.py): 64 of them at once
+# on 2 cores are a launch's and every restart's.
+import sys
+from harness.zygote_client import light_worker_argv
+sys.argv = light_worker_argv(sys.argv)
 """
 
 

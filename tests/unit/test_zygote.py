@@ -26,6 +26,9 @@ from chaos import contract
 from harness import procenv
 from harness.procenv import ENV_ROOM_BYTES, environ_block
 from harness.zygote import FORWARDED
+from harness.zygote_client import light_worker_argv
+
+REPO = Path(__file__).resolve().parents[2]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,9 +92,26 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 def _client(env: dict[str, str], cwd: Path, *args: str, rank: str = "3") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness.zygote", "run", "zt_target", *args],
-                            cwd=cwd, env={**env, "RANK": rank}, stdout=subprocess.PIPE, text=True,
+    # The command the warm agent gives torchrun (its --no-python, then what torchrun runs).
+    argv = light_worker_argv(["-m", "harness.zygote", "run", "zt_target", *args])
+    assert argv[0] == "--no-python"
+    return subprocess.Popen(argv[1:], cwd=cwd, env={**env, "RANK": rank}, stdout=subprocess.PIPE, text=True,
                             start_new_session=True)  # as torchrun starts a worker
+
+
+def test_the_warm_agent_starts_its_workers_as_the_client_file_without_site() -> None:
+    agent = ["-c", "AGENT", "--nnodes", "2", "--tee", "3", "-m", "harness.zygote", "rank", "--steps", "5"]
+    argv = light_worker_argv(agent, python="/py")
+    client = str(REPO / "harness" / "zygote_client.py")
+    assert argv == ["-c", "AGENT", "--nnodes", "2", "--tee", "3", "--no-python", "/py", "-S", "-u", client,
+                    "rank", "--steps", "5"]
+    # Cold workers, a user's own module, or no worker at all: left as they are.
+    for other in (["-m", "harness", "--steps", "5"], ["-m", "harness.zygote", "serve", "1"], ["-m", "harness.zygote"]):
+        assert light_worker_argv(other) == other
+    # Started that way it runs with the standard library alone: no site, so no torch on its path.
+    probe = subprocess.run([sys.executable, "-S", "-u", client, "nope"], capture_output=True, text=True, timeout=30,
+                           cwd="/", env={"PATH": "/usr/bin:/bin"})
+    assert probe.returncode == 2 and "usage: " in probe.stderr, probe.stderr
 
 
 def _started(client: subprocess.Popen, cwd: Path) -> dict:
