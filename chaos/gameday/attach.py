@@ -38,6 +38,7 @@ from chaos.cluster.capabilities import (
     providers,
 )
 from chaos.errors import EXIT_BAD_INPUT, ChaosError, ScenarioError, ToolError, ValidationIssue
+from chaos.metrics.records import DetectionSources
 from chaos.model.scenario import Topology
 from chaos.model.targets import ResolvedTarget, parse_target
 from chaos.runfiles.record import RunRecordError, load_run_start
@@ -130,9 +131,14 @@ class AttachedRun:
     """A live run as a game day sees it: its backend (attached), its nodes' states and its
     events since the last refresh."""
 
+    detection: DetectionSources | None = None
+    """Where the run's detections can come from (its workload's), to tell a fault the job did
+    not detect from one no source could have reported; None: the run's record does not say."""
+
     def __init__(self, entry: dict[str, Any], hosts: list[str]) -> None:
         record = entry["record"]
         scenario = record["scenario"]
+        self.detection = detection_sources_of(scenario.get("workload"))
         topo = dict(scenario["topology"])
         for key in ("racks", "power_domains"):
             topo[key] = {k: tuple(v) for k, v in (topo.get(key) or {}).items()}
@@ -257,3 +263,17 @@ class AttachedRun:
                                 f"{self.spec.run_id}'s labelled containers (those: "
                                 f"{', '.join(sorted(ours)) or 'none'}); trainchaos only touches what the run owns")
         return ours[name]
+
+
+def detection_sources_of(workload: dict[str, Any] | None) -> DetectionSources | None:
+    """The detection sources of a run's workload as its ``run.json`` records it; None when
+    the record is not one this version reads (an older run, a kind not installed)."""
+    from chaos.model.scenario import Workload
+    from chaos.workload import workload_for
+
+    if not isinstance(workload, dict):
+        return None
+    try:
+        return workload_for(Workload(**workload)).detection_sources()
+    except Exception:  # any record we cannot rebuild: say nothing rather than guess
+        return None

@@ -29,6 +29,8 @@ import threading
 import time
 from typing import Any
 
+from chaos.metrics.timeline import rank_of
+
 __all__ = ["MIN_PACE_SPAN_S", "Observer", "attribute"]
 
 MIN_PACE_SPAN_S = 1.0
@@ -50,6 +52,9 @@ class Observer:
         """Since when ``detections`` counts: the start of the exercise."""
         self.nodes_running = 0
         """The run's nodes in a state a fault applies to (``running``), at the last refresh."""
+        self.probe_reports = False
+        """Some rank wrote an event itself (not a log line read for it): the job reports
+        through the probe (``chaos.metrics.timeline.Timeline.probe_reports``)."""
         self.t_start = time.time()
 
     def take(self, events: list[dict[str, Any]]) -> None:
@@ -57,6 +62,8 @@ class Observer:
         with self._lock:
             for ev in events:
                 kind = ev.get("kind")
+                if not self.probe_reports and ev.get("via") != "log" and rank_of(ev.get("src")) is not None:
+                    self.probe_reports = True
                 if kind == "step_end":
                     # The event's own time (the node's clock; see the docker backend's
                     # clock offsets), so a backlog read at attach is not "progress now".

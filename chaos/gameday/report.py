@@ -57,7 +57,9 @@ def _markdown(d: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for f in d["faults"]:
         target = ", ".join(f"{k} {v}" for k, v in f["target"].items() if v and k != "pids") or "-"
-        det = f"{f['detection_s']:.2f} s by {f['detected_by']}" if f["detection_s"] is not None else "undetected"
+        # Nothing reported and nothing could have: the tool was blind, the job was not judged.
+        det = (f"{f['detection_s']:.2f} s by {f['detected_by']}" if f["detection_s"] is not None
+               else f"unknown ({f['detection_unknown']})" if f.get("detection_unknown") else "undetected")
         rev = _iso(f["t_revert"]) + (f" (error: {f['revert_error']})" if f["revert_error"] else "")
         lines.append(f"| {f['step']} | {f['type']} | {target} | {_iso(f['t_inject'])} | {rev} | {det} | "
                      f"{f['suspect'] or '-'} | {f['detections']} |")

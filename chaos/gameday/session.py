@@ -54,6 +54,7 @@ from chaos.gameday.observe import Observer, attribute
 from chaos.gameday.plan import Condition, Plan, Step, parse_condition
 from chaos.gameday.report import write_report
 from chaos.gameday.view import LiveView, PlainView
+from chaos.metrics.records import FaultRecord
 from chaos.runfiles.rollback import FaultJournal, register_run, unregister_run
 from chaos.runner.lifecycle import FaultLifecycle, Injection
 from chaos.util import interrupts
@@ -284,6 +285,7 @@ class GameDay(OperatorDialogue, StopMonitor):
                 "detection_s": round(first["t"] - a.t_inject, 3) if first else None,
                 "detected_by": first.get("src") if first else None,
                 "suspect": first.get("suspect") if first else None,
+                "detection_unknown": None if first else self._blind_to(a.fault),
             })
         return {
             "format": 2, "plan": self.plan.model_dump(), "plan_path": os.path.abspath(self.plan_path),
@@ -294,6 +296,17 @@ class GameDay(OperatorDialogue, StopMonitor):
             "skipped": self.skipped, "faults": faults, "detections_before_faults": len(owners[None]),
             "metrics": self.snapshots, "detections": detections,
         }
+
+    def _blind_to(self, fault: Any) -> str | None:
+        """Why no source could have reported the job's detection of ``fault`` (as a run's
+        metrics say it: ``chaos.metrics.per_fault``), with the fix; None: the job could have."""
+        sources = self.run.detection
+        rec = FaultRecord(fault_id=fault.fault_id, type=fault.type_name, failure_class=fault.failure_class,
+                          target_srcs=fault.target.srcs(), also_classes=tuple(type(fault).also_detected_as))
+        if sources is None or not sources.blind_to(rec, self.observer.probe_reports):
+            return None
+        why = f"no detection source sees a {fault.failure_class} fault in this workload"
+        return why + (f"; {sources.fix}" if sources.fix else "")
 
     def _run_step(self, i: int, step: Step, res: Resolution | None) -> None:
         name = step.name or f"step-{i}"

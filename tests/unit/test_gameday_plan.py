@@ -419,3 +419,40 @@ def test_live_panel_shows_metrics_containers_each_stop_condition_and_the_step() 
         assert part in text, text
     assert [line.split() for line in text.splitlines() if "dead_s > 30" in line][0][-3:] == ["now", "0.3", "ok"]
     assert [line.split() for line in text.splitlines() if "goodput < 0.3" in line][0][-5:] == ["now", "0.2", "HOLDS", "12", "s"]
+
+
+@pytest.mark.parametrize("probe_reports", [False, True])
+def test_a_fault_no_source_could_see_is_unknown_in_the_report_not_undetected(tmp_path: Path,
+                                                                             probe_reports: bool) -> None:
+    """A run whose job reports only through the probe, and whose ranks never did (a user's
+    command without the probe calls): a freeze nobody reported is the tool's blindness
+    (issue 42), as in a run's own metrics; once a rank has reported, it is undetected."""
+    from chaos.metrics.records import DetectionSources
+
+    gd = _session(tmp_path, """\
+name: blind
+steps:
+  - {name: freeze, inject: {type: test_gameday_recorder, target: {node: 1}}}
+""", [], yes=True)
+    gd.run.detection = DetectionSources(in_job="probe", fix="call chaos.probe.step_end(step) each step")
+    if probe_reports:
+        gd.run.backend.written.append({"kind": "step_end", "step": 1, "t": time.time(), "src": "rank-0"})
+    assert gd.execute() == 0
+    (fault,) = _report(tmp_path)["faults"]
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    if probe_reports:
+        assert fault["detection_unknown"] is None and "| undetected |" in markdown
+    else:
+        assert fault["detection_unknown"] == ("no detection source sees a hang fault in this workload; "
+                                              "call chaos.probe.step_end(step) each step")
+        assert "| unknown (no detection source sees a hang fault" in markdown and "undetected" not in markdown
+
+
+def test_the_detection_sources_of_an_attached_run_are_its_workloads() -> None:
+    from chaos.gameday.attach import detection_sources_of
+
+    harness = detection_sources_of({"harness": {"steps": 10}})
+    command = detection_sources_of({"command": "python train.py", "steps": 10})
+    assert harness is not None and harness.in_job == "always"
+    assert command is not None and command.in_job == "probe" and command.fix
+    assert detection_sources_of(None) is None and detection_sources_of({"no_such_field": 1}) is None
