@@ -451,8 +451,8 @@ class DockerCluster(ContainerProcesses, LocalCluster):
         kernel's): a partition there would need the hosts' own firewalls."""
         host = self.host_of(node)
         if not self.shares_this_machine(host):
-            raise ToolError(f"a partition puts drop rules in each container's network namespace through this "
-                            f"machine's /proc: node {node} is on remote engine {host}")
+            raise ToolError(f"drop rules go into each container's network namespace through this machine's "
+                            f"/proc: node {node} is on remote engine {host}")
         pid = int(self.container(node).attrs.get("State", {}).get("Pid") or 0)
         if pid <= 0:
             raise ToolError(f"node {node}'s container {self.container_name(node)} is not running: "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field, model_validator
 
 from chaos.cluster import backend_of
-from chaos.cluster.capabilities import ContainerHost
+from chaos.cluster.capabilities import ContainerHost, PacketFilter
 from chaos.errors import ToolError
 from chaos.faults.base import FailureClass, FaultParams, FaultType, TargetKind, register
 from chaos.model.types import MAX_SECONDS
@@ -294,6 +294,7 @@ class ContainerPacketLoss(_ContainerFault):
         "out). Loopback inside the container is untouched. Drops are uniform and independent, "
         "not the bursts of a real flapping optic.")
     params_model: ClassVar[type[FaultParams]] = PacketLossParams
+    requires: ClassVar[tuple[type, ...]] = (ContainerHost, PacketFilter)
 
     def inject(self, ctx: InjectionContext) -> dict[str, Any]:
         import shutil
@@ -308,18 +309,16 @@ class ContainerPacketLoss(_ContainerFault):
         threshold = max(1, round(float(self.params["percent"]) * 100))
         record = {**self._base_record(ctx, []), "table": table, "netns": []}
         targets = self._targets(ctx)
-        remote = [n for n, _ in targets if not type(cluster).shares_this_machine(cluster.host_of(n))]
-        if remote:
-            raise ToolError(f"container_packet_loss reaches a container's namespace through this machine's "
-                            f"/proc: node {remote[0]} is on remote engine {cluster.host_of(remote[0])}")
+        # Every target's namespace first (the backend refuses a remote engine's): none is
+        # touched unless all can be.
+        pids = {node: int(ctx.require(PacketFilter).node_netns(node)) for node, _ in targets}
         try:
             for node, cont in targets:
-                pid = int(cont.attrs.get("State", {}).get("Pid") or 0)
                 ns = attached_name(record["run_id"], node, self.fault_id)
                 record["nodes"].append(node)
                 record["containers"].append([cluster.host_of(node), cont.name])
                 record["netns"].append(ns)
-                nft.attach_namespace(ns, pid)
+                nft.attach_namespace(ns, pids[node])
                 # Every packet: a bare drop (numgen's range stops at 9999).
                 rule = f"numgen random mod 10000 < {threshold}" if threshold < 10000 else nft.ALL_INPUT
                 nft.add_input_drops(ns, table, [rule])
